@@ -1,0 +1,29 @@
+// Whole-file reads and crash-safe writes.
+//
+// Thread-safe as far as the file system is: concurrent AtomicWriteFile calls to one path
+// leave one complete writer's bytes, never a mix.
+#ifndef KTUNE_SERVER_BASE_FILE_H_
+#define KTUNE_SERVER_BASE_FILE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ktune {
+
+// Returns the file's bytes; kNotFound if it does not exist, kInternal on other errors,
+// naming the path and the system's reason.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// Writes `data` to a temporary file beside `path` and renames it into place, so a reader
+// or a crash never sees a partial file.
+absl::Status AtomicWriteFile(const std::string& path, absl::string_view data);
+
+// Creates `path` and its parents (mode 0700 for new folders); OK if it exists.
+absl::Status MakeDirs(const std::string& path);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_BASE_FILE_H_
