@@ -1,0 +1,176 @@
+// `ktune compile`: one candidate of a template, compiled to a cubin file, with what ptxas
+// says of its resources.
+#include <iomanip>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/cli/commands.h"
+#include "server/base/file.h"
+#include "server/base/paths.h"
+#include "server/base/sha256.h"
+#include "server/templates/search_space.h"
+#include "server/tuning/compile_request.h"
+
+namespace ktune::cli {
+namespace {
+
+struct CompileArgs {
+  std::string template_name;
+  std::string dtype;
+  std::string shape;
+  std::vector<std::string> params;
+  std::string arch = "sm_90";
+  int64_t maxrregcount = 0;
+  int64_t min_blocks = 1;
+  bool fast_math = false;
+  std::string out;
+  std::string templates_dir;
+  std::string cache_dir;
+  bool no_cache = false;
+};
+
+// "BLOCK=256" items -> params over the template's defaults.
+absl::Status ApplyParams(const std::vector<std::string>& items,
+                         std::map<std::string, int64_t>* params) {
+  for (const std::string& item : items) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    int64_t v = 0;
+    if (item.find('=') == std::string::npos || !absl::SimpleAtoi(kv.second, &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--param: '", item, "' is not NAME=INTEGER"));
+    }
+    if (!params->count(kv.first)) {
+      std::vector<std::string> known;
+      for (const auto& [name, value] : *params) known.push_back(name);
+      return absl::InvalidArgumentError(
+          absl::StrCat("--param: no param '", kv.first, "'; this template has ",
+                       known.empty() ? "none" : absl::StrJoin(known, ", ")));
+    }
+    (*params)[kv.first] = v;
+  }
+  return absl::OkStatus();
+}
+
+std::string Dim3(const std::array<int64_t, 3>& d) {
+  return absl::StrCat("[", d[0], ", ", d[1], ", ", d[2], "]");
+}
+
+int RunCompile(const CompileArgs& args) {
+  absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry =
+      LoadRegistryOrWarn(args.templates_dir);
+  if (!registry.ok()) return Fail(registry.status());
+  absl::StatusOr<std::shared_ptr<const KernelTemplate>> tmpl = (*registry)->Get(args.template_name);
+  if (!tmpl.ok()) return Fail(tmpl.status());
+  std::optional<DType> dtype = ParseDType(args.dtype);
+  if (!dtype) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype: unknown dtype '", args.dtype, "'; expected f32, f16 or bf16")));
+  }
+  absl::StatusOr<Shape> shape = ParseShape(args.shape);
+  if (!shape.ok()) return Fail(shape.status());
+  if (absl::Status s = ValidateRequest(**tmpl, *dtype, *shape); !s.ok()) return Fail(s);
+  absl::StatusOr<TargetInfo> target = TargetFromArch(args.arch);
+  if (!target.ok()) return Fail(target.status());
+
+  Config config = DefaultConfig(**tmpl, *target);
+  if (absl::Status s = ApplyParams(args.params, &config.params); !s.ok()) return Fail(s);
+  if (absl::Status s = ValidateParams(**tmpl, config.params); !s.ok()) return Fail(s);
+  if (args.maxrregcount != 0 && (args.maxrregcount < 16 || args.maxrregcount > 255)) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--maxrregcount: ", args.maxrregcount, " is outside 16..255 (0 = none)")));
+  }
+  if (args.min_blocks < 1 || args.min_blocks > 32) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--min-blocks: ", args.min_blocks, " is outside 1..32")));
+  }
+  config.knobs.target = args.arch;
+  config.knobs.maxrregcount = args.maxrregcount;
+  config.knobs.min_blocks = args.min_blocks;
+  config.knobs.fast_math = args.fast_math;
+
+  absl::StatusOr<BindResult> bound = Bind(*tmpl, *dtype, *shape, config, *target);
+  if (!bound.ok()) return Fail(bound.status());
+  if (!bound->instance) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "config ", ConfigString(config), " is not a candidate for ", ShapeString(*shape), ": ",
+        bound->rejected_because)));
+  }
+  const Instance& instance = *bound->instance;
+
+  std::unique_ptr<CubinCache> cache;
+  if (!args.no_cache) {
+    const std::string dir =
+        args.cache_dir.empty() ? absl::StrCat(DefaultCacheDir(), "/cubins") : args.cache_dir;
+    absl::StatusOr<std::unique_ptr<CubinCache>> c = CubinCache::Open(dir);
+    if (!c.ok()) return Fail(c.status());
+    cache = *std::move(c);
+  }
+  absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(**registry, cache.get());
+  if (!compiler.ok()) return Fail(compiler.status());
+  absl::StatusOr<CompileResult> result = (*compiler)->Compile(BuildCompileRequest(instance));
+  if (!result.ok()) return Fail(result.status());
+
+  std::cout << "template  " << args.template_name << " " << DTypeName(*dtype) << " "
+            << ShapeString(*shape) << "\n";
+  std::cout << "config    " << ConfigString(config) << "\n";
+  if (!result->ok) {
+    std::cerr << result->log << "\n";
+    std::cerr << "ktune: compile failed (" << std::fixed << std::setprecision(1)
+              << result->compile_ms << " ms)\n";
+    return kExitFailure;
+  }
+  for (size_t i = 0; i < instance.launches.size(); ++i) {
+    const BoundLaunch& l = instance.launches[i];
+    const CompiledKernel* k = nullptr;
+    for (const CompiledKernel& c : result->kernels) {
+      if (c.name_expression == l.name_expression) k = &c;
+    }
+    std::cout << "kernel    " << l.name_expression << "\n";
+    std::cout << "lowered   " << (k ? k->lowered_name : "?") << "\n";
+    std::cout << "grid      " << Dim3(l.grid) << "  block " << Dim3(l.block) << "  dynamic smem "
+              << l.shared_bytes << " B\n";
+    if (k) {
+      const KernelResources& r = k->resources;
+      std::cout << "registers " << r.registers << "  spills " << r.spill_stores + r.spill_loads
+                << " B (stores " << r.spill_stores << ", loads " << r.spill_loads
+                << ")  static smem " << r.static_smem << " B  stack " << r.stack_frame << " B\n";
+    }
+  }
+  std::cout << "compile   " << std::fixed << std::setprecision(1) << result->compile_ms << " ms"
+            << (result->cache_hit ? " (cubin cache hit)" : "") << "\n";
+  if (!args.out.empty()) {
+    if (absl::Status s = AtomicWriteFile(args.out, result->cubin); !s.ok()) return Fail(s);
+    std::cout << "wrote     " << args.out << " (" << result->cubin.size() << " bytes, sha256 "
+              << Sha256Hex(result->cubin) << ")\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddCompileCommand(CLI::App& parent) {
+  auto args = std::make_shared<CompileArgs>();
+  CLI::App* app = parent.add_subcommand(
+      "compile", "Compile one candidate of a template to a cubin (params default to the "
+                 "template's defaults)");
+  app->add_option("template", args->template_name, "Template name")->required();
+  app->add_option("--dtype", args->dtype, "f32, f16 or bf16")->required();
+  app->add_option("--shape", args->shape, "Dims, e.g. tokens=4096,hidden=8192")->required();
+  app->add_option("--param", args->params, "NAME=VALUE, repeatable");
+  app->add_option("--arch", args->arch, "Target: sm_XY or sm_XYa")->capture_default_str();
+  app->add_option("--maxrregcount", args->maxrregcount, "Register limit, 0 = none")
+      ->capture_default_str();
+  app->add_option("--min-blocks", args->min_blocks, "Launch-bounds min blocks per SM")
+      ->capture_default_str();
+  app->add_flag("--fast-math", args->fast_math, "Compile with --use_fast_math");
+  app->add_option("--out", args->out, "Write the cubin here");
+  app->add_option("--templates", args->templates_dir, "Templates folder (default: shipped)");
+  app->add_option("--cache-dir", args->cache_dir, "Cubin cache folder (default: user cache)");
+  app->add_flag("--no-cache", args->no_cache, "Always compile, never read or write the cache");
+  return {app, [args] { return RunCompile(*args); }};
+}
+
+}  // namespace ktune::cli

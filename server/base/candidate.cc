@@ -1,5 +1,7 @@
 #include "server/base/candidate.h"
 
+#include <cstdint>
+#include <limits>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +9,37 @@
 #include "nlohmann/json.hpp"
 
 namespace ktune {
+namespace {
+
+// nlohmann stores a non-negative literal as unsigned, and get<int64_t>() wraps one above
+// INT64_MAX to a negative number; get<uint32_t>() also takes booleans and truncates floats.
+// These readers take exact integers only.
+bool GetInt64(const nlohmann::json& v, int64_t* out) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    *out = static_cast<int64_t>(u);
+    return true;
+  }
+  if (!v.is_number_integer()) return false;
+  *out = v.get<int64_t>();
+  return true;
+}
+
+bool GetUint32(const nlohmann::json& v, uint32_t* out) {
+  int64_t x;
+  if (!GetInt64(v, &x) || x < 0 || x > std::numeric_limits<uint32_t>::max()) return false;
+  *out = static_cast<uint32_t>(x);
+  return true;
+}
+
+// dump() throws on a string that is not UTF-8; replace such bytes instead, since no
+// exception may leave this module.
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
 
 bool operator<(const Knobs& a, const Knobs& b) {
   return std::tie(a.maxrregcount, a.min_blocks, a.fast_math, a.target) <
@@ -32,7 +65,7 @@ std::string ConfigToJson(const Config& config) {
                 {"min_blocks", config.knobs.min_blocks},
                 {"fast_math", config.knobs.fast_math},
                 {"target", config.knobs.target}};
-  return j.dump();
+  return Dump(j);
 }
 
 std::optional<Config> ConfigFromJson(absl::string_view json, std::string* error) {
@@ -45,19 +78,25 @@ std::optional<Config> ConfigFromJson(absl::string_view json, std::string* error)
   Config c;
   if (!j.contains("params") || !j["params"].is_object()) return fail("missing object 'params'");
   for (const auto& [name, value] : j["params"].items()) {
-    if (!value.is_number_integer()) return fail(absl::StrCat("param ", name, " is not an integer"));
-    c.params[name] = value.get<int64_t>();
+    if (!GetInt64(value, &c.params[name])) {
+      return fail(absl::StrCat("param ", name, " is not an int64 integer"));
+    }
   }
   if (!j.contains("knobs") || !j["knobs"].is_object()) return fail("missing object 'knobs'");
   const auto& k = j["knobs"];
-  if (!k.contains("maxrregcount") || !k["maxrregcount"].is_number_integer())
-    return fail("knobs.maxrregcount");
-  if (!k.contains("min_blocks") || !k["min_blocks"].is_number_integer())
-    return fail("knobs.min_blocks");
-  if (!k.contains("fast_math") || !k["fast_math"].is_boolean()) return fail("knobs.fast_math");
-  if (!k.contains("target") || !k["target"].is_string()) return fail("knobs.target");
-  c.knobs.maxrregcount = k["maxrregcount"].get<int64_t>();
-  c.knobs.min_blocks = k["min_blocks"].get<int64_t>();
+  auto bad_knob = [&](absl::string_view name, absl::string_view type) {
+    return fail(absl::StrCat("knobs.", name, " is missing or not ", type));
+  };
+  if (!k.contains("maxrregcount") || !GetInt64(k["maxrregcount"], &c.knobs.maxrregcount)) {
+    return bad_knob("maxrregcount", "an int64 integer");
+  }
+  if (!k.contains("min_blocks") || !GetInt64(k["min_blocks"], &c.knobs.min_blocks)) {
+    return bad_knob("min_blocks", "an int64 integer");
+  }
+  if (!k.contains("fast_math") || !k["fast_math"].is_boolean()) {
+    return bad_knob("fast_math", "a boolean");
+  }
+  if (!k.contains("target") || !k["target"].is_string()) return bad_knob("target", "a string");
   c.knobs.fast_math = k["fast_math"].get<bool>();
   c.knobs.target = k["target"].get<std::string>();
   return c;
@@ -94,31 +133,53 @@ std::string LaunchesToJson(const std::vector<LaunchSpec>& launches) {
                    {"shared_bytes", l.shared_bytes},
                    {"args", l.args}});
   }
-  return arr.dump();
+  return Dump(arr);
 }
 
 std::optional<std::vector<LaunchSpec>> LaunchesFromJson(absl::string_view json,
                                                         std::string* error) {
   nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array()) {
-    if (error) *error = "launches json: not an array";
-    return std::nullopt;
-  }
   std::vector<LaunchSpec> out;
-  // nlohmann's typed getters throw on a type mismatch; keep that inside this function.
-  try {
-    for (const auto& e : j) {
-      LaunchSpec l;
-      l.lowered_name = e.at("lowered_name").get<std::string>();
-      l.grid = e.at("grid").get<std::array<uint32_t, 3>>();
-      l.block = e.at("block").get<std::array<uint32_t, 3>>();
-      l.shared_bytes = e.at("shared_bytes").get<uint32_t>();
-      l.args = e.at("args").get<std::vector<std::string>>();
-      out.push_back(std::move(l));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    if (error) *error = absl::StrCat("launches json: ", e.what());
+  auto fail = [&](absl::string_view why) -> std::optional<std::vector<LaunchSpec>> {
+    if (error) *error = absl::StrCat("launches json: ", why);
     return std::nullopt;
+  };
+  if (!j.is_array()) return fail("not an array");
+  // Checked field by field rather than with nlohmann's typed getters, which throw on some
+  // mismatches and silently convert others (-1 or true to uint32_t).
+  auto dims = [](const nlohmann::json& e, const char* key, std::array<uint32_t, 3>* d) {
+    if (!e.contains(key) || !e[key].is_array() || e[key].size() != 3) return false;
+    for (size_t i = 0; i < 3; ++i) {
+      if (!GetUint32(e[key][i], &(*d)[i])) return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < j.size(); ++i) {
+    const nlohmann::json& e = j[i];
+    const std::string at = absl::StrCat("launch ", i, ": ");
+    if (!e.is_object()) return fail(absl::StrCat(at, "not an object"));
+    LaunchSpec l;
+    if (!e.contains("lowered_name") || !e["lowered_name"].is_string()) {
+      return fail(absl::StrCat(at, "lowered_name is missing or not a string"));
+    }
+    l.lowered_name = e["lowered_name"].get<std::string>();
+    if (!dims(e, "grid", &l.grid)) {
+      return fail(absl::StrCat(at, "grid is missing or not 3 uint32 integers"));
+    }
+    if (!dims(e, "block", &l.block)) {
+      return fail(absl::StrCat(at, "block is missing or not 3 uint32 integers"));
+    }
+    if (!e.contains("shared_bytes") || !GetUint32(e["shared_bytes"], &l.shared_bytes)) {
+      return fail(absl::StrCat(at, "shared_bytes is missing or not a uint32 integer"));
+    }
+    if (!e.contains("args") || !e["args"].is_array()) {
+      return fail(absl::StrCat(at, "args is missing or not an array"));
+    }
+    for (const nlohmann::json& a : e["args"]) {
+      if (!a.is_string()) return fail(absl::StrCat(at, "args holds a non-string"));
+      l.args.push_back(a.get<std::string>());
+    }
+    out.push_back(std::move(l));
   }
   return out;
 }

@@ -1,16 +1,18 @@
 #include "server/base/file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "server/base/sha256.h"
+#include "server/base/status_macros.h"
 
 namespace ktune {
 namespace {
@@ -63,6 +65,15 @@ absl::Status AtomicWriteFile(const std::string& path, absl::string_view data) {
     }
     done += static_cast<size_t>(n);
   }
+  // Without fsync the rename can reach the disk before the data does, and a power loss
+  // leaves an empty or partial file under `path`: the very thing this function promises not
+  // to do.
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("fsync", tmp, err);
+  }
   if (::close(fd) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
@@ -72,6 +83,17 @@ absl::Status AtomicWriteFile(const std::string& path, absl::string_view data) {
     int err = errno;
     ::unlink(tmp.c_str());
     return ErrnoStatus("rename to", path, err);
+  }
+  // Make the rename itself durable. Best effort: either the old or the new file survives a
+  // crash whether or not this succeeds, so a failure here is not the caller's problem.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0                ? "/"
+                                                      : path.substr(0, slash);
+  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
   }
   return absl::OkStatus();
 }
@@ -85,13 +107,64 @@ absl::Status MakeDirs(const std::string& path) {
     prefix = path.substr(0, pos);
     if (prefix.empty()) continue;
     if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
-      return ErrnoStatus("mkdir", prefix, errno);
+      const int err = errno;
+      if (err == ENOTDIR) {
+        // A file where a parent folder should be: the caller's setup, not an I/O fault.
+        return absl::FailedPreconditionError(
+            absl::StrCat("mkdir ", prefix, ": a parent of it is not a folder"));
+      }
+      return ErrnoStatus("mkdir", prefix, err);
     }
   }
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path, errno);
   if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(absl::StrCat(path, " is not a folder"));
   return absl::OkStatus();
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoStatus("cannot read folder", dir, errno);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+namespace {
+
+absl::Status AddFolder(const std::string& root, const std::string& rel, Sha256Builder* digest) {
+  const std::string dir = rel.empty() ? root : absl::StrCat(root, "/", rel);
+  KTUNE_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(dir));
+  for (const std::string& n : names) {
+    const std::string child_rel = rel.empty() ? n : absl::StrCat(rel, "/", n);
+    const std::string child = absl::StrCat(root, "/", child_rel);
+    if (IsDir(child)) {
+      KTUNE_RETURN_IF_ERROR(AddFolder(root, child_rel, digest));
+    } else {
+      KTUNE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(child));
+      digest->AddField(child_rel).AddField(bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> DigestFolder(const std::string& dir) {
+  if (!IsDir(dir)) return std::string();
+  Sha256Builder digest;
+  KTUNE_RETURN_IF_ERROR(AddFolder(dir, "", &digest));
+  return digest.Finish();
 }
 
 }  // namespace ktune

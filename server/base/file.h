@@ -6,6 +6,7 @@
 #define KTUNE_SERVER_BASE_FILE_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,6 +24,16 @@ absl::Status AtomicWriteFile(const std::string& path, absl::string_view data);
 
 // Creates `path` and its parents (mode 0700 for new folders); OK if it exists.
 absl::Status MakeDirs(const std::string& path);
+
+// True iff `path` is a folder.
+bool IsDir(const std::string& path);
+
+// The names in folder `dir` (no "." or ".."), sorted so listings are deterministic.
+absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir);
+
+// A sha256 over the relative paths and bytes of every file under `dir`, in sorted order;
+// "" for a missing folder. It says when anything a compile can #include has changed.
+absl::StatusOr<std::string> DigestFolder(const std::string& dir);
 
 }  // namespace ktune
 

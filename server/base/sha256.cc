@@ -3,7 +3,7 @@
 #include <openssl/evp.h>
 
 #include <cstdint>
-#include <cstdio>
+#include <cstdlib>
 
 namespace ktune {
 namespace {
@@ -42,16 +42,23 @@ Sha256Builder::~Sha256Builder() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)
 
 Sha256Builder& Sha256Builder::AddField(absl::string_view data) {
   auto* ctx = static_cast<EVP_MD_CTX*>(ctx_);
-  const uint64_t size = data.size();
-  EVP_DigestUpdate(ctx, &size, sizeof(size));
-  EVP_DigestUpdate(ctx, data.data(), data.size());
+  // The length as 8 little-endian bytes whatever the host's byte order, so a key computed
+  // on one machine matches another's.
+  unsigned char size[8];
+  for (int i = 0; i < 8; ++i) {
+    size[i] = static_cast<unsigned char>(uint64_t{data.size()} >> (8 * i));
+  }
+  if (EVP_DigestUpdate(ctx, size, sizeof(size)) != 1 ||
+      EVP_DigestUpdate(ctx, data.data(), data.size()) != 1) {
+    std::abort();
+  }
   return *this;
 }
 
 std::string Sha256Builder::Finish() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
-  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest, &n);
+  if (EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest, &n) != 1) std::abort();
   return ToHex(digest, n);
 }
 

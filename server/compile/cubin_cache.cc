@@ -1,0 +1,150 @@
+#include "server/compile/cubin_cache.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "server/base/file.h"
+#include "server/base/sha256.h"
+#include "server/base/status_macros.h"
+#include "server/compile/cache_key.h"
+
+namespace ktune {
+namespace {
+
+// File layout: one line of JSON (the result without the cubin, plus the cubin's size and
+// sha256), '\n', then the cubin's bytes. The magic names the format's version.
+constexpr char kMagic[] = "ktune-cubin-cache-1";
+
+nlohmann::json ResourcesToJson(const KernelResources& r) {
+  return {{"mangled_name", r.mangled_name}, {"arch", r.arch},
+          {"registers", r.registers},       {"barriers", r.barriers},
+          {"static_smem", r.static_smem},   {"const_bytes", r.const_bytes},
+          {"local_bytes", r.local_bytes},   {"stack_frame", r.stack_frame},
+          {"spill_stores", r.spill_stores}, {"spill_loads", r.spill_loads},
+          {"ptxas_ms", r.ptxas_ms}};
+}
+
+KernelResources ResourcesFromJson(const nlohmann::json& j) {
+  KernelResources r;
+  r.mangled_name = j.at("mangled_name").get<std::string>();
+  r.arch = j.at("arch").get<std::string>();
+  r.registers = j.at("registers").get<int64_t>();
+  r.barriers = j.at("barriers").get<int64_t>();
+  r.static_smem = j.at("static_smem").get<int64_t>();
+  r.const_bytes = j.at("const_bytes").get<int64_t>();
+  r.local_bytes = j.at("local_bytes").get<int64_t>();
+  r.stack_frame = j.at("stack_frame").get<int64_t>();
+  r.spill_stores = j.at("spill_stores").get<int64_t>();
+  r.spill_loads = j.at("spill_loads").get<int64_t>();
+  r.ptxas_ms = j.at("ptxas_ms").get<double>();
+  return r;
+}
+
+class CachingCompiler : public Compiler {
+ public:
+  CachingCompiler(std::unique_ptr<Compiler> inner, const CubinCache* cache)
+      : inner_(std::move(inner)), cache_(cache) {}
+
+  absl::StatusOr<CompileResult> Compile(const CompileRequest& request) override {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string key = CompileCacheKey(request, inner_->Identity());
+    if (std::optional<CompileResult> hit = cache_->Get(key)) {
+      hit->compile_ms = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+      return *std::move(hit);
+    }
+    KTUNE_ASSIGN_OR_RETURN(CompileResult result, inner_->Compile(request));
+    result.key = key;
+    // A cache that cannot be written costs time, never a result.
+    cache_->Put(key, result).IgnoreError();
+    return result;
+  }
+  std::string Identity() const override { return inner_->Identity(); }
+  std::string Version() const override { return inner_->Version(); }
+
+ private:
+  std::unique_ptr<Compiler> inner_;
+  const CubinCache* cache_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CubinCache>> CubinCache::Open(const std::string& dir) {
+  KTUNE_RETURN_IF_ERROR(MakeDirs(dir));
+  return std::unique_ptr<CubinCache>(new CubinCache(dir));
+}
+
+std::string CubinCache::PathFor(const std::string& key) const {
+  return absl::StrCat(dir_, "/", key, ".cubin");
+}
+
+std::optional<CompileResult> CubinCache::Get(const std::string& key) const {
+  const std::string path = PathFor(key);
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (!bytes.ok()) return std::nullopt;
+  auto bad = [&]() -> std::optional<CompileResult> {
+    ::unlink(path.c_str());
+    return std::nullopt;
+  };
+  const size_t eol = bytes->find('\n');
+  if (eol == std::string::npos) return bad();
+  nlohmann::json j = nlohmann::json::parse(bytes->substr(0, eol), nullptr, false);
+  if (!j.is_object()) return bad();
+  CompileResult r;
+  // nlohmann's getters throw on a mismatch; a bad file is a miss, and stays in here.
+  try {
+    if (j.at("magic").get<std::string>() != kMagic || j.at("key").get<std::string>() != key) {
+      return bad();
+    }
+    r.cubin = bytes->substr(eol + 1);
+    if (r.cubin.size() != j.at("cubin_size").get<size_t>() ||
+        Sha256Hex(r.cubin) != j.at("cubin_sha256").get<std::string>()) {
+      return bad();
+    }
+    r.ok = j.at("ok").get<bool>();
+    r.log = j.at("log").get<std::string>();
+    for (const auto& k : j.at("kernels")) {
+      CompiledKernel ck;
+      ck.name_expression = k.at("name_expression").get<std::string>();
+      ck.lowered_name = k.at("lowered_name").get<std::string>();
+      ck.resources = ResourcesFromJson(k.at("resources"));
+      r.kernels.push_back(std::move(ck));
+    }
+  } catch (const nlohmann::json::exception&) {
+    return bad();
+  }
+  r.key = key;
+  r.cache_hit = true;
+  return r;
+}
+
+absl::Status CubinCache::Put(const std::string& key, const CompileResult& result) const {
+  nlohmann::json kernels = nlohmann::json::array();
+  for (const CompiledKernel& k : result.kernels) {
+    kernels.push_back({{"name_expression", k.name_expression},
+                       {"lowered_name", k.lowered_name},
+                       {"resources", ResourcesToJson(k.resources)}});
+  }
+  nlohmann::json j = {{"magic", kMagic},
+                      {"key", key},
+                      {"ok", result.ok},
+                      {"log", result.log},
+                      {"kernels", kernels},
+                      {"cubin_size", result.cubin.size()},
+                      {"cubin_sha256", Sha256Hex(result.cubin)}};
+  // dump() escapes newlines inside strings, so the header is one line; a log that is not
+  // UTF-8 has its odd bytes replaced rather than failing the write.
+  const std::string header = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return AtomicWriteFile(PathFor(key), absl::StrCat(header, "\n", result.cubin));
+}
+
+std::unique_ptr<Compiler> NewCachingCompiler(std::unique_ptr<Compiler> inner,
+                                             const CubinCache* cache) {
+  return std::make_unique<CachingCompiler>(std::move(inner), cache);
+}
+
+}  // namespace ktune

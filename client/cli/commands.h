@@ -1,0 +1,44 @@
+// The `ktune` CLI's subcommands. Each Add*Command registers its flags on `app` and returns
+// the function that runs it once the command line is parsed.
+//
+// Exit statuses, the same for every subcommand: 0 done; 1 the work failed (a compile
+// error, an unreadable file); 2 bad input (an unknown template, a missing dim, a param
+// outside its values, a malformed flag) with a message saying which.
+#ifndef KTUNE_CLIENT_CLI_COMMANDS_H_
+#define KTUNE_CLIENT_CLI_COMMANDS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/templates/registry.h"
+
+namespace ktune::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command AddTemplatesCommand(CLI::App& parent);
+Command AddCompileCommand(CLI::App& parent);
+
+// Loads the templates under `dir` ("" = the default), warning on stderr about each one
+// that did not load. kNotFound if the folder cannot be read.
+absl::StatusOr<std::unique_ptr<TemplateRegistry>> LoadRegistryOrWarn(const std::string& dir);
+
+// Prints "ktune: <message>" to stderr and returns the exit status for `status`:
+// kExitUsage for caller mistakes (invalid argument, not found, out of range), else
+// kExitFailure.
+int Fail(const absl::Status& status);
+
+}  // namespace ktune::cli
+
+#endif  // KTUNE_CLIENT_CLI_COMMANDS_H_

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages ktune builds and tests with, skipping apt entirely when
+# all of them are present. The CUDA toolkit (NVRTC, headers) is not a Debian package here:
+# it must already be in /usr/local/cuda (or $CUDA_HOME).
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libabsl-dev libsqlite3-dev sqlite3 libssl-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cuda="${CUDA_HOME:-/usr/local/cuda}"
+if [ ! -e "$cuda/include/nvrtc.h" ] || ! ls "$cuda"/lib64/libnvrtc.so* >/dev/null 2>&1; then
+  echo "install-deps: no CUDA toolkit with NVRTC at $cuda (set CUDA_HOME); ktune needs it" >&2
+  exit 1
+fi

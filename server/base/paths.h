@@ -1,0 +1,22 @@
+// Where ktune finds and keeps things when not told: the shipped templates, the cubin cache,
+// the SQLite file. The embedded defaults of every program.
+//
+// Reads the environment; thread-safe as getenv is (nobody sets it while ktune runs).
+#ifndef KTUNE_SERVER_BASE_PATHS_H_
+#define KTUNE_SERVER_BASE_PATHS_H_
+
+#include <string>
+
+namespace ktune {
+
+// The first that exists of: $KTUNE_TEMPLATES; <program's folder>/../share/ktune/
+// kernel_templates (an installed or bundled layout); the source tree's kernel_templates
+// (compiled in, for a build tree).
+std::string DefaultTemplatesDir();
+
+// $XDG_CACHE_HOME/ktune, else $HOME/.cache/ktune, else /tmp/ktune-$UID. Not created here.
+std::string DefaultCacheDir();
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_BASE_PATHS_H_

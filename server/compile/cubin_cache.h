@@ -1,0 +1,46 @@
+// An on-disk cache of compile results, keyed by CompileCacheKey: a repeated compile is a
+// file read.
+//
+// Files are written whole under a temporary name and renamed into place, so concurrent
+// writers (threads or processes) and crashes never leave a partial entry; a file that does
+// not check out (truncated, corrupted, another format) is a miss and is removed. Safe for
+// concurrent use.
+#ifndef KTUNE_SERVER_COMPILE_CUBIN_CACHE_H_
+#define KTUNE_SERVER_COMPILE_CUBIN_CACHE_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/compile/compiler.h"
+
+namespace ktune {
+
+class CubinCache {
+ public:
+  // Uses (and creates, mode 0700) folder `dir`.
+  static absl::StatusOr<std::unique_ptr<CubinCache>> Open(const std::string& dir);
+
+  // The stored result for `key`, with cache_hit set; nullopt on a miss.
+  std::optional<CompileResult> Get(const std::string& key) const;
+  // Stores `result` (failed compiles too: they fail the same way every time).
+  absl::Status Put(const std::string& key, const CompileResult& result) const;
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  explicit CubinCache(std::string dir) : dir_(std::move(dir)) {}
+  std::string PathFor(const std::string& key) const;
+  std::string dir_;
+};
+
+// A Compiler that answers from `cache` when it can and fills it otherwise. `cache` must
+// outlive the result. Thread-safe as `inner` is.
+std::unique_ptr<Compiler> NewCachingCompiler(std::unique_ptr<Compiler> inner,
+                                             const CubinCache* cache);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_COMPILE_CUBIN_CACHE_H_

@@ -1,0 +1,200 @@
+#include "server/templates/instance.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "server/base/status_macros.h"
+
+namespace ktune {
+namespace {
+
+using Launches = google::protobuf::RepeatedPtrField<v1::Launch>;
+
+// Substitutes {dtype} and {PARAM} in a name expression. The manifest was validated, so
+// every placeholder is known.
+std::string NameExpression(const std::string& pattern, DType dtype, const Config& config) {
+  std::vector<std::pair<std::string, std::string>> subs;
+  subs.emplace_back("{dtype}", std::string(DTypeCudaName(dtype)));
+  for (const auto& [name, value] : config.params) {
+    subs.emplace_back(absl::StrCat("{", name, "}"), absl::StrCat(value));
+  }
+  return absl::StrReplaceAll(pattern, subs);
+}
+
+Scope BaseScope(DType dtype, const Shape& shape, const Config& config, const TargetInfo& target) {
+  Scope scope;
+  scope.dtype = dtype;
+  for (const auto& [name, value] : shape) scope.values[name] = value;
+  for (const auto& [name, value] : config.params) scope.values[name] = value;
+  scope.values["KTUNE_MAXRREG"] = config.knobs.maxrregcount;
+  scope.values["KTUNE_MIN_BLOCKS"] = config.knobs.min_blocks;
+  scope.values["KTUNE_FAST_MATH"] = config.knobs.fast_math ? 1 : 0;
+  scope.values["KTUNE_SM"] = target.sm;
+  scope.values["KTUNE_SM_COUNT"] = target.sm_count;
+  return scope;
+}
+
+absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tmpl,
+                                        const Launches& launches, DType dtype,
+                                        const Shape& shape, const Config& config,
+                                        const TargetInfo& target, bool is_reference) {
+  const KernelTemplate& t = *tmpl;
+  const v1::TemplateManifest& m = t.manifest();
+  BindResult result;
+  auto reject = [&](std::string why) {
+    result.rejected_because = std::move(why);
+    return result;
+  };
+  Instance inst;
+  inst.tmpl = tmpl;
+  inst.dtype = dtype;
+  inst.shape = shape;
+  inst.config = config;
+  Scope scope = BaseScope(dtype, shape, config, target);
+
+  // Blocks first: KTUNE_MAX_THREADS is derived from them and other expressions may use it.
+  for (const v1::Launch& l : launches) {
+    KTUNE_ASSIGN_OR_RETURN(int64_t active, t.Evaluate(l.when(), scope, /*if_empty=*/1));
+    if (!active) continue;
+    BoundLaunch b;
+    b.name_expression = NameExpression(l.kernel(), dtype, config);
+    KTUNE_ASSIGN_OR_RETURN(b.block[0], t.Evaluate(l.block().x(), scope, 1));
+    KTUNE_ASSIGN_OR_RETURN(b.block[1], t.Evaluate(l.block().y(), scope, 1));
+    KTUNE_ASSIGN_OR_RETURN(b.block[2], t.Evaluate(l.block().z(), scope, 1));
+    b.args.assign(l.args().begin(), l.args().end());
+    int64_t threads = 1;
+    for (int64_t d : b.block) {
+      if (d < 1) return reject(absl::StrCat(b.name_expression, ": block dimension ", d));
+      threads *= d;  // each d <= 1024 after the check below, so no overflow
+      if (threads > target.max_threads_per_block) {
+        return reject(absl::StrCat(b.name_expression, ": block of more than ",
+                                   target.max_threads_per_block, " threads"));
+      }
+    }
+    inst.max_threads = std::max(inst.max_threads, threads);
+    inst.launches.push_back(std::move(b));
+  }
+  if (inst.launches.empty()) return reject("no launch is active for this config");
+  scope.values["KTUNE_MAX_THREADS"] = inst.max_threads;
+  if (config.knobs.min_blocks * inst.max_threads > target.max_threads_per_sm) {
+    return reject(absl::StrCat("min_blocks ", config.knobs.min_blocks, " x ", inst.max_threads,
+                               " threads exceeds ", target.max_threads_per_sm, " per SM"));
+  }
+
+  // Constraints select candidates; the reference is whatever reference_params fix and must
+  // serve every shape, so they do not apply to it.
+  for (int i = 0; !is_reference && i < m.constraints_size(); ++i) {
+    KTUNE_ASSIGN_OR_RETURN(int64_t ok, t.Evaluate(m.constraints(i), scope));
+    if (!ok) return reject(absl::StrCat("constraint '", m.constraints(i), "'"));
+  }
+
+  int li = 0;
+  for (const v1::Launch& l : launches) {
+    KTUNE_ASSIGN_OR_RETURN(int64_t active, t.Evaluate(l.when(), scope, 1));
+    if (!active) continue;
+    BoundLaunch& b = inst.launches[li++];
+    KTUNE_ASSIGN_OR_RETURN(b.grid[0], t.Evaluate(l.grid().x(), scope, 1));
+    KTUNE_ASSIGN_OR_RETURN(b.grid[1], t.Evaluate(l.grid().y(), scope, 1));
+    KTUNE_ASSIGN_OR_RETURN(b.grid[2], t.Evaluate(l.grid().z(), scope, 1));
+    KTUNE_ASSIGN_OR_RETURN(b.shared_bytes, t.Evaluate(l.shared_bytes(), scope, 0));
+    // CUDA's grid limits: x up to 2^31 - 1, y and z up to 65535.
+    const int64_t limits[3] = {std::numeric_limits<int32_t>::max(), 65535, 65535};
+    for (int i = 0; i < 3; ++i) {
+      if (b.grid[i] < 1 || b.grid[i] > limits[i]) {
+        return reject(absl::StrCat(b.name_expression, ": grid dimension ", i, " is ", b.grid[i]));
+      }
+    }
+    if (b.shared_bytes < 0 || b.shared_bytes > target.max_shared_per_block) {
+      return reject(absl::StrCat(b.name_expression, ": ", b.shared_bytes,
+                                 " bytes of dynamic shared memory"));
+    }
+  }
+
+  for (const v1::Arg& a : m.args()) {
+    BoundArg arg;
+    arg.name = a.name();
+    if (a.has_buffer()) {
+      arg.is_buffer = true;
+      arg.dtype = a.buffer().dtype() == "dtype" ? dtype : *ParseDType(a.buffer().dtype());
+      KTUNE_ASSIGN_OR_RETURN(arg.count, t.Evaluate(a.buffer().count(), scope));
+      if (arg.count < 1) return reject(absl::StrCat("buffer ", a.name(), " of ", arg.count, " elements"));
+      arg.role = a.buffer().role();
+      arg.fill = a.buffer().fill();
+    } else {
+      arg.scalar_type = a.scalar().type();
+      if (a.scalar().has_expr()) {
+        KTUNE_ASSIGN_OR_RETURN(arg.int_value, t.Evaluate(a.scalar().expr(), scope));
+        if (arg.scalar_type == "i32" && (arg.int_value > std::numeric_limits<int32_t>::max() ||
+                                         arg.int_value < std::numeric_limits<int32_t>::min())) {
+          return reject(absl::StrCat("scalar ", a.name(), " = ", arg.int_value,
+                                     " does not fit i32"));
+        }
+      } else {
+        arg.number = a.scalar().number();
+      }
+    }
+    inst.args.push_back(std::move(arg));
+  }
+  KTUNE_ASSIGN_OR_RETURN(inst.bytes, t.Evaluate(m.cost().bytes(), scope));
+  KTUNE_ASSIGN_OR_RETURN(inst.flops, t.Evaluate(m.cost().flops(), scope, 0));
+  result.instance = std::move(inst);
+  return result;
+}
+
+}  // namespace
+
+std::vector<std::string> Instance::NameExpressions() const {
+  std::vector<std::string> names;
+  for (const BoundLaunch& l : launches) {
+    if (std::find(names.begin(), names.end(), l.name_expression) == names.end()) {
+      names.push_back(l.name_expression);
+    }
+  }
+  return names;
+}
+
+std::vector<std::string> Instance::CompileOptions() const {
+  std::vector<std::string> options = {
+      absl::StrCat("--gpu-architecture=", config.knobs.target),
+      absl::StrCat("-DKTUNE_MAX_THREADS=", max_threads),
+      absl::StrCat("-DKTUNE_MIN_BLOCKS=", config.knobs.min_blocks),
+  };
+  if (config.knobs.maxrregcount > 0) {
+    options.push_back(absl::StrCat("--maxrregcount=", config.knobs.maxrregcount));
+  }
+  if (config.knobs.fast_math) options.push_back("--use_fast_math");
+  return options;
+}
+
+absl::StatusOr<BindResult> Bind(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
+                                const Shape& shape, const Config& config,
+                                const TargetInfo& target) {
+  const auto& launches = tmpl->manifest().launches();
+  return BindLaunches(std::move(tmpl), launches, dtype, shape, config, target,
+                     /*is_reference=*/false);
+}
+
+absl::StatusOr<Instance> BindReference(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
+                                       const Shape& shape, const TargetInfo& target) {
+  Config config;
+  for (const v1::Param& p : tmpl->manifest().params()) config.params[p.name()] = p.default_();
+  for (const auto& [name, value] : tmpl->manifest().reference_params()) {
+    config.params[name] = value;
+  }
+  config.knobs.target = target.PortableTarget();
+  const auto& launches = tmpl->manifest().reference();
+  const std::string name = tmpl->name();
+  KTUNE_ASSIGN_OR_RETURN(BindResult r,
+                         BindLaunches(std::move(tmpl), launches, dtype, shape, config,
+                                                     target, /*is_reference=*/true));
+  if (!r.instance) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "template ", name, ": the reference is not valid for shape ", ShapeString(shape), ": ",
+        r.rejected_because));
+  }
+  return *std::move(r.instance);
+}
+
+}  // namespace ktune

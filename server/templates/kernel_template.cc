@@ -1,0 +1,451 @@
+#include "server/templates/kernel_template.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/base/file.h"
+#include "server/base/sha256.h"
+#include "server/base/status_macros.h"
+
+namespace ktune {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::TextFormat;
+
+// Collects the text-format parser's first error with its position.
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (!has_error_) {
+      has_error_ = true;
+      // The parser counts from 0; editors and people count from 1.
+      error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+    }
+  }
+  bool has_error() const { return has_error_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  bool has_error_ = false;
+  std::string error_;
+};
+
+// One step of a field path: a field by name and, for repeated fields, an index.
+struct Step {
+  const char* field;
+  int index = -1;
+};
+
+bool IsLowerName(absl::string_view s) {
+  if (s.empty() || !absl::ascii_islower(s[0])) return false;
+  for (char c : s) {
+    if (!absl::ascii_islower(c) && !absl::ascii_isdigit(c) && c != '_') return false;
+  }
+  return true;
+}
+
+bool IsUpperName(absl::string_view s) {
+  if (s.empty() || !absl::ascii_isupper(s[0])) return false;
+  for (char c : s) {
+    if (!absl::ascii_isupper(c) && !absl::ascii_isdigit(c) && c != '_') return false;
+  }
+  return true;
+}
+
+// Validates one parsed manifest, turning each defect into "FILE:LINE: field: reason".
+class Validator {
+ public:
+  Validator(const std::string& path, const TextFormat::ParseInfoTree* tree,
+            const v1::TemplateManifest& m,
+            absl::flat_hash_map<std::string, Expression>* expressions)
+      : path_(path), tree_(tree), m_(m), expressions_(expressions) {}
+
+  absl::Status Run(const std::string& folder_name, std::vector<DType>* dtypes);
+
+ private:
+  // The 1-based line where the field at `path` was written; the deepest known ancestor's
+  // line when the field itself is absent (a missing field is reported where its parent is).
+  int LineOf(std::initializer_list<Step> path) const {
+    const Descriptor* d = v1::TemplateManifest::descriptor();
+    const TextFormat::ParseInfoTree* tree = tree_;
+    int line = 0;
+    for (const Step& s : path) {
+      const FieldDescriptor* f = d->FindFieldByName(s.field);
+      if (f == nullptr || tree == nullptr) break;
+      int idx = f->is_repeated() ? s.index : -1;
+      auto loc = tree->GetLocation(f, idx);
+      // List syntax (`dtypes: ["f32", "bf16"]`) records only the first element's place.
+      if (loc.line < 0 && idx > 0) loc = tree->GetLocation(f, 0);
+      if (loc.line < 0) break;
+      line = loc.line + 1;
+      if (f->type() != FieldDescriptor::TYPE_MESSAGE) break;
+      tree = tree->GetTreeForNested(f, idx);
+      d = f->message_type();
+    }
+    return line;
+  }
+
+  absl::Status Fail(std::initializer_list<Step> path, absl::string_view field,
+                    absl::string_view reason) const {
+    int line = LineOf(path);
+    return absl::InvalidArgumentError(
+        line > 0 ? absl::StrCat(path_, ":", line, ": ", field, ": ", reason)
+                 : absl::StrCat(path_, ": ", field, ": ", reason));
+  }
+
+  // Parses `text` unless already known and checks that it names only known identifiers.
+  absl::Status CheckExpr(std::initializer_list<Step> path, absl::string_view field,
+                         const std::string& text, bool allow_max_threads = true) {
+    auto it = expressions_->find(text);
+    if (it == expressions_->end()) {
+      absl::StatusOr<Expression> e = Expression::Parse(text);
+      if (!e.ok()) return Fail(path, field, e.status().message());
+      it = expressions_->emplace(text, *std::move(e)).first;
+    }
+    for (const std::string& id : it->second.identifiers()) {
+      if (!identifiers_.count(id)) {
+        return Fail(path, field, absl::StrCat("unknown identifier '", id, "' in '", text,
+                                              "'; known: dims, params and KTUNE_* knobs"));
+      }
+      if (!allow_max_threads && id == "KTUNE_MAX_THREADS") {
+        return Fail(path, field,
+                    "KTUNE_MAX_THREADS is derived from the block size and cannot define it");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckLaunches(const char* list, absl::string_view what);
+  absl::Status CheckNameExpression(std::initializer_list<Step> path, absl::string_view field,
+                                   const std::string& text);
+
+  const std::string& path_;
+  const TextFormat::ParseInfoTree* tree_;
+  const v1::TemplateManifest& m_;
+  absl::flat_hash_map<std::string, Expression>* expressions_;
+  std::set<std::string> identifiers_;
+  std::set<std::string> params_;
+  std::set<std::string> args_;
+};
+
+absl::Status Validator::CheckNameExpression(std::initializer_list<Step> path,
+                                            absl::string_view field, const std::string& text) {
+  if (text.empty()) return Fail(path, field, "missing: the kernel's NVRTC name expression");
+  size_t pos = 0;
+  while ((pos = text.find('{', pos)) != std::string::npos) {
+    size_t end = text.find('}', pos);
+    if (end == std::string::npos) return Fail(path, field, "unclosed '{' in name expression");
+    std::string key = text.substr(pos + 1, end - pos - 1);
+    if (key != "dtype" && !params_.count(key)) {
+      return Fail(path, field,
+                  absl::StrCat("placeholder {", key, "} is neither {dtype} nor a param"));
+    }
+    pos = end + 1;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckLaunches(const char* list, absl::string_view what) {
+  const auto& launches =
+      std::string(list) == "launches" ? m_.launches() : m_.reference();
+  if (launches.empty()) {
+    return Fail({}, what, "at least one launch is required");
+  }
+  for (int i = 0; i < launches.size(); ++i) {
+    const v1::Launch& l = launches[i];
+    const std::string base = absl::StrCat(what, "[", i, "]");
+    KTUNE_RETURN_IF_ERROR(
+        CheckNameExpression({{list, i}, {"kernel"}}, base + ".kernel", l.kernel()));
+    if (l.grid().x().empty()) return Fail({{list, i}}, base + ".grid.x", "missing");
+    if (l.block().x().empty()) return Fail({{list, i}}, base + ".block.x", "missing");
+    struct {
+      const char* dim3;
+      const char* axis;
+      const std::string& text;
+      bool is_block;
+    } axes[] = {{"grid", "x", l.grid().x(), false},  {"grid", "y", l.grid().y(), false},
+                {"grid", "z", l.grid().z(), false},  {"block", "x", l.block().x(), true},
+                {"block", "y", l.block().y(), true}, {"block", "z", l.block().z(), true}};
+    for (const auto& a : axes) {
+      if (a.text.empty()) continue;
+      KTUNE_RETURN_IF_ERROR(CheckExpr({{list, i}, {a.dim3}, {a.axis}},
+                                      absl::StrCat(base, ".", a.dim3, ".", a.axis), a.text,
+                                      /*allow_max_threads=*/!a.is_block));
+    }
+    if (!l.shared_bytes().empty()) {
+      KTUNE_RETURN_IF_ERROR(CheckExpr({{list, i}, {"shared_bytes"}}, base + ".shared_bytes",
+                                      l.shared_bytes()));
+    }
+    if (!l.when().empty()) {
+      KTUNE_RETURN_IF_ERROR(CheckExpr({{list, i}, {"when"}}, base + ".when", l.when()));
+    }
+    if (l.args().empty()) return Fail({{list, i}}, base + ".args", "a kernel takes arguments");
+    for (int a = 0; a < l.args_size(); ++a) {
+      if (!args_.count(l.args(a))) {
+        return Fail({{list, i}, {"args", a}}, absl::StrCat(base, ".args[", a, "]"),
+                    absl::StrCat("no arg named '", l.args(a), "'"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* dtypes) {
+  if (m_.name() != folder_name) {
+    return Fail({{"name"}}, "name",
+                absl::StrCat("'", m_.name(), "' must equal the folder name '", folder_name, "'"));
+  }
+  if (m_.dtypes().empty()) return Fail({}, "dtypes", "at least one dtype is required");
+  for (int i = 0; i < m_.dtypes_size(); ++i) {
+    std::optional<DType> t = ParseDType(m_.dtypes(i));
+    if (!t || *t == DType::kI32) {
+      return Fail({{"dtypes", i}}, absl::StrCat("dtypes[", i, "]"),
+                  absl::StrCat("unknown dtype '", m_.dtypes(i), "'; expected f32, f16 or bf16"));
+    }
+    for (DType seen : *dtypes) {
+      if (seen == *t) {
+        return Fail({{"dtypes", i}}, absl::StrCat("dtypes[", i, "]"),
+                    absl::StrCat("'", m_.dtypes(i), "' listed twice"));
+      }
+    }
+    dtypes->push_back(*t);
+  }
+
+  for (const char* knob : kKnobIdentifiers) identifiers_.insert(knob);
+  if (m_.dims().empty()) return Fail({}, "dims", "at least one dim is required");
+  for (int i = 0; i < m_.dims_size(); ++i) {
+    const v1::Dim& d = m_.dims(i);
+    const std::string field = absl::StrCat("dims[", i, "]");
+    if (!IsLowerName(d.name())) {
+      return Fail({{"dims", i}}, field + ".name",
+                  absl::StrCat("'", d.name(), "' is not a lower-case name [a-z][a-z0-9_]*"));
+    }
+    if (!identifiers_.insert(d.name()).second) {
+      return Fail({{"dims", i}}, field + ".name", absl::StrCat("'", d.name(), "' declared twice"));
+    }
+    if (d.min() < 1) return Fail({{"dims", i}}, field + ".min", "must be at least 1");
+    if (d.max() != 0 && d.max() < d.min()) {
+      return Fail({{"dims", i}}, field + ".max", "is below min");
+    }
+    if (d.example() < d.min() || (d.max() != 0 && d.example() > d.max())) {
+      return Fail({{"dims", i}}, field + ".example", "must lie within [min, max]");
+    }
+  }
+
+  for (int i = 0; i < m_.params_size(); ++i) {
+    const v1::Param& p = m_.params(i);
+    const std::string field = absl::StrCat("params[", i, "]");
+    if (!IsUpperName(p.name()) || absl::StartsWith(p.name(), "KTUNE_")) {
+      return Fail({{"params", i}}, field + ".name",
+                  absl::StrCat("'", p.name(),
+                               "' is not an upper-case name [A-Z][A-Z0-9_]* outside KTUNE_*"));
+    }
+    if (!identifiers_.insert(p.name()).second) {
+      return Fail({{"params", i}}, field + ".name",
+                  absl::StrCat("'", p.name(), "' is already a dim or param"));
+    }
+    params_.insert(p.name());
+    if (p.values().empty()) return Fail({{"params", i}}, field + ".values", "no values");
+    std::set<int64_t> seen;
+    for (int64_t v : p.values()) {
+      if (!seen.insert(v).second) {
+        return Fail({{"params", i}}, field + ".values", absl::StrCat("value ", v, " repeated"));
+      }
+    }
+    if (!seen.count(p.default_())) {
+      return Fail({{"params", i}}, field + ".default",
+                  absl::StrCat(p.default_(), " is not one of the values"));
+    }
+  }
+
+  for (int i = 0; i < m_.constraints_size(); ++i) {
+    KTUNE_RETURN_IF_ERROR(CheckExpr({{"constraints", i}}, absl::StrCat("constraints[", i, "]"),
+                                    m_.constraints(i)));
+  }
+
+  for (int i = 0; i < m_.args_size(); ++i) {
+    const v1::Arg& a = m_.args(i);
+    const std::string field = absl::StrCat("args[", i, "]");
+    if (!IsLowerName(a.name())) {
+      return Fail({{"args", i}}, field + ".name",
+                  absl::StrCat("'", a.name(), "' is not a lower-case name [a-z][a-z0-9_]*"));
+    }
+    if (!args_.insert(a.name()).second) {
+      return Fail({{"args", i}}, field + ".name", absl::StrCat("'", a.name(), "' declared twice"));
+    }
+    if (a.has_buffer()) {
+      const v1::Buffer& b = a.buffer();
+      if (b.dtype() != "dtype" && !ParseDType(b.dtype())) {
+        return Fail({{"args", i}, {"buffer"}, {"dtype"}}, field + ".buffer.dtype",
+                    absl::StrCat("unknown dtype '", b.dtype(), "'; expected dtype, f32, f16, bf16 or i32"));
+      }
+      if (b.count().empty()) {
+        return Fail({{"args", i}, {"buffer"}}, field + ".buffer.count", "missing");
+      }
+      KTUNE_RETURN_IF_ERROR(
+          CheckExpr({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count", b.count()));
+      if (b.role() == v1::Buffer::ROLE_UNSPECIFIED) {
+        return Fail({{"args", i}, {"buffer"}}, field + ".buffer.role",
+                    "missing: INPUT, OUTPUT, INOUT or SCRATCH");
+      }
+      const bool checked = b.role() == v1::Buffer::INPUT || b.role() == v1::Buffer::INOUT;
+      if (checked && (b.fill().kind() == v1::Fill::KIND_UNSPECIFIED ||
+                      b.fill().kind() == v1::Fill::ZERO)) {
+        return Fail({{"args", i}, {"buffer"}}, field + ".buffer.fill",
+                    "inputs need a non-zero fill (UNIFORM, NORMAL or CONSTANT): a kernel that "
+                    "does nothing must not pass");
+      }
+      if (b.fill().kind() == v1::Fill::UNIFORM && !(b.fill().lo() < b.fill().hi())) {
+        return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                    "UNIFORM needs lo < hi");
+      }
+    } else if (a.has_scalar()) {
+      const v1::Scalar& s = a.scalar();
+      if (s.type() == "i32" || s.type() == "i64") {
+        if (!s.has_expr()) {
+          return Fail({{"args", i}, {"scalar"}}, field + ".scalar.expr",
+                      "integer scalars take an expression");
+        }
+        KTUNE_RETURN_IF_ERROR(
+            CheckExpr({{"args", i}, {"scalar"}, {"expr"}}, field + ".scalar.expr", s.expr()));
+      } else if (s.type() == "f32") {
+        if (!s.has_number()) {
+          return Fail({{"args", i}, {"scalar"}}, field + ".scalar.number",
+                      "f32 scalars take a number");
+        }
+      } else {
+        return Fail({{"args", i}, {"scalar"}, {"type"}}, field + ".scalar.type",
+                    absl::StrCat("unknown type '", s.type(), "'; expected i32, i64 or f32"));
+      }
+    } else {
+      return Fail({{"args", i}}, field, "neither buffer nor scalar");
+    }
+  }
+
+  KTUNE_RETURN_IF_ERROR(CheckLaunches("launches", "launches"));
+  KTUNE_RETURN_IF_ERROR(CheckLaunches("reference", "reference"));
+  for (const auto& [name, value] : m_.reference_params()) {
+    if (!params_.count(name)) {
+      return Fail({{"reference_params", 0}}, "reference_params",
+                  absl::StrCat("'", name, "' is not a param"));
+    }
+  }
+
+  if (m_.cost().bytes().empty()) {
+    return Fail({{"cost"}}, "cost.bytes", "missing: bytes that must move for one run");
+  }
+  KTUNE_RETURN_IF_ERROR(CheckExpr({{"cost"}, {"bytes"}}, "cost.bytes", m_.cost().bytes()));
+  if (!m_.cost().flops().empty()) {
+    KTUNE_RETURN_IF_ERROR(CheckExpr({{"cost"}, {"flops"}}, "cost.flops", m_.cost().flops()));
+  }
+
+  std::set<std::string> tolerated;
+  for (int i = 0; i < m_.tolerances_size(); ++i) {
+    const v1::Tolerance& t = m_.tolerances(i);
+    const std::string field = absl::StrCat("tolerances[", i, "]");
+    std::optional<DType> d = ParseDType(t.dtype());
+    bool listed = false;
+    for (DType x : *dtypes) listed |= d && x == *d;
+    if (!listed) {
+      return Fail({{"tolerances", i}}, field + ".dtype",
+                  absl::StrCat("'", t.dtype(), "' is not one of the template's dtypes"));
+    }
+    if (t.atol() < 0 || t.rtol() < 0) {
+      return Fail({{"tolerances", i}}, field, "atol and rtol must be >= 0");
+    }
+    tolerated.insert(t.dtype());
+  }
+  for (DType t : *dtypes) {
+    if (!tolerated.count(std::string(DTypeName(t)))) {
+      return Fail({}, "tolerances", absl::StrCat("missing a tolerance for dtype ", DTypeName(t)));
+    }
+  }
+
+  const v1::KnobSpace& k = m_.knobs();
+  for (int64_t r : k.maxrregcount()) {
+    if (r != 0 && (r < 16 || r > 255)) {
+      return Fail({{"knobs"}}, "knobs.maxrregcount",
+                  absl::StrCat(r, " is outside 16..255 (0 means no limit)"));
+    }
+  }
+  for (int64_t b : k.min_blocks()) {
+    if (b < 1 || b > 32) {
+      return Fail({{"knobs"}}, "knobs.min_blocks", absl::StrCat(b, " is outside 1..32"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool KernelTemplate::SupportsDType(DType t) const {
+  for (DType d : dtypes_) {
+    if (d == t) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<int64_t> KernelTemplate::Evaluate(const std::string& text, const Scope& scope,
+                                                 int64_t if_empty) const {
+  if (text.empty()) return if_empty;
+  auto it = expressions_.find(text);
+  if (it == expressions_.end()) {
+    return absl::InternalError(
+        absl::StrCat("template ", name(), ": '", text, "' is not one of its expressions"));
+  }
+  return it->second.Evaluate(scope);
+}
+
+absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
+    const std::string& dir, const std::string& shared_headers_digest) {
+  std::string folder = dir;
+  while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
+  const std::string name = folder.substr(folder.find_last_of('/') + 1);
+  const std::string manifest_path = absl::StrCat(folder, "/", name, ".textproto");
+  const std::string source_path = absl::StrCat(folder, "/", name, ".cu");
+
+  absl::StatusOr<std::string> text = ReadFile(manifest_path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(manifest_path, ": cannot read the manifest: ", text.status().message()));
+  }
+  std::shared_ptr<KernelTemplate> t(new KernelTemplate());
+  FirstErrorCollector errors;
+  TextFormat::ParseInfoTree tree;
+  TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&tree);
+  if (!parser.ParseFromString(*text, &t->manifest_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        manifest_path, ":", errors.has_error() ? errors.error() : "text format parse error"));
+  }
+
+  Validator validator(manifest_path, &tree, t->manifest_, &t->expressions_);
+  KTUNE_RETURN_IF_ERROR(validator.Run(name, &t->dtypes_));
+
+  absl::StatusOr<std::string> source = ReadFile(source_path);
+  if (!source.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_path, ": cannot read the kernel source: ", source.status().message()));
+  }
+  t->source_ = *std::move(source);
+  t->source_path_ = source_path;
+  t->source_hash_ = Sha256Builder()
+                        .AddField(t->source_)
+                        .AddField(*text)
+                        .AddField(shared_headers_digest)
+                        .Finish();
+  return std::shared_ptr<const KernelTemplate>(std::move(t));
+}
+
+}  // namespace ktune

@@ -1,0 +1,71 @@
+// A kernel template loaded from kernel_templates/NAME/: its manifest, validated, with every
+// expression parsed once, and its CUDA source.
+//
+// Immutable after LoadKernelTemplate; safe to share between threads.
+#ifndef KTUNE_SERVER_TEMPLATES_KERNEL_TEMPLATE_H_
+#define KTUNE_SERVER_TEMPLATES_KERNEL_TEMPLATE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "ktune/v1/manifest.pb.h"
+#include "server/base/dtype.h"
+#include "server/templates/expression.h"
+
+namespace ktune {
+
+// Identifiers every expression may name beside the dims and params (manifest.proto).
+inline constexpr const char* kKnobIdentifiers[] = {
+    "KTUNE_MAXRREG", "KTUNE_MIN_BLOCKS", "KTUNE_FAST_MATH",
+    "KTUNE_SM",      "KTUNE_MAX_THREADS", "KTUNE_SM_COUNT"};
+
+class KernelTemplate {
+ public:
+  const std::string& name() const { return manifest_.name(); }
+  const v1::TemplateManifest& manifest() const { return manifest_; }
+  // The .cu file's bytes, what NVRTC compiles.
+  const std::string& source() const { return source_; }
+  // "kernel_templates/rmsnorm/rmsnorm.cu", for NVRTC's diagnostics.
+  const std::string& source_path() const { return source_path_; }
+  // sha256 over the .cu, the manifest and the shared headers the registry was given:
+  // whatever changes a candidate's binary or its meaning. Entries made from another hash
+  // are stale.
+  const std::string& source_hash() const { return source_hash_; }
+  const std::vector<DType>& dtypes() const { return dtypes_; }
+  bool SupportsDType(DType t) const;
+
+  // Evaluates one of the manifest's expressions (by its text, as it appears in the
+  // manifest). REQUIRES: `text` is an expression of this manifest (an empty text of an
+  // optional field evaluates to its default, given by the caller's `if_empty`).
+  absl::StatusOr<int64_t> Evaluate(const std::string& text, const Scope& scope,
+                                   int64_t if_empty = 0) const;
+
+ private:
+  friend absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
+      const std::string& dir, const std::string& shared_headers_digest);
+  KernelTemplate() = default;
+
+  v1::TemplateManifest manifest_;
+  std::string source_;
+  std::string source_path_;
+  std::string source_hash_;
+  std::vector<DType> dtypes_;
+  absl::flat_hash_map<std::string, Expression> expressions_;
+};
+
+// Loads and validates the template in folder `dir` (NAME/NAME.textproto and NAME/NAME.cu).
+// `shared_headers_digest` goes into source_hash (the registry passes a digest of the shared
+// include folder). kInvalidArgument on any defect, starting with "FILE:LINE: " and naming
+// the field and the reason, e.g.
+//   "kernel_templates/rmsnorm/rmsnorm.textproto:31: launches[0].grid.x: unknown identifier
+//    'rows' in 'rows'".
+absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
+    const std::string& dir, const std::string& shared_headers_digest = "");
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_TEMPLATES_KERNEL_TEMPLATE_H_

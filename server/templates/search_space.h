@@ -1,0 +1,62 @@
+// A template's search space for one request: every (params, knobs) point that the
+// manifest's constraints and the device's limits allow, found without compiling anything.
+//
+// Pure functions of their arguments; thread-safe.
+#ifndef KTUNE_SERVER_TEMPLATES_SEARCH_SPACE_H_
+#define KTUNE_SERVER_TEMPLATES_SEARCH_SPACE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/base/candidate.h"
+#include "server/templates/kernel_template.h"
+#include "server/templates/shape.h"
+#include "server/templates/target.h"
+
+namespace ktune {
+
+// Checks a request against the template: the dtype is one of its dtypes, the shape names
+// exactly its dims, each within [min, max]. kInvalidArgument naming the dtype or the dim.
+absl::Status ValidateRequest(const KernelTemplate& tmpl, DType dtype, const Shape& shape);
+
+// The global knob combinations for `tmpl` on `target`: the manifest's knob lists (ktune's
+// defaults where empty) x fast math where allowed x {sm_XY, sm_XYa where the device has
+// it and the manifest allows}. Launch-bounds combinations a device cannot honour are
+// removed later, per candidate, when its block size is known.
+std::vector<Knobs> KnobChoices(const KernelTemplate& tmpl, const TargetInfo& target);
+
+// The template's default config: every param at its default, no register limit, min
+// blocks 1, no fast math, the portable target.
+Config DefaultConfig(const KernelTemplate& tmpl, const TargetInfo& target);
+
+// Checks that `params` names exactly the template's params, each with one of its values.
+// kInvalidArgument naming the param otherwise.
+absl::Status ValidateParams(const KernelTemplate& tmpl, const std::map<std::string, int64_t>& params);
+
+struct SearchSpace {
+  std::vector<Config> configs;  // the valid candidates, in a deterministic order
+  int64_t param_points = 0;     // params' cartesian product
+  int64_t points = 0;           // param_points x knob choices
+  // Why the others were left out: reason -> count (reasons without their numbers, so
+  // they group; e.g. "constraint 'hidden % VEC == 0'").
+  std::map<std::string, int64_t> rejected;
+};
+
+// Enumerates the search space. REQUIRES: ValidateRequest is OK. A Status error means a
+// manifest expression could not be evaluated for some point (naming it).
+absl::StatusOr<SearchSpace> EnumerateSearchSpace(std::shared_ptr<const KernelTemplate> tmpl,
+                                                 DType dtype, const Shape& shape,
+                                                 const TargetInfo& target);
+
+// As EnumerateSearchSpace, with the knobs fixed to `knobs`: the template's own choices only.
+absl::StatusOr<SearchSpace> EnumerateParams(std::shared_ptr<const KernelTemplate> tmpl,
+                                            DType dtype, const Shape& shape,
+                                            const TargetInfo& target, const Knobs& knobs);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_TEMPLATES_SEARCH_SPACE_H_

@@ -1,0 +1,27 @@
+#include "server/tuning/compile_request.h"
+
+#include "server/base/status_macros.h"
+#include "server/compile/nvrtc_compiler.h"
+
+namespace ktune {
+
+CompileRequest BuildCompileRequest(const Instance& instance) {
+  CompileRequest r;
+  r.source = instance.tmpl->source();
+  const std::string& path = instance.tmpl->source_path();
+  r.source_name = path.substr(path.find_last_of('/') + 1);
+  r.name_expressions = instance.NameExpressions();
+  r.options = instance.CompileOptions();
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<Compiler>> NewTemplateCompiler(const TemplateRegistry& registry,
+                                                              const CubinCache* cache) {
+  NvrtcOptions options;
+  if (!registry.include_dir().empty()) options.include_dirs.push_back(registry.include_dir());
+  KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Compiler> compiler, NewNvrtcCompiler(options));
+  if (cache == nullptr) return compiler;
+  return NewCachingCompiler(std::move(compiler), cache);
+}
+
+}  // namespace ktune

@@ -1,0 +1,28 @@
+// Where templates meet the compiler: a bound candidate becomes a CompileRequest, and a
+// registry's shared headers become the compiler's include path.
+//
+// Pure functions; thread-safe.
+#ifndef KTUNE_SERVER_TUNING_COMPILE_REQUEST_H_
+#define KTUNE_SERVER_TUNING_COMPILE_REQUEST_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "server/compile/compiler.h"
+#include "server/compile/cubin_cache.h"
+#include "server/templates/instance.h"
+#include "server/templates/registry.h"
+
+namespace ktune {
+
+// The source, name expressions and candidate options of `instance`.
+CompileRequest BuildCompileRequest(const Instance& instance);
+
+// An NVRTC compiler that can include the registry's shared headers, answering from
+// `cache` when it is not null (it must then outlive the compiler).
+absl::StatusOr<std::unique_ptr<Compiler>> NewTemplateCompiler(const TemplateRegistry& registry,
+                                                              const CubinCache* cache);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_TUNING_COMPILE_REQUEST_H_

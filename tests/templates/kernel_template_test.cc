@@ -1,0 +1,162 @@
+#include "server/templates/kernel_template.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "server/base/file.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string TinyManifest() {
+  auto text = ReadFile(absl::StrCat(testing::TestTemplatesDir(), "/tiny/tiny.textproto"));
+  EXPECT_TRUE(text.ok());
+  return *text;
+}
+
+TEST(KernelTemplateTest, LoadsTheTestTemplate) {
+  ASSERT_OK_AND_ASSIGN(auto t,
+                       LoadKernelTemplate(absl::StrCat(testing::TestTemplatesDir(), "/tiny")));
+  EXPECT_EQ(t->name(), "tiny");
+  EXPECT_THAT(t->dtypes(), ::testing::ElementsAre(DType::kF32, DType::kBF16));
+  EXPECT_TRUE(t->SupportsDType(DType::kBF16));
+  EXPECT_FALSE(t->SupportsDType(DType::kF16));
+  EXPECT_THAT(t->source(), HasSubstr("tiny_ref"));
+  EXPECT_EQ(t->source_hash().size(), 64u);
+  Scope scope;
+  scope.values = {{"n", 1000}, {"BLOCK", 128}, {"VEC", 4}};
+  EXPECT_THAT(t->Evaluate("ceil_div(n, BLOCK * VEC)", scope), testing::IsOkAndHolds(2));
+  EXPECT_THAT(t->Evaluate("", scope, 7), testing::IsOkAndHolds(7));
+  EXPECT_THAT(t->Evaluate("n + 1", scope),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("not one of its expressions")));
+}
+
+TEST(KernelTemplateTest, SourceHashCoversSharedHeaders) {
+  const std::string dir = absl::StrCat(testing::TestTemplatesDir(), "/tiny");
+  ASSERT_OK_AND_ASSIGN(auto a, LoadKernelTemplate(dir, "headers-1"));
+  ASSERT_OK_AND_ASSIGN(auto b, LoadKernelTemplate(dir, "headers-1"));
+  ASSERT_OK_AND_ASSIGN(auto c, LoadKernelTemplate(dir, "headers-2"));
+  EXPECT_EQ(a->source_hash(), b->source_hash());
+  EXPECT_NE(a->source_hash(), c->source_hash());
+}
+
+struct BrokenCase {
+  const char* name;
+  const char* find;     // text in the good manifest...
+  const char* replace;  // ...replaced by this
+  const char* error;    // the error, after "<dir>/tiny/tiny.textproto"
+};
+
+// One defect each; `error` is the whole message after the file name, so a change in
+// wording or in the line reported shows up here.
+const BrokenCase kBrokenCases[] = {
+    {"syntax", "min: 1 max: 1048576", "min: one max: 1048576",
+     ":5:23: Expected integer, got: one"},
+    {"unknown_field", "description:", "summary:",
+     ":3:8: Message type \"ktune.v1.TemplateManifest\" has no field named \"summary\"."},
+    {"name_mismatch", "name: \"tiny\"", "name: \"tinier\"",
+     ":2: name: 'tinier' must equal the folder name 'tiny'"},
+    {"unknown_dtype", "dtypes: [\"f32\", \"bf16\"]", "dtypes: [\"f32\", \"f64\"]",
+     ":4: dtypes[1]: unknown dtype 'f64'; expected f32, f16 or bf16"},
+    {"repeated_dtype", "dtypes: [\"f32\", \"bf16\"]", "dtypes: [\"f32\", \"f32\"]",
+     ":4: dtypes[1]: 'f32' listed twice"},
+    {"dim_name", "dims { name: \"n\"", "dims { name: \"N\"",
+     ":5: dims[0].name: 'N' is not a lower-case name [a-z][a-z0-9_]*"},
+    {"dim_example", "example: 1000", "example: 0", ":5: dims[0].example: must lie within [min, max]"},
+    {"param_default", "default: 128", "default: 100",
+     ":6: params[0].default: 100 is not one of the values"},
+    {"param_repeated_value", "values: [1, 2, 4]", "values: [1, 2, 2]",
+     ":7: params[1].values: value 2 repeated"},
+    {"param_name", "name: \"VEC\"", "name: \"vec\"",
+     ":7: params[1].name: 'vec' is not an upper-case name [A-Z][A-Z0-9_]* outside KTUNE_*"},
+    {"param_reserved", "name: \"VEC\"", "name: \"KTUNE_VEC\"",
+     ":7: params[1].name: 'KTUNE_VEC' is not an upper-case name [A-Z][A-Z0-9_]* outside KTUNE_*"},
+    {"constraint_unknown_identifier", "\"n % VEC == 0\"", "\"rows % VEC == 0\"",
+     ":8: constraints[0]: unknown identifier 'rows' in 'rows % VEC == 0'; known: dims, params "
+     "and KTUNE_* knobs"},
+    {"input_zero_fill", "fill { kind: UNIFORM lo: -1 hi: 1 }", "fill { kind: ZERO }",
+     ":9: args[0].buffer.fill: inputs need a non-zero fill (UNIFORM, NORMAL or CONSTANT): a "
+     "kernel that does nothing must not pass"},
+    {"uniform_range", "lo: -1 hi: 1", "lo: 1 hi: -1", ":9: args[0].buffer.fill: UNIFORM needs lo < hi"},
+    {"buffer_dtype", "dtype: \"dtype\" count: \"n\" role: OUTPUT",
+     "dtype: \"double\" count: \"n\" role: OUTPUT",
+     ":10: args[1].buffer.dtype: unknown dtype 'double'; expected dtype, f32, f16, bf16 or i32"},
+    {"buffer_role", "role: OUTPUT", "", ":10: args[1].buffer.role: missing: INPUT, OUTPUT, INOUT or SCRATCH"},
+    {"duplicate_arg", "name: \"count\"", "name: \"out\"", ":11: args[2].name: 'out' declared twice"},
+    {"scalar_type", "type: \"i32\"", "type: \"u8\"",
+     ":11: args[2].scalar.type: unknown type 'u8'; expected i32, i64 or f32"},
+    {"placeholder", "tiny<{dtype}, {BLOCK}, {VEC}>", "tiny<{dtype}, {BLOCKS}, {VEC}>",
+     ":13: launches[0].kernel: placeholder {BLOCKS} is neither {dtype} nor a param"},
+    {"grid_unknown_identifier", "ceil_div(n, BLOCK * VEC)", "ceil_div(n, THREADS)",
+     ":14: launches[0].grid.x: unknown identifier 'THREADS' in 'ceil_div(n, THREADS)'; known: "
+     "dims, params and KTUNE_* knobs"},
+    {"block_max_threads", "block { x: \"BLOCK\" }", "block { x: \"KTUNE_MAX_THREADS\" }",
+     ":15: launches[0].block.x: KTUNE_MAX_THREADS is derived from the block size and cannot "
+     "define it"},
+    {"launch_unknown_arg", "args: [\"x\", \"out\", \"count\"]\n}\nreference",
+     "args: [\"x\", \"y\", \"count\"]\n}\nreference", ":16: launches[0].args[1]: no arg named 'y'"},
+    {"no_reference",
+     "reference {\n  kernel: \"tiny_ref<{dtype}>\"\n  grid { x: \"ceil_div(n, 128)\" }\n  block { x: "
+     "\"128\" }\n  args: [\"x\", \"out\", \"count\"]\n}\n",
+     "", ": reference: at least one launch is required"},
+    {"cost_missing", "cost { bytes: \"2 * n * sizeof(dtype)\" flops: \"n\" }", "cost { flops: \"n\" }",
+     ":24: cost.bytes: missing: bytes that must move for one run"},
+    {"sizeof_unknown", "sizeof(dtype)", "sizeof(double)", ":24: cost.bytes: "},
+    {"tolerance_dtype", "tolerances { dtype: \"bf16\"", "tolerances { dtype: \"f16\"",
+     ":26: tolerances[1].dtype: 'f16' is not one of the template's dtypes"},
+    {"tolerance_missing", "tolerances { dtype: \"bf16\" atol: 1e-2 rtol: 1e-2 }\n", "",
+     ": tolerances: missing a tolerance for dtype bf16"},
+    {"maxrregcount", "maxrregcount: [0, 64]", "maxrregcount: [0, 8]",
+     ":27: knobs.maxrregcount: 8 is outside 16..255 (0 means no limit)"},
+    {"reference_params", "knobs {", "reference_params { key: \"WARPS\" value: 1 }\nknobs {",
+     ":27: reference_params: 'WARPS' is not a param"},
+};
+
+class BrokenManifestTest : public ::testing::TestWithParam<BrokenCase> {};
+
+TEST_P(BrokenManifestTest, RejectedWithFileLineAndReason) {
+  const BrokenCase& c = GetParam();
+  std::string manifest = TinyManifest();
+  ASSERT_NE(manifest.find(c.find), std::string::npos) << c.find;
+  manifest = absl::StrReplaceAll(manifest, {{c.find, c.replace}});
+  const std::string root = testing::NewTempDir();
+  testing::WriteTiny(root, manifest);
+  const std::string file = absl::StrCat(root, "/tiny/tiny.textproto");
+  auto loaded = LoadKernelTemplate(absl::StrCat(root, "/tiny"));
+  ASSERT_FALSE(loaded.ok()) << c.name;
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loaded.status().message()), StartsWith(absl::StrCat(file, c.error)))
+      << c.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BrokenManifestTest, ::testing::ValuesIn(kBrokenCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(KernelTemplateTest, MissingSourceFile) {
+  const std::string root = testing::NewTempDir();
+  testing::WriteTiny(root);
+  ASSERT_EQ(::unlink(absl::StrCat(root, "/tiny/tiny.cu").c_str()), 0);
+  EXPECT_THAT(LoadKernelTemplate(absl::StrCat(root, "/tiny")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tiny/tiny.cu: cannot read the kernel source")));
+}
+
+TEST(KernelTemplateTest, MissingManifest) {
+  const std::string root = testing::NewTempDir();
+  ASSERT_OK(MakeDirs(root + "/empty"));
+  EXPECT_THAT(LoadKernelTemplate(root + "/empty"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("empty/empty.textproto: cannot read the manifest")));
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,170 @@
+#include "server/templates/search_space.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/templates/instance.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+std::shared_ptr<const KernelTemplate> Tiny() {
+  auto t = LoadKernelTemplate(absl::StrCat(testing::TestTemplatesDir(), "/tiny"));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
+}
+
+TargetInfo Sm90() { return *TargetFromArch("sm_90"); }
+
+TEST(SearchSpaceTest, CountsForADivisibleShape) {
+  // BLOCK: 7 values, VEC: 3 -> 21 param points; knobs: maxrreg {0,64} x min_blocks {1,2}
+  // x {sm_90, sm_90a} = 8. BLOCK 2048 is over the 1024-thread limit: 3 points x 8 knobs.
+  ASSERT_OK_AND_ASSIGN(SearchSpace s, EnumerateSearchSpace(Tiny(), DType::kF32, {{"n", 1000}}, Sm90()));
+  EXPECT_EQ(s.param_points, 21);
+  EXPECT_EQ(s.points, 168);
+  EXPECT_EQ(s.configs.size(), 144u);
+  EXPECT_THAT(s.rejected,
+              ElementsAre(Pair("tiny<float, N, N>: block of more than N threads", 24)));
+}
+
+TEST(SearchSpaceTest, ConstraintsPruneBeforeCompiling) {
+  // n = 1001 is odd: VEC 2 and 4 fail "n % VEC == 0", leaving 6 blocks x VEC 1.
+  ASSERT_OK_AND_ASSIGN(SearchSpace s, EnumerateSearchSpace(Tiny(), DType::kF32, {{"n", 1001}}, Sm90()));
+  EXPECT_EQ(s.configs.size(), 6u * 8u);
+  EXPECT_EQ(s.rejected.at("constraint 'n % VEC == N'"), 12 * 8);
+}
+
+TEST(SearchSpaceTest, NoArchSpecificTargetBeforeSm90) {
+  ASSERT_OK_AND_ASSIGN(SearchSpace s,
+                       EnumerateSearchSpace(Tiny(), DType::kF32, {{"n", 1000}}, *TargetFromArch("sm_80")));
+  EXPECT_EQ(s.configs.size(), 72u);
+  for (const Config& c : s.configs) EXPECT_EQ(c.knobs.target, "sm_80");
+}
+
+TEST(SearchSpaceTest, KnobChoicesAndDefaults) {
+  std::vector<Knobs> knobs = KnobChoices(*Tiny(), Sm90());
+  ASSERT_EQ(knobs.size(), 8u);
+  EXPECT_EQ(knobs.front().target, "sm_90");
+  EXPECT_EQ(knobs.back().target, "sm_90a");
+  Config d = DefaultConfig(*Tiny(), Sm90());
+  EXPECT_EQ(ConfigString(d), "BLOCK=128,VEC=1 maxrreg=0 minb=1 fastmath=0 sm_90");
+}
+
+TEST(SearchSpaceTest, MinBlocksTimesBlockOverThreadsPerSmIsRejected) {
+  Config c = DefaultConfig(*Tiny(), Sm90());
+  c.params["BLOCK"] = 1024;
+  c.knobs.min_blocks = 4;
+  ASSERT_OK_AND_ASSIGN(BindResult r, Bind(Tiny(), DType::kF32, {{"n", 4096}}, c, Sm90()));
+  EXPECT_FALSE(r.instance);
+  EXPECT_EQ(r.rejected_because, "min_blocks 4 x 1024 threads exceeds 2048 per SM");
+}
+
+TEST(SearchSpaceTest, ValidateRequest) {
+  auto t = Tiny();
+  EXPECT_OK(ValidateRequest(*t, DType::kBF16, {{"n", 1}}));
+  EXPECT_THAT(ValidateRequest(*t, DType::kF16, {{"n", 1}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dtype: template tiny has no dtype f16; it has f32, bf16")));
+  EXPECT_THAT(ValidateRequest(*t, DType::kF32, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shape: missing dim 'n'")));
+  EXPECT_THAT(ValidateRequest(*t, DType::kF32, {{"n", 0}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("shape: dim 'n' = 0 is outside [1, 1048576]")));
+  EXPECT_THAT(ValidateRequest(*t, DType::kF32, {{"n", 1048577}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside [1, 1048576]")));
+  EXPECT_THAT(ValidateRequest(*t, DType::kF32, {{"n", 8}, {"m", 2}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("shape: unknown dim 'm'; template tiny has n")));
+}
+
+TEST(SearchSpaceTest, ValidateParams) {
+  auto t = Tiny();
+  EXPECT_OK(ValidateParams(*t, {{"BLOCK", 64}, {"VEC", 2}}));
+  EXPECT_THAT(ValidateParams(*t, {{"BLOCK", 64}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("params: missing param VEC")));
+  EXPECT_THAT(ValidateParams(*t, {{"BLOCK", 65}, {"VEC", 2}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("params: BLOCK=65 is not one of its values (32, 64, 128, 256, "
+                                 "512, 1024, 2048)")));
+  EXPECT_THAT(ValidateParams(*t, {{"BLOCK", 64}, {"VEC", 2}, {"X", 1}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("params: template tiny has no param X; it has BLOCK, VEC")));
+}
+
+TEST(InstanceTest, BindsGeometryArgsCostAndOptions) {
+  Config c = DefaultConfig(*Tiny(), Sm90());
+  c.params = {{"BLOCK", 128}, {"VEC", 4}};
+  c.knobs = {64, 2, true, "sm_90a"};
+  ASSERT_OK_AND_ASSIGN(BindResult r, Bind(Tiny(), DType::kBF16, {{"n", 1000}}, c, Sm90()));
+  ASSERT_TRUE(r.instance) << r.rejected_because;
+  const Instance& i = *r.instance;
+  ASSERT_EQ(i.launches.size(), 1u);
+  EXPECT_EQ(i.launches[0].name_expression, "tiny<__nv_bfloat16, 128, 4>");
+  EXPECT_EQ(i.launches[0].grid, (std::array<int64_t, 3>{2, 1, 1}));
+  EXPECT_EQ(i.launches[0].block, (std::array<int64_t, 3>{128, 1, 1}));
+  EXPECT_THAT(i.launches[0].args, ElementsAre("x", "out", "count"));
+  EXPECT_EQ(i.max_threads, 128);
+  EXPECT_EQ(i.bytes, 2 * 1000 * 2);
+  EXPECT_EQ(i.flops, 1000);
+  ASSERT_EQ(i.args.size(), 3u);
+  EXPECT_TRUE(i.args[0].is_buffer);
+  EXPECT_EQ(i.args[0].dtype, DType::kBF16);
+  EXPECT_EQ(i.args[0].count, 1000);
+  EXPECT_EQ(i.args[1].role, v1::Buffer::OUTPUT);
+  EXPECT_FALSE(i.args[2].is_buffer);
+  EXPECT_EQ(i.args[2].int_value, 1000);
+  EXPECT_THAT(i.CompileOptions(),
+              ElementsAre("--gpu-architecture=sm_90a", "-DKTUNE_MAX_THREADS=128",
+                          "-DKTUNE_MIN_BLOCKS=2", "--maxrregcount=64", "--use_fast_math"));
+  EXPECT_THAT(i.NameExpressions(), ElementsAre("tiny<__nv_bfloat16, 128, 4>"));
+}
+
+TEST(InstanceTest, ReferenceIgnoresConstraintsAndKnobs) {
+  // n = 7 fails the default VEC's constraint only if VEC > 1; the reference must bind for
+  // any valid shape regardless.
+  ASSERT_OK_AND_ASSIGN(Instance ref, BindReference(Tiny(), DType::kF32, {{"n", 7}}, Sm90()));
+  ASSERT_EQ(ref.launches.size(), 1u);
+  EXPECT_EQ(ref.launches[0].name_expression, "tiny_ref<float>");
+  EXPECT_EQ(ref.launches[0].grid[0], 1);
+  EXPECT_EQ(ref.config.knobs.target, "sm_90");
+  EXPECT_EQ(ref.config.knobs.maxrregcount, 0);
+}
+
+TEST(ShapeTest, ParseAndPrint) {
+  ASSERT_OK_AND_ASSIGN(Shape s, ParseShape(" tokens=4096, hidden = 8192 "));
+  EXPECT_EQ(ShapeString(s), "hidden=8192,tokens=4096");
+  EXPECT_THAT(ParseShape(""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
+  EXPECT_THAT(ParseShape("tokens"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("item 'tokens' is not dim=value")));
+  EXPECT_THAT(ParseShape("=3"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("item '=3' has no dim name")));
+  EXPECT_THAT(ParseShape("tokens=x"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dim 'tokens' has value 'x', not an integer")));
+  EXPECT_THAT(ParseShape("n=1,n=2"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dim 'n' given twice")));
+  EXPECT_THAT(ParseShape("n=99999999999999999999"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an integer")));
+}
+
+TEST(TargetTest, FromArch) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo t, TargetFromArch("sm_90a"));
+  EXPECT_EQ(t.sm, 90);
+  EXPECT_EQ(t.PortableTarget(), "sm_90");
+  EXPECT_EQ(t.ArchSpecificTarget(), "sm_90a");
+  EXPECT_THAT(TargetFromArch("compute_90"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("expected sm_XY or sm_XYa")));
+  EXPECT_THAT(TargetFromArch("sm_80a"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("arch-specific targets start at sm_90a")));
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,48 @@
+// Test helpers: copies of the tests' template folders in a fresh temporary folder, so a
+// test can break one file without touching the others.
+#ifndef KTUNE_TESTS_TEMPLATES_TEMPLATE_FIXTURE_H_
+#define KTUNE_TESTS_TEMPLATES_TEMPLATE_FIXTURE_H_
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "server/base/file.h"
+
+namespace ktune::testing {
+
+// The checked-in test templates (tests/templates/testdata/good).
+inline std::string TestTemplatesDir() {
+  return absl::StrCat(KTUNE_SOURCE_DIR, "/tests/templates/testdata/good");
+}
+
+inline std::string ShippedTemplatesDir() {
+  return absl::StrCat(KTUNE_SOURCE_DIR, "/kernel_templates");
+}
+
+// A new empty folder under the test's temporary directory.
+inline std::string NewTempDir() {
+  std::string pattern = absl::StrCat(::testing::TempDir(), "/ktune-XXXXXX");
+  char* made = mkdtemp(pattern.data());
+  EXPECT_NE(made, nullptr);
+  return pattern;
+}
+
+// Writes the test template "tiny" into `root`/tiny with its manifest replaced by
+// `manifest` (the original when empty).
+inline void WriteTiny(const std::string& root, const std::string& manifest = "") {
+  const std::string src = absl::StrCat(TestTemplatesDir(), "/tiny");
+  const std::string dst = absl::StrCat(root, "/tiny");
+  ASSERT_TRUE(MakeDirs(dst).ok());
+  auto text = ReadFile(src + "/tiny.textproto");
+  auto cu = ReadFile(src + "/tiny.cu");
+  ASSERT_TRUE(text.ok() && cu.ok());
+  ASSERT_TRUE(AtomicWriteFile(dst + "/tiny.textproto", manifest.empty() ? *text : manifest).ok());
+  ASSERT_TRUE(AtomicWriteFile(dst + "/tiny.cu", *cu).ok());
+}
+
+}  // namespace ktune::testing
+
+#endif  // KTUNE_TESTS_TEMPLATES_TEMPLATE_FIXTURE_H_
