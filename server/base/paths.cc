@@ -45,4 +45,11 @@ std::string DefaultCacheDir() {
   return absl::StrCat("/tmp/ktune-", ::getuid());
 }
 
+std::string DefaultDbPath() { return absl::StrCat(DefaultCacheDir(), "/ktune.db"); }
+
+std::string DefaultWorkerPath() {
+  if (std::string env = Env("KTUNE_WORKER"); !env.empty()) return env;
+  return absl::StrCat(ProgramDir(), "/ktune-worker");
+}
+
 }  // namespace ktune

@@ -17,6 +17,14 @@ std::string DefaultTemplatesDir();
 // $XDG_CACHE_HOME/ktune, else $HOME/.cache/ktune, else /tmp/ktune-$UID. Not created here.
 std::string DefaultCacheDir();
 
+// DefaultCacheDir()/ktune.db: the SQLite file of tuned kernels that ktuned, `ktune tune`
+// and `ktune cache` share unless told otherwise.
+std::string DefaultDbPath();
+
+// $KTUNE_WORKER, else ktune-worker beside the running program (they are built and
+// installed together).
+std::string DefaultWorkerPath();
+
 }  // namespace ktune
 
 #endif  // KTUNE_SERVER_BASE_PATHS_H_
