@@ -1,10 +1,10 @@
 // The tuning store: devices, templates, tuning jobs, every trial, and the winner per key.
 //
-// One SQLite file (server/store/sqlite_store.cc is the only code that includes
-// <sqlite3.h>). A Store is safe for concurrent use from many threads: writes go through
-// one writer connection, reads through their own connections, so a reader never waits for
-// a writer's transaction (WAL). Several processes may open one file; `ktune cache` opens it
-// read-only while the daemon writes.
+// One SQLite file (server/store/sqlite_db.cc is the only code that includes <sqlite3.h>;
+// sqlite_store.cc implements this interface on top of it). A Store is safe for concurrent
+// use from many threads: writes go through one writer connection, reads through their own
+// connections, so a reader never waits for a writer's transaction (WAL). Several processes
+// may open one file; `ktune cache` opens it read-only while the daemon writes.
 #ifndef KTUNE_SERVER_STORE_STORE_H_
 #define KTUNE_SERVER_STORE_STORE_H_
 
@@ -188,6 +188,11 @@ struct StoreOptions {
 // kDataLoss for a file that is not SQLite or fails its integrity check on open.
 absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
                                                        const StoreOptions& options = {});
+
+// SQLite's full PRAGMA integrity_check of the store file at `path`, opened read-only (it
+// works while another process writes): "ok" when the file is sound, otherwise SQLite's
+// report, one problem per line. kNotFound if there is no file; kDataLoss if it is not SQLite.
+absl::StatusOr<std::string> CheckIntegrity(const std::string& path);
 
 }  // namespace ktune::store
 
