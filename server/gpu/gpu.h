@@ -1,0 +1,42 @@
+// The tuning loop's view of one GPU: describe it, measure its copy ceiling, set the problem
+// every candidate is checked against, and verify + time one candidate.
+//
+// Kept to a handful of methods so tests can fake it (tests/testing/fake_gpu.h). The real
+// one (process_gpu.h) runs everything in a `ktune-worker` child process that it kills and
+// restarts when a candidate faults or hangs. Implementations are NOT thread-safe: one
+// caller at a time per GPU (DESIGN: one timing run touches a GPU at a time).
+#ifndef KTUNE_SERVER_GPU_GPU_H_
+#define KTUNE_SERVER_GPU_GPU_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "ktune/v1/worker.pb.h"
+
+namespace ktune {
+
+class Gpu {
+ public:
+  virtual ~Gpu() = default;
+
+  // kUnavailable when no driver or no such GPU is present, with the reason.
+  virtual absl::StatusOr<v1::DeviceInfo> Info() = 0;
+
+  // Device-to-device copy bandwidth, bytes read + written per second, median of several
+  // large copies: the ceiling every trial is compared against.
+  virtual absl::StatusOr<v1::Ceiling> MeasureCeiling() = 0;
+
+  // Allocates and fills the problem's buffers and runs the reference once. An error here
+  // is the service's (or the template's: a reference that faults), not a candidate's.
+  virtual absl::StatusOr<v1::ProblemReady> SetProblem(const v1::Problem& problem) = 0;
+
+  // Verifies and, if correct, times one candidate against the current problem. A failing
+  // candidate is an OK Measurement with its outcome; a Status error means the GPU could
+  // not be used at all (and the job should stop). REQUIRES: SetProblem succeeded.
+  virtual absl::StatusOr<v1::Measurement> Measure(const v1::KernelBinary& candidate,
+                                                  const v1::TimingOptions& timing) = 0;
+};
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_GPU_GPU_H_

@@ -1,0 +1,693 @@
+#include "server/gpu/process_gpu.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "server/base/candidate.h"
+#include "server/base/dtype.h"
+#include "server/base/status_macros.h"
+#include "server/gpu/framing.h"
+
+extern char** environ;
+
+namespace ktune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ktune-worker's exit status after it reported a poisoned CUDA context.
+constexpr int kPoisonedExitStatus = 3;
+// After SIGKILL a process normally vanishes in microseconds, but one inside the GPU driver
+// can take seconds to be torn down (GPU.md saw 3 s); past this, a detached thread reaps it.
+constexpr int64_t kReapAfterKillMs = 10000;
+// Request pipe capacity (Linux caps unprivileged processes at 1 MiB by default). A frame
+// that fits is written even by a worker that is not reading, which WriteFrame, having no
+// timeout, would otherwise wait for forever.
+constexpr int kRequestPipeBytes = 1 << 20;
+
+int64_t MsSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// Sleeps a little longer each time it is called, up to 5 ms: prompt for processes that
+// exit at once, cheap for those that take seconds.
+class Backoff {
+ public:
+  void Wait() {
+    std::this_thread::sleep_for(std::chrono::microseconds(us_));
+    us_ = std::min(us_ * 2, 5000);
+  }
+
+ private:
+  int us_ = 100;
+};
+
+void IgnoreSigpipeOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old {};
+    // Leave a handler the application installed alone: write() still fails with EPIPE
+    // after it returns.
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+        old.sa_handler == SIG_DFL) {
+      ::signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
+absl::Status PosixError(absl::string_view context, int err) {
+  std::string text = absl::StrCat(context, ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(text);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(text);
+    default:
+      return absl::InternalError(text);
+  }
+}
+
+void CloseFd(int& fd) {
+  if (fd >= 0) ::close(fd);  // Linux releases the descriptor even on EINTR: no retry.
+  fd = -1;
+}
+
+// Moves `fd` (close-on-exec) above the standard descriptors, so the child's dup2 onto
+// 0 and 1 never meets one of its own pipe ends there.
+absl::Status MoveAboveStdio(int& fd) {
+  if (fd > 2) return absl::OkStatus();
+  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (moved < 0) return PosixError("fcntl(F_DUPFD_CLOEXEC)", errno);
+  ::close(fd);
+  fd = moved;
+  return absl::OkStatus();
+}
+
+// How a reaped process ended, for Measurement.detail and Status messages.
+struct ExitInfo {
+  bool known = false;  // false when it was already reaped elsewhere or would not die
+  int wait_status = 0;
+  std::string text;
+
+  bool poisoned_exit() const {
+    return known && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == kPoisonedExitStatus;
+  }
+};
+
+ExitInfo DescribeWaitStatus(int status) {
+  ExitInfo info{true, status, ""};
+  if (WIFEXITED(status)) {
+    info.text = absl::StrCat("exited with status ", WEXITSTATUS(status));
+    if (WEXITSTATUS(status) == kPoisonedExitStatus) {
+      absl::StrAppend(&info.text, " (its CUDA context was poisoned)");
+    }
+  } else if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = ::strsignal(sig);
+    info.text = absl::StrCat("killed by signal ", sig, " (", name ? name : "?", ")");
+    if (WCOREDUMP(status)) absl::StrAppend(&info.text, ", core dumped");
+  } else {
+    info.text = absl::StrCat("ended with wait status ", status);
+  }
+  return info;
+}
+
+// True once `pid` has exited (or is not our child any more), without reaping it: its
+// process group stays addressable until it is reaped.
+bool WaitForExit(pid_t pid, int64_t timeout_ms) {
+  const auto start = Clock::now();
+  Backoff backoff;
+  for (;;) {
+    siginfo_t si;
+    si.si_pid = 0;
+    int r = ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT);
+    if (r == 0 && si.si_pid == pid) return true;
+    if (r < 0 && errno != EINTR) return true;  // ECHILD: reaped already (SIGCHLD ignored)
+    if (MsSince(start) >= timeout_ms) return false;
+    backoff.Wait();
+  }
+}
+
+// Reaps `pid`, which has been sent SIGKILL. A process stuck in the driver past
+// kReapAfterKillMs is left to a detached thread, so it never stays a zombie.
+ExitInfo Reap(pid_t pid) {
+  const auto start = Clock::now();
+  Backoff backoff;
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return DescribeWaitStatus(status);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ExitInfo{false, 0, "exit status unknown (reaped elsewhere)"};
+    if (MsSince(start) >= kReapAfterKillMs) {
+      std::thread([pid] {
+        int ignored;
+        while (::waitpid(pid, &ignored, 0) < 0 && errno == EINTR) {
+        }
+      }).detach();
+      return ExitInfo{false, 0,
+                      absl::StrCat("still not gone ", kReapAfterKillMs, " ms after SIGKILL")};
+    }
+    backoff.Wait();
+  }
+}
+
+int64_t ProblemBufferBytes(const v1::Problem& problem) {
+  int64_t bytes = 0;
+  for (const v1::ArgSpec& arg : problem.args()) {
+    if (!arg.is_buffer()) continue;
+    std::optional<DType> t = ParseDType(arg.dtype());
+    bytes += std::max<int64_t>(arg.count(), 0) * (t ? DTypeSize(*t) : 8);
+  }
+  return bytes;
+}
+
+// The code a WorkerError carries, or kInternal when it is not a usable one.
+absl::StatusCode WorkerErrorCode(const v1::WorkerError& e) {
+  if (e.code() <= 0 || e.code() > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::StatusCode::kInternal;
+  }
+  return static_cast<absl::StatusCode>(e.code());
+}
+
+absl::string_view ResponseKind(const v1::Response& r) {
+  switch (r.kind_case()) {
+    case v1::Response::kDevice:
+      return "DeviceInfo";
+    case v1::Response::kCeiling:
+      return "Ceiling";
+    case v1::Response::kProblemReady:
+      return "ProblemReady";
+    case v1::Response::kMeasurement:
+      return "Measurement";
+    case v1::Response::kError:
+      return "WorkerError";
+    case v1::Response::KIND_NOT_SET:
+      break;
+  }
+  return "an empty Response";
+}
+
+class ProcessGpu final : public Gpu {
+ public:
+  explicit ProcessGpu(ProcessGpuOptions options) : options_(std::move(options)) {}
+
+  ~ProcessGpu() override { StopWorker(options_.shutdown_grace_ms); }
+
+  ProcessGpu(const ProcessGpu&) = delete;
+  ProcessGpu& operator=(const ProcessGpu&) = delete;
+
+  absl::Status Spawn();
+
+  absl::StatusOr<v1::DeviceInfo> Info() override;
+  absl::StatusOr<v1::Ceiling> MeasureCeiling() override;
+  absl::StatusOr<v1::ProblemReady> SetProblem(const v1::Problem& problem) override;
+  absl::StatusOr<v1::Measurement> Measure(const v1::KernelBinary& candidate,
+                                          const v1::TimingOptions& timing) override;
+
+ private:
+  // The fate of one request/response exchange with the worker.
+  enum class Transport {
+    kAnswered,      // `response` holds the worker's answer
+    kNotSent,       // the request was refused before any byte went out (too big)
+    kNotDelivered,  // the worker was gone before it could read the request
+    kTimedOut,      // no complete answer before the deadline
+    kDied,          // end of file: the worker exited (or closed stdout) mid-request
+    kMalformed,     // bytes that are not a Response, or an I/O error
+  };
+  struct Exchange {
+    Transport transport = Transport::kAnswered;
+    absl::Status status;  // why, unless kAnswered
+    v1::Response response;
+  };
+
+  Exchange Call(const v1::Request& request, int64_t deadline_ms);
+
+  // Call() for everything but MeasureCandidate: a transport failure stops the worker and
+  // becomes a Status; so does a WorkerError (which stops it too when poisoned).
+  absl::StatusOr<v1::Response> CallOrStatus(const v1::Request& request, int64_t deadline_ms,
+                                            absl::string_view what);
+
+  // Makes sure a greeted worker is running and, when `with_problem`, that it holds the
+  // current problem (re-sending it, which counts as a restart). A failure to bring a
+  // worker up makes the Gpu unusable, except for a spent restart budget.
+  absl::Status EnsureWorker(bool with_problem);
+  absl::Status Greet();
+  absl::Status RestoreProblem();
+  absl::Status MarkUnusable(const absl::Status& why);
+
+  // Closes the worker's stdin, gives it `grace_ms` to exit, SIGKILLs its process group and
+  // reaps it. No-op without a worker.
+  ExitInfo StopWorker(int64_t grace_ms);
+
+  std::string Who() const {
+    return absl::StrCat("ktune-worker for GPU ", options_.ordinal, " (pid ", pid_, ")");
+  }
+
+  const ProcessGpuOptions options_;
+
+  // The current worker; pid_ < 0 when there is none.
+  pid_t pid_ = -1;
+  int to_worker_ = -1;        // its stdin
+  int from_worker_ = -1;      // its stdout
+  bool greeted_ = false;      // it answered Hello
+  bool has_problem_ = false;  // it holds *problem_
+
+  // Sticky: once set, every call returns it.
+  absl::Status unusable_;
+  bool ever_greeted_ = false;
+
+  std::optional<v1::DeviceInfo> info_;
+  std::optional<v1::Problem> problem_;  // set by the last successful SetProblem
+  v1::ProblemReady ready_;
+  int64_t problem_bytes_ = 0;
+  int restarts_ = 0;  // problem re-sends since SetProblem
+};
+
+absl::Status ProcessGpu::Spawn() {
+  int in_pipe[2] = {-1, -1};   // parent writes [1], worker reads [0] as stdin
+  int out_pipe[2] = {-1, -1};  // worker writes [1] as stdout, parent reads [0]
+  auto close_all = [&] {
+    for (int* fd : {&in_pipe[0], &in_pipe[1], &out_pipe[0], &out_pipe[1]}) CloseFd(*fd);
+  };
+  // O_CLOEXEC atomically: another GPU's worker spawned from another thread must not
+  // inherit our ends, or it would hold this worker's stdin open past our close().
+  if (::pipe2(in_pipe, O_CLOEXEC) != 0) return PosixError("pipe2", errno);
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    absl::Status s = PosixError("pipe2", errno);
+    close_all();
+    return s;
+  }
+  for (int* fd : {&in_pipe[0], &in_pipe[1], &out_pipe[0], &out_pipe[1]}) {
+    if (absl::Status s = MoveAboveStdio(*fd); !s.ok()) {
+      close_all();
+      return s;
+    }
+  }
+  (void)::fcntl(in_pipe[1], F_SETPIPE_SZ, kRequestPipeBytes);  // best effort
+
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  // dup2 clears close-on-exec on the copies; the originals close at exec.
+  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  // Its own process group (pgid = its pid), so SIGKILL to the group also ends anything it
+  // started. Signals ignored here (SIGPIPE, by us) stay ignored across exec: reset them,
+  // and unblock everything the calling thread may have blocked.
+  sigset_t defaults, mask;
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGCHLD}) sigaddset(&defaults, sig);
+  sigemptyset(&mask);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setsigmask(&attr, &mask);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+
+  std::string arg0 = options_.worker_path;
+  std::string arg1 = "--ordinal";
+  std::string arg2 = std::to_string(options_.ordinal);
+  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
+  pid_t pid = -1;
+  // glibc's posix_spawn (clone + exec, no fork of our address space) reports exec
+  // failures such as ENOENT as its return value.
+  const int err = ::posix_spawn(&pid, options_.worker_path.c_str(), &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  CloseFd(in_pipe[0]);
+  CloseFd(out_pipe[1]);
+  if (err != 0) {
+    close_all();
+    return PosixError(absl::StrCat("starting ", options_.worker_path), err);
+  }
+  pid_ = pid;
+  to_worker_ = in_pipe[1];
+  from_worker_ = out_pipe[0];
+  greeted_ = false;
+  has_problem_ = false;
+  return absl::OkStatus();
+}
+
+ExitInfo ProcessGpu::StopWorker(int64_t grace_ms) {
+  if (pid_ < 0) return ExitInfo{};
+  CloseFd(to_worker_);  // end of file: a healthy worker exits on it
+  if (grace_ms > 0) WaitForExit(pid_, grace_ms);
+  // Kill the group before reaping: until then the pgid can't be reused.
+  ::kill(-pid_, SIGKILL);
+  ExitInfo exit = Reap(pid_);
+  CloseFd(from_worker_);
+  pid_ = -1;
+  greeted_ = false;
+  has_problem_ = false;
+  return exit;
+}
+
+ProcessGpu::Exchange ProcessGpu::Call(const v1::Request& request, int64_t deadline_ms) {
+  Exchange x;
+  absl::Status w = WriteFrame(to_worker_, request);
+  if (!w.ok()) {
+    x.status = w;
+    if (absl::IsInvalidArgument(w)) {
+      x.transport = Transport::kNotSent;
+    } else if (absl::IsUnavailable(w)) {
+      x.transport = Transport::kNotDelivered;
+    } else {
+      x.transport = Transport::kMalformed;
+    }
+    return x;
+  }
+  absl::Status r = ReadFrame(from_worker_, &x.response, deadline_ms);
+  x.status = r;
+  if (r.ok()) {
+    x.transport = Transport::kAnswered;
+  } else if (absl::IsDeadlineExceeded(r)) {
+    x.transport = Transport::kTimedOut;
+  } else if (absl::IsUnavailable(r)) {
+    x.transport = Transport::kDied;
+  } else {
+    x.transport = Transport::kMalformed;
+  }
+  return x;
+}
+
+absl::StatusOr<v1::Response> ProcessGpu::CallOrStatus(const v1::Request& request,
+                                                      int64_t deadline_ms, absl::string_view what) {
+  const std::string who = Who();
+  Exchange x = Call(request, deadline_ms);
+  switch (x.transport) {
+    case Transport::kAnswered:
+      break;
+    case Transport::kNotSent:
+      return x.status;
+    case Transport::kNotDelivered:
+    case Transport::kDied: {
+      ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
+      return absl::InternalError(absl::StrCat(who, " died during ", what, ": ", exit.text));
+    }
+    case Transport::kTimedOut:
+      StopWorker(0);
+      return absl::DeadlineExceededError(absl::StrCat(who, ": no answer to ", what, " within ",
+                                                      deadline_ms, " ms; the worker was killed"));
+    case Transport::kMalformed:
+      StopWorker(0);
+      return absl::InternalError(absl::StrCat(who, ": bad response to ", what, " (",
+                                              x.status.message(), "); the worker was killed"));
+  }
+  if (x.response.has_error()) {
+    const v1::WorkerError& e = x.response.error();
+    if (e.poisoned()) StopWorker(options_.shutdown_grace_ms);
+    return absl::Status(WorkerErrorCode(e), absl::StrCat(who, ": ", e.message()));
+  }
+  return std::move(x.response);
+}
+
+absl::Status ProcessGpu::Greet() {
+  v1::Request request;
+  request.mutable_hello()->set_ordinal(options_.ordinal);
+  absl::StatusOr<v1::Response> response =
+      CallOrStatus(request, options_.hello_deadline_ms, "Hello (driver init + context)");
+  if (!response.ok()) {
+    // A worker that can't even say hello leaves no GPU to use, whatever the transport said.
+    if (absl::IsDeadlineExceeded(response.status()) || absl::IsInternal(response.status())) {
+      StopWorker(0);
+      return absl::UnavailableError(response.status().message());
+    }
+    StopWorker(0);
+    return response.status();
+  }
+  if (!response->has_device()) {
+    const std::string who = Who();
+    StopWorker(0);
+    return absl::InternalError(absl::StrCat(who, " answered Hello with ", ResponseKind(*response)));
+  }
+  const v1::DeviceInfo& device = response->device();
+  if (info_.has_value() && (device.name() != info_->name() || device.uuid() != info_->uuid() ||
+                            device.ordinal() != info_->ordinal())) {
+    const std::string who = Who();
+    StopWorker(0);
+    return absl::InternalError(absl::StrCat(who, " reports a different GPU (", device.name(), " ",
+                                            device.uuid(), ") than the first worker (",
+                                            info_->name(), " ", info_->uuid(), ")"));
+  }
+  if (!info_.has_value()) info_ = device;
+  greeted_ = true;
+  ever_greeted_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ProcessGpu::RestoreProblem() {
+  v1::Request request;
+  *request.mutable_set_problem() = *problem_;
+  KTUNE_ASSIGN_OR_RETURN(v1::Response response, CallOrStatus(request, options_.problem_deadline_ms,
+                                                             "the re-sent problem"));
+  if (!response.has_problem_ready()) {
+    StopWorker(0);
+    return absl::InternalError(
+        absl::StrCat("answered the re-sent problem with ", ResponseKind(response)));
+  }
+  const std::string& digest = response.problem_ready().output_digest();
+  if (digest != ready_.output_digest()) {
+    const std::string who = Who();
+    StopWorker(0);
+    return absl::InternalError(
+        absl::StrCat(who, " computed reference output digest '", digest,
+                     "', but the first worker computed '", ready_.output_digest(),
+                     "' for the same problem: the GPU no longer reproduces a known-good kernel"));
+  }
+  has_problem_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ProcessGpu::MarkUnusable(const absl::Status& why) {
+  StopWorker(0);
+  if (!ever_greeted_) {
+    // The first contact failed: no driver, no such GPU, or no worker. Report as is.
+    unusable_ = why;
+  } else {
+    const absl::StatusCode code = absl::IsUnavailable(why) || absl::IsDeadlineExceeded(why)
+                                      ? absl::StatusCode::kUnavailable
+                                      : absl::StatusCode::kInternal;
+    unusable_ = absl::Status(
+        code, absl::StrCat("GPU ", options_.ordinal,
+                           " is unusable: a replacement ktune-worker (after a crash, hang "
+                           "or bad answer) failed: ",
+                           why.message()));
+  }
+  return unusable_;
+}
+
+absl::Status ProcessGpu::EnsureWorker(bool with_problem) {
+  if (!unusable_.ok()) return unusable_;
+  // A worker that left while idle (it exits after reporting a poisoned context) is
+  // replaced before it is sent anything, so its death is never blamed on the next request.
+  if (pid_ >= 0 && greeted_ && WaitForExit(pid_, 0)) StopWorker(0);
+  const bool restore = with_problem && problem_.has_value() && !(pid_ >= 0 && has_problem_);
+  if (restore) {
+    if (restarts_ >= options_.max_restarts_per_problem) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "ktune-worker for GPU ", options_.ordinal, " was restarted ", restarts_,
+          " times for this problem (max_restarts_per_problem): its candidates keep crashing "
+          "or hanging; set a new problem to go on"));
+    }
+    ++restarts_;
+  }
+  if (pid_ < 0) {
+    if (absl::Status s = Spawn(); !s.ok()) return MarkUnusable(s);
+  }
+  if (!greeted_) {
+    if (absl::Status s = Greet(); !s.ok()) return MarkUnusable(s);
+  }
+  if (restore) {
+    if (absl::Status s = RestoreProblem(); !s.ok()) return MarkUnusable(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::DeviceInfo> ProcessGpu::Info() {
+  if (!unusable_.ok()) return unusable_;
+  if (info_.has_value()) return *info_;
+  KTUNE_RETURN_IF_ERROR(EnsureWorker(/*with_problem=*/false));
+  return *info_;
+}
+
+absl::StatusOr<v1::Ceiling> ProcessGpu::MeasureCeiling() {
+  KTUNE_RETURN_IF_ERROR(EnsureWorker(/*with_problem=*/false));
+  v1::Request request;
+  request.mutable_ceiling();
+  KTUNE_ASSIGN_OR_RETURN(v1::Response response,
+                         CallOrStatus(request, options_.ceiling_deadline_ms, "MeasureCeiling"));
+  if (!response.has_ceiling()) {
+    const std::string who = Who();
+    StopWorker(0);
+    return absl::InternalError(
+        absl::StrCat(who, " answered MeasureCeiling with ", ResponseKind(response)));
+  }
+  return response.ceiling();
+}
+
+absl::StatusOr<v1::ProblemReady> ProcessGpu::SetProblem(const v1::Problem& problem) {
+  if (!unusable_.ok()) return unusable_;
+  problem_.reset();
+  has_problem_ = false;
+  restarts_ = 0;
+  KTUNE_RETURN_IF_ERROR(EnsureWorker(/*with_problem=*/false));
+  v1::Request request;
+  *request.mutable_set_problem() = problem;
+  KTUNE_ASSIGN_OR_RETURN(
+      v1::Response response,
+      CallOrStatus(request, options_.problem_deadline_ms,
+                   "SetProblem (allocating and filling buffers, running the reference)"));
+  if (!response.has_problem_ready()) {
+    const std::string who = Who();
+    StopWorker(0);
+    return absl::InternalError(
+        absl::StrCat(who, " answered SetProblem with ", ResponseKind(response)));
+  }
+  problem_ = problem;
+  ready_ = response.problem_ready();
+  problem_bytes_ = ProblemBufferBytes(problem);
+  has_problem_ = true;
+  return ready_;
+}
+
+absl::StatusOr<v1::Measurement> ProcessGpu::Measure(const v1::KernelBinary& candidate,
+                                                    const v1::TimingOptions& timing) {
+  if (!unusable_.ok()) return unusable_;
+  if (!problem_.has_value()) {
+    return absl::FailedPreconditionError("Measure needs a successful SetProblem first");
+  }
+  const int64_t deadline_ms =
+      MeasureDeadlineMs(options_, timing, ready_.reference_time_ns(), problem_bytes_);
+  v1::Request request;
+  *request.mutable_measure()->mutable_candidate() = candidate;
+  *request.mutable_measure()->mutable_timing() = timing;
+
+  // At most one retry, for a worker that turns out to have been leaving before it saw
+  // this candidate: its death belongs to an earlier request, not to this candidate.
+  for (int attempt = 0;; ++attempt) {
+    KTUNE_RETURN_IF_ERROR(EnsureWorker(/*with_problem=*/true));
+    const std::string who = Who();
+    Exchange x = Call(request, deadline_ms);
+    v1::Measurement m;
+    switch (x.transport) {
+      case Transport::kAnswered:
+        break;
+      case Transport::kNotSent:
+        return x.status;
+      case Transport::kNotDelivered: {
+        ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
+        if (attempt == 0) continue;
+        return absl::InternalError(
+            absl::StrCat(who, " was gone before it could read the candidate, twice: ", exit.text));
+      }
+      case Transport::kTimedOut:
+        StopWorker(0);
+        m.set_outcome(std::string(OutcomeName(Outcome::kTimedOut)));
+        m.set_detail(absl::StrCat("no answer within the deadline of ", deadline_ms,
+                                  " ms; the worker was killed"));
+        return m;
+      case Transport::kDied: {
+        ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
+        // Exit status 3 without an answer: it left over a context poisoned earlier.
+        if (exit.poisoned_exit() && attempt == 0) continue;
+        m.set_outcome(std::string(OutcomeName(Outcome::kCrashed)));
+        m.set_detail(absl::StrCat("the worker died while measuring: ", exit.text));
+        return m;
+      }
+      case Transport::kMalformed:
+        StopWorker(0);
+        return absl::InternalError(
+            absl::StrCat(who, ": bad response to MeasureCandidate (", x.status.message(),
+                         "); the worker was killed and the next call starts another"));
+    }
+
+    v1::Response& response = x.response;
+    if (response.has_measurement()) {
+      m = std::move(*response.mutable_measurement());
+      if (m.outcome() == OutcomeName(Outcome::kCrashed)) {
+        // The worker's context is poisoned and it exits (status 3) after this answer.
+        ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
+        if (!exit.text.empty()) {
+          m.set_detail(m.detail().empty() ? absl::StrCat("the worker ", exit.text)
+                                          : absl::StrCat(m.detail(), "; the worker ", exit.text));
+        }
+      }
+      return m;
+    }
+    if (response.has_error()) {
+      const v1::WorkerError& e = response.error();
+      if (e.poisoned()) {
+        // The context died during this candidate's request: count it as the candidate's
+        // crash. If the GPU itself went bad, the restart's digest check says so.
+        ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
+        m.set_outcome(std::string(OutcomeName(Outcome::kCrashed)));
+        m.set_detail(absl::StrCat("the worker's context was poisoned: ", e.message(),
+                                  exit.text.empty() ? "" : "; the worker ", exit.text));
+        return m;
+      }
+      return absl::Status(WorkerErrorCode(e), absl::StrCat(who, ": ", e.message()));
+    }
+    StopWorker(0);
+    return absl::InternalError(
+        absl::StrCat(who, " answered MeasureCandidate with ", ResponseKind(response)));
+  }
+}
+
+}  // namespace
+
+int64_t MeasureDeadlineMs(const ProcessGpuOptions& options, const v1::TimingOptions& timing,
+                          double reference_time_ns, int64_t problem_buffer_bytes) {
+  const double cap_ms = timing.time_cap_ms() > 0 ? timing.time_cap_ms() : 2000.0;
+  const double warmup = timing.warmup() > 0 ? timing.warmup() : 3;
+  const double max_repeats = timing.max_repeats() > 0 ? timing.max_repeats() : 200;
+  const double ref_ms = reference_time_ns > 0 ? reference_time_ns / 1e6 : 0.0;
+  const double bytes = problem_buffer_bytes > 0 ? static_cast<double>(problem_buffer_bytes) : 0;
+  double ms = cap_ms + 20.0 * ref_ms * (warmup + max_repeats + 10) + 4e-6 * bytes;
+  // A day is "forever" for a candidate; it also keeps the cast below defined.
+  constexpr double kMaxMs = 24.0 * 3600 * 1000;
+  if (!std::isfinite(ms) || ms > kMaxMs) ms = kMaxMs;
+  return std::max<int64_t>(options.min_deadline_ms, static_cast<int64_t>(std::ceil(ms)));
+}
+
+absl::StatusOr<std::unique_ptr<Gpu>> StartProcessGpu(const ProcessGpuOptions& options) {
+  if (options.worker_path.empty()) {
+    return absl::InvalidArgumentError("ProcessGpuOptions.worker_path is empty");
+  }
+  if (options.ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ProcessGpuOptions.ordinal is negative: ", options.ordinal));
+  }
+  if (options.min_deadline_ms <= 0 || options.hello_deadline_ms <= 0 ||
+      options.ceiling_deadline_ms <= 0 || options.problem_deadline_ms <= 0) {
+    return absl::InvalidArgumentError("ProcessGpuOptions deadlines must be positive");
+  }
+  IgnoreSigpipeOnce();
+  auto gpu = std::make_unique<ProcessGpu>(options);
+  KTUNE_RETURN_IF_ERROR(gpu->Spawn());
+  return std::unique_ptr<Gpu>(std::move(gpu));
+}
+
+}  // namespace ktune
