@@ -1,0 +1,774 @@
+#include "server/gpu/worker_session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "server/base/candidate.h"
+#include "server/base/dtype.h"
+#include "server/base/sha256.h"
+#include "server/base/status_macros.h"
+#include "server/gpu/device_info.h"
+#include "server/gpu/driver.h"
+#include "server/gpu/host_buffers.h"
+
+namespace ktune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kDefaultCeilingBytes = int64_t{1} << 30;
+constexpr int kDefaultCeilingRepeats = 20;
+// Dynamic shared memory a kernel gets without opting in.
+constexpr uint32_t kDefaultDynamicSmem = 48 * 1024;
+// Batches never exceed this many runs per sample, however short the kernel.
+constexpr int64_t kMaxBatch = 1000;
+
+// Quartiles by linear interpolation between order statistics (numpy's default).
+struct Quartiles {
+  double q1 = 0, median = 0, q3 = 0;
+};
+
+Quartiles ComputeQuartiles(std::vector<double> v) {
+  Quartiles q;
+  if (v.empty()) return q;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double p) {
+    const double pos = p * static_cast<double>(v.size() - 1);
+    const size_t i = static_cast<size_t>(pos);
+    const double frac = pos - static_cast<double>(i);
+    return i + 1 < v.size() ? v[i] + frac * (v[i + 1] - v[i]) : v[i];
+  };
+  q.q1 = at(0.25);
+  q.median = at(0.5);
+  q.q3 = at(0.75);
+  return q;
+}
+
+// Bytes actually allocated for a buffer: whole 32-bit words, so cuMemsetD32 can poison it.
+size_t AllocBytes(size_t bytes) { return (bytes + 3) / 4 * 4; }
+
+// One argument's value as the kernel receives it; its address goes into kernelParams.
+struct ArgValue {
+  CUdeviceptr ptr = 0;
+  int32_t i32 = 0;
+  int64_t i64 = 0;
+  float f32 = 0;
+  enum class Kind { kPtr, kI32, kI64, kF32 } kind = Kind::kPtr;
+
+  void* address() {
+    switch (kind) {
+      case Kind::kPtr:
+        return &ptr;
+      case Kind::kI32:
+        return &i32;
+      case Kind::kI64:
+        return &i64;
+      case Kind::kF32:
+        return &f32;
+    }
+    return nullptr;
+  }
+};
+
+struct ProblemBuffer {
+  int arg_index = 0;
+  std::string name;
+  DType dtype = DType::kF32;
+  v1::Buffer::Role role = v1::Buffer::ROLE_UNSPECIFIED;
+  size_t bytes = 0;        // count * element size
+  bool zero_fill = false;  // SCRATCH filled with zeros (no pristine copy needed)
+  DeviceMemory memory;     // what the kernels get
+  DeviceMemory pristine;   // the generated contents, restored before every run
+  std::string expected;    // OUTPUT / INOUT: the reference's result
+  std::string got;         // OUTPUT / INOUT: the candidate's, reused between candidates
+
+  bool checked() const { return role == v1::Buffer::OUTPUT || role == v1::Buffer::INOUT; }
+};
+
+struct Problem {
+  std::vector<ProblemBuffer> buffers;
+  std::vector<ArgValue> values;  // one per Problem.args entry; never resized after setup
+  double atol = 0;
+  double rtol = 0;
+};
+
+// A launch ready for cuLaunchKernel, with what the metrics need.
+struct PreparedLaunch {
+  std::string name;
+  CUfunction function = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared_bytes = 0;
+  std::vector<void*> params;
+
+  int64_t threads() const { return int64_t{block[0]} * block[1] * block[2]; }
+  int64_t blocks() const { return int64_t{grid[0]} * grid[1] * grid[2]; }
+};
+
+absl::Status ValidateDims(const google::protobuf::RepeatedField<uint32_t>& dims,
+                          absl::string_view what, unsigned out[3]) {
+  if (dims.size() > 3) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", dims.size(), " values"));
+  }
+  for (int i = 0; i < 3; ++i) {
+    out[i] = i < dims.size() ? dims.Get(i) : 1u;
+    if (out[i] == 0) return absl::InvalidArgumentError(absl::StrCat(what, "[", i, "] is 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBinary(const v1::KernelBinary& binary, int num_args, absl::string_view what) {
+  if (binary.cubin().empty())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": empty cubin"));
+  if (binary.launches().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": no launches"));
+  }
+  for (int i = 0; i < binary.launches_size(); ++i) {
+    const v1::LaunchBinary& l = binary.launches(i);
+    const std::string at = absl::StrCat(what, ".launches[", i, "]");
+    if (l.lowered_name().empty()) return absl::InvalidArgumentError(at + ": no lowered_name");
+    unsigned dims[3];
+    KTUNE_RETURN_IF_ERROR(ValidateDims(l.grid(), at + ".grid", dims));
+    KTUNE_RETURN_IF_ERROR(ValidateDims(l.block(), at + ".block", dims));
+    for (int a : l.args()) {
+      if (a < 0 || a >= num_args) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ".args: index ", a, " outside the problem's ", num_args, " args"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+class CudaWorkerSession final : public WorkerSession {
+ public:
+  explicit CudaWorkerSession(int ordinal) : fixed_ordinal_(ordinal) {}
+
+  ~CudaWorkerSession() override {
+    // Members go in reverse order (problem, buffers, events, stream, then the context);
+    // once poisoned they drop their handles without calling the driver.
+  }
+
+  v1::Response Handle(const v1::Request& request) override;
+
+  bool poisoned() const override {
+    return forced_poison_ || (driver_ != nullptr && driver_->poisoned());
+  }
+
+ private:
+  absl::StatusOr<v1::DeviceInfo> Hello(const v1::Hello& hello);
+  absl::StatusOr<v1::Ceiling> Ceiling(const v1::MeasureCeiling& request);
+  absl::StatusOr<v1::ProblemReady> SetProblem(const v1::Problem& spec);
+  absl::StatusOr<v1::Measurement> Measure(const v1::MeasureCandidate& request);
+
+  absl::Status RequireHello() const {
+    if (context_.context() == nullptr) {
+      return absl::FailedPreconditionError("no GPU yet: send Hello first");
+    }
+    return absl::OkStatus();
+  }
+
+  // Function lookup and launch limits for every launch of `binary`. kNotFound for a missing
+  // kernel, kResourceExhausted for a block or shared memory over the kernel's limits.
+  absl::StatusOr<std::vector<PreparedLaunch>> Prepare(const Module& module,
+                                                      const v1::KernelBinary& binary);
+  // Puts INOUT and SCRATCH back as generated (zeroing accumulators). With `poison`, before
+  // a check, also INPUT (a faulty kernel may have written its inputs) and fills the outputs
+  // with the poison pattern. Enqueued on stream_.
+  absl::Status RestoreBuffers(bool poison);
+  // Enqueues `repeats` runs (each: every launch in order) on stream_.
+  absl::Status Launch(const std::vector<PreparedLaunch>& launches, int64_t repeats);
+  // Restores INOUT/SCRATCH, flushes L2 when asked, and times `repeats` back-to-back runs
+  // between two events. Milliseconds for all of them.
+  absl::StatusOr<double> TimeRuns(const std::vector<PreparedLaunch>& launches, int64_t repeats,
+                                  bool flush_l2);
+  absl::Status Download();
+  absl::Status EnsureFlushBuffer();
+
+  const int fixed_ordinal_;
+  Driver* driver_ = nullptr;
+  bool forced_poison_ = false;
+  // Declared first so it is released last.
+  PrimaryContext context_;
+  v1::DeviceInfo info_;
+  Stream stream_;
+  Event start_;
+  Event stop_;
+  DeviceMemory flush_;  // 2x L2, written before every timed sample
+  uint32_t flush_value_ = 0;
+  std::unique_ptr<Problem> problem_;
+};
+
+v1::Response CudaWorkerSession::Handle(const v1::Request& request) {
+  v1::Response response;
+  absl::Status status;
+  if (poisoned()) {
+    status =
+        absl::InternalError("the CUDA context is poisoned by an earlier error; restart the worker");
+  } else {
+    switch (request.kind_case()) {
+      case v1::Request::kHello: {
+        absl::StatusOr<v1::DeviceInfo> r = Hello(request.hello());
+        if (r.ok()) *response.mutable_device() = *std::move(r);
+        status = r.status();
+        break;
+      }
+      case v1::Request::kCeiling: {
+        absl::StatusOr<v1::Ceiling> r = Ceiling(request.ceiling());
+        if (r.ok()) *response.mutable_ceiling() = *std::move(r);
+        status = r.status();
+        break;
+      }
+      case v1::Request::kSetProblem: {
+        absl::StatusOr<v1::ProblemReady> r = SetProblem(request.set_problem());
+        if (r.ok()) *response.mutable_problem_ready() = *std::move(r);
+        status = r.status();
+        break;
+      }
+      case v1::Request::kMeasure: {
+        absl::StatusOr<v1::Measurement> r = Measure(request.measure());
+        if (r.ok()) *response.mutable_measurement() = *std::move(r);
+        status = r.status();
+        break;
+      }
+      case v1::Request::KIND_NOT_SET:
+        status = absl::InvalidArgumentError(
+            "empty request: none of hello, ceiling, "
+            "set_problem, measure is set");
+        break;
+    }
+  }
+  if (!status.ok()) {
+    v1::WorkerError* e = response.mutable_error();
+    e->set_code(static_cast<int32_t>(status.code()));
+    e->set_message(std::string(status.message()));
+    e->set_poisoned(poisoned());
+  }
+  return response;
+}
+
+// ---- Hello ---------------------------------------------------------------------------
+
+absl::StatusOr<v1::DeviceInfo> CudaWorkerSession::Hello(const v1::Hello& hello) {
+  if (fixed_ordinal_ >= 0 && hello.ordinal() != fixed_ordinal_) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.ordinal is ", hello.ordinal(),
+                                                   " but this worker serves GPU ", fixed_ordinal_,
+                                                   " (--ordinal)"));
+  }
+  if (context_.context() != nullptr) {
+    if (hello.ordinal() != context_.ordinal()) {
+      return absl::InvalidArgumentError(absl::StrCat("this worker already serves GPU ",
+                                                     context_.ordinal(), "; start another for GPU ",
+                                                     hello.ordinal()));
+    }
+    return info_;
+  }
+  KTUNE_ASSIGN_OR_RETURN(Driver * driver, Driver::Get());
+  driver_ = driver;
+  KTUNE_ASSIGN_OR_RETURN(v1::DeviceInfo info, QueryDeviceInfo(driver_, hello.ordinal()));
+  KTUNE_ASSIGN_OR_RETURN(PrimaryContext context, PrimaryContext::Retain(driver_, hello.ordinal()));
+  KTUNE_ASSIGN_OR_RETURN(Stream stream, Stream::Create(driver_));
+  KTUNE_ASSIGN_OR_RETURN(Event start, Event::Create(driver_));
+  KTUNE_ASSIGN_OR_RETURN(Event stop, Event::Create(driver_));
+  context_ = std::move(context);
+  stream_ = std::move(stream);
+  start_ = std::move(start);
+  stop_ = std::move(stop);
+  info_ = std::move(info);
+  return info_;
+}
+
+// ---- MeasureCeiling ------------------------------------------------------------------
+
+absl::StatusOr<v1::Ceiling> CudaWorkerSession::Ceiling(const v1::MeasureCeiling& request) {
+  KTUNE_RETURN_IF_ERROR(RequireHello());
+  if (request.bytes() < 0 || request.repeats() < 0) {
+    return absl::InvalidArgumentError("ceiling.bytes and ceiling.repeats must be >= 0");
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemGetInfo, &free_bytes, &total_bytes));
+  int64_t bytes = request.bytes() > 0 ? request.bytes() : kDefaultCeilingBytes;
+  bytes = std::min<int64_t>(bytes, static_cast<int64_t>(free_bytes / 4));
+  bytes = bytes / 256 * 256;
+  if (bytes < (int64_t{1} << 20)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too little free GPU memory for a copy ceiling: ", free_bytes, " bytes free"));
+  }
+  const int repeats = request.repeats() > 0 ? request.repeats() : kDefaultCeilingRepeats;
+
+  KTUNE_ASSIGN_OR_RETURN(DeviceMemory src, DeviceMemory::Allocate(driver_, bytes));
+  KTUNE_ASSIGN_OR_RETURN(DeviceMemory dst, DeviceMemory::Allocate(driver_, bytes));
+  // Touch both so the first timed copy does not pay for mapping pages.
+  KTUNE_RETURN_IF_ERROR(
+      KTUNE_CU(driver_, MemsetD32Async, src.ptr(), 0x3F800000u, bytes / 4, stream_.get()));
+  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemsetD32Async, dst.ptr(), 0u, bytes / 4, stream_.get()));
+  for (int i = 0; i < 2; ++i) {  // warm-up
+    KTUNE_RETURN_IF_ERROR(
+        KTUNE_CU(driver_, MemcpyDtoDAsync, dst.ptr(), src.ptr(), bytes, stream_.get()));
+  }
+  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, StreamSynchronize, stream_.get()));
+  std::vector<double> gbps;
+  for (int i = 0; i < repeats; ++i) {
+    KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventRecord, start_.get(), stream_.get()));
+    KTUNE_RETURN_IF_ERROR(
+        KTUNE_CU(driver_, MemcpyDtoDAsync, dst.ptr(), src.ptr(), bytes, stream_.get()));
+    KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventRecord, stop_.get(), stream_.get()));
+    KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventSynchronize, stop_.get()));
+    float ms = 0;
+    KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventElapsedTime, &ms, start_.get(), stop_.get()));
+    if (ms > 0) gbps.push_back(2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9);
+  }
+  if (gbps.empty()) return absl::InternalError("every timed copy took 0 ms");
+  const Quartiles q = ComputeQuartiles(gbps);
+  v1::Ceiling ceiling;
+  ceiling.set_copy_gbps(q.median);
+  ceiling.set_spread_gbps(q.q3 - q.q1);
+  return ceiling;
+}
+
+// ---- Shared run machinery -----------------------------------------------------------
+
+absl::StatusOr<std::vector<PreparedLaunch>> CudaWorkerSession::Prepare(
+    const Module& module, const v1::KernelBinary& binary) {
+  std::vector<PreparedLaunch> out;
+  for (int i = 0; i < binary.launches_size(); ++i) {
+    const v1::LaunchBinary& l = binary.launches(i);
+    PreparedLaunch p;
+    p.name = l.lowered_name();
+    KTUNE_RETURN_IF_ERROR(ValidateDims(l.grid(), "grid", p.grid));
+    KTUNE_RETURN_IF_ERROR(ValidateDims(l.block(), "block", p.block));
+    p.shared_bytes = l.shared_bytes();
+    const std::string at = absl::StrCat("launch ", i, " (", p.name, ")");
+    absl::StatusOr<CUfunction> f = module.Function(p.name);
+    if (!f.ok()) return Annotate(f.status(), at);
+    p.function = *f;
+
+    int max_threads = 0, registers = 0, static_smem = 0;
+    KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, FuncGetAttribute, &max_threads,
+                                   CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, p.function));
+    KTUNE_RETURN_IF_ERROR(
+        KTUNE_CU(driver_, FuncGetAttribute, &registers, CU_FUNC_ATTRIBUTE_NUM_REGS, p.function));
+    KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, FuncGetAttribute, &static_smem,
+                                   CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, p.function));
+    if (p.threads() > max_threads) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(at, ": a block of ", p.threads(), " threads is over the kernel's limit of ",
+                       max_threads, " (", registers, " registers per thread)"));
+    }
+    const int64_t optin = info_.max_shared_per_block_optin();
+    if (optin > 0 && static_smem + int64_t{p.shared_bytes} > optin) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(at, ": ", static_smem, " bytes of static + ", p.shared_bytes,
+                       " of dynamic shared memory are over the device's ", optin, " per block"));
+    }
+    if (p.shared_bytes > kDefaultDynamicSmem) {
+      absl::Status s = KTUNE_CU(driver_, FuncSetAttribute, p.function,
+                                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                static_cast<int>(p.shared_bytes));
+      if (!s.ok()) {
+        if (IsStickyCudaError(CudaResultOf(s))) return s;
+        return absl::ResourceExhaustedError(
+            absl::StrCat(at, ": cannot opt into ", p.shared_bytes,
+                         " bytes of dynamic shared memory: ", s.message()));
+      }
+    }
+    for (int a : l.args()) p.params.push_back(problem_->values[static_cast<size_t>(a)].address());
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::Status CudaWorkerSession::RestoreBuffers(bool poison) {
+  for (ProblemBuffer& b : problem_->buffers) {
+    const size_t words = AllocBytes(b.bytes) / 4;
+    switch (b.role) {
+      case v1::Buffer::INPUT:
+        if (!poison) break;  // timing runs leave inputs alone; checks restore them
+        [[fallthrough]];
+      case v1::Buffer::INOUT:
+      case v1::Buffer::SCRATCH:
+        if (b.zero_fill) {
+          KTUNE_RETURN_IF_ERROR(
+              KTUNE_CU(driver_, MemsetD32Async, b.memory.ptr(), 0u, words, stream_.get()));
+        } else {
+          KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemcpyDtoDAsync, b.memory.ptr(), b.pristine.ptr(),
+                                         b.bytes, stream_.get()));
+        }
+        break;
+      case v1::Buffer::OUTPUT:
+        if (poison) {
+          KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemsetD32Async, b.memory.ptr(),
+                                         PoisonWord(b.dtype), words, stream_.get()));
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaWorkerSession::Launch(const std::vector<PreparedLaunch>& launches,
+                                       int64_t repeats) {
+  for (int64_t r = 0; r < repeats; ++r) {
+    for (size_t i = 0; i < launches.size(); ++i) {
+      const PreparedLaunch& l = launches[i];
+      absl::Status s = KTUNE_CU(driver_, LaunchKernel, l.function, l.grid[0], l.grid[1], l.grid[2],
+                                l.block[0], l.block[1], l.block[2], l.shared_bytes, stream_.get(),
+                                const_cast<void**>(l.params.data()), nullptr);
+      if (!s.ok()) return Annotate(s, absl::StrCat("launch ", i, " (", l.name, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CudaWorkerSession::TimeRuns(const std::vector<PreparedLaunch>& launches,
+                                                   int64_t repeats, bool flush_l2) {
+  KTUNE_RETURN_IF_ERROR(RestoreBuffers(/*poison=*/false));
+  if (flush_l2) {
+    // Writing twice the L2's size evicts whatever the last run left there.
+    KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemsetD32Async, flush_.ptr(), ++flush_value_,
+                                   flush_.bytes() / 4, stream_.get()));
+  }
+  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventRecord, start_.get(), stream_.get()));
+  KTUNE_RETURN_IF_ERROR(Launch(launches, repeats));
+  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventRecord, stop_.get(), stream_.get()));
+  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventSynchronize, stop_.get()));
+  float ms = 0;
+  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventElapsedTime, &ms, start_.get(), stop_.get()));
+  return static_cast<double>(ms);
+}
+
+absl::Status CudaWorkerSession::Download() {
+  for (ProblemBuffer& b : problem_->buffers) {
+    if (!b.checked()) continue;
+    b.got.resize(b.bytes);
+    KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemcpyDtoH, b.got.data(), b.memory.ptr(), b.bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaWorkerSession::EnsureFlushBuffer() {
+  if (flush_) return absl::OkStatus();
+  const int64_t bytes = std::max<int64_t>(2 * info_.l2_bytes(), int64_t{8} << 20) / 4 * 4;
+  KTUNE_ASSIGN_OR_RETURN(flush_, DeviceMemory::Allocate(driver_, static_cast<size_t>(bytes)));
+  return absl::OkStatus();
+}
+
+// ---- SetProblem ----------------------------------------------------------------------
+
+absl::StatusOr<v1::ProblemReady> CudaWorkerSession::SetProblem(const v1::Problem& spec) {
+  KTUNE_RETURN_IF_ERROR(RequireHello());
+  problem_.reset();  // frees the old problem's buffers before allocating the new ones
+  if (!(spec.atol() >= 0) || !(spec.rtol() >= 0)) {
+    return absl::InvalidArgumentError("problem.atol and problem.rtol must be >= 0");
+  }
+  KTUNE_RETURN_IF_ERROR(ValidateBinary(spec.reference(), spec.args_size(), "problem.reference"));
+
+  auto problem = std::make_unique<Problem>();
+  problem->atol = spec.atol();
+  problem->rtol = spec.rtol();
+  problem->values.resize(static_cast<size_t>(spec.args_size()));
+  // Check every argument and size the memory before allocating any.
+  size_t device_bytes = 0;
+  for (int i = 0; i < spec.args_size(); ++i) {
+    const v1::ArgSpec& a = spec.args(i);
+    const std::string at = absl::StrCat("problem.args[", i, "] (", a.name(), ")");
+    ArgValue& v = problem->values[static_cast<size_t>(i)];
+    if (!a.is_buffer()) {
+      if (a.scalar_type() == "i32") {
+        if (a.int_value() < INT32_MIN || a.int_value() > INT32_MAX) {
+          return absl::InvalidArgumentError(absl::StrCat(at, ": ", a.int_value(), " is no i32"));
+        }
+        v.kind = ArgValue::Kind::kI32;
+        v.i32 = static_cast<int32_t>(a.int_value());
+      } else if (a.scalar_type() == "i64") {
+        v.kind = ArgValue::Kind::kI64;
+        v.i64 = a.int_value();
+      } else if (a.scalar_type() == "f32") {
+        v.kind = ArgValue::Kind::kF32;
+        v.f32 = static_cast<float>(a.number());
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": scalar_type '", a.scalar_type(), "' is not i32, i64 or f32"));
+      }
+      continue;
+    }
+    std::optional<DType> dtype = ParseDType(a.dtype());
+    if (!dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": unknown dtype '", a.dtype(), "'"));
+    }
+    if (a.count() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": count ", a.count(), " < 1"));
+    }
+    if (a.role() == v1::Buffer::ROLE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": role is unspecified"));
+    }
+    ProblemBuffer b;
+    b.arg_index = i;
+    b.name = a.name().empty() ? absl::StrCat("arg", i) : a.name();
+    b.dtype = *dtype;
+    b.role = a.role();
+    b.bytes = static_cast<size_t>(a.count()) * static_cast<size_t>(DTypeSize(*dtype));
+    // SCRATCH without a fill is zeroed (accumulators); inputs need data (checked below).
+    b.zero_fill = b.role == v1::Buffer::SCRATCH && (a.fill().kind() == v1::Fill::ZERO ||
+                                                    a.fill().kind() == v1::Fill::KIND_UNSPECIFIED);
+    device_bytes += AllocBytes(b.bytes);
+    if (b.role != v1::Buffer::OUTPUT && !b.zero_fill) device_bytes += AllocBytes(b.bytes);
+    problem->buffers.push_back(std::move(b));
+  }
+  KTUNE_RETURN_IF_ERROR(EnsureFlushBuffer());
+  size_t free_bytes = 0, total_bytes = 0;
+  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemGetInfo, &free_bytes, &total_bytes));
+  if (device_bytes > free_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the problem needs ", device_bytes,
+                     " bytes of GPU memory (buffers and their pristine "
+                     "copies), ",
+                     free_bytes, " are free"));
+  }
+
+  // Allocate, generate and upload.
+  for (ProblemBuffer& b : problem->buffers) {
+    const v1::ArgSpec& a = spec.args(b.arg_index);
+    const std::string at = absl::StrCat("problem.args[", b.arg_index, "] (", b.name, ")");
+    KTUNE_ASSIGN_OR_RETURN(b.memory, DeviceMemory::Allocate(driver_, AllocBytes(b.bytes)));
+    problem->values[static_cast<size_t>(b.arg_index)].ptr = b.memory.ptr();
+    if (b.role == v1::Buffer::OUTPUT || b.zero_fill) continue;
+    absl::StatusOr<std::string> data =
+        GenerateFill(b.dtype, a.count(), a.fill(), BufferSeed(spec.seed(), b.arg_index));
+    if (!data.ok())
+      return absl::InvalidArgumentError(absl::StrCat(at, ": ", data.status().message()));
+    KTUNE_ASSIGN_OR_RETURN(b.pristine, DeviceMemory::Allocate(driver_, AllocBytes(b.bytes)));
+    KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemcpyHtoD, b.pristine.ptr(), data->data(), b.bytes));
+  }
+  problem_ = std::move(problem);
+
+  // From here on a failure leaves no problem behind.
+  auto result = [&]() -> absl::StatusOr<v1::ProblemReady> {
+    KTUNE_ASSIGN_OR_RETURN(Module module, Module::Load(driver_, spec.reference().cubin()));
+    KTUNE_ASSIGN_OR_RETURN(std::vector<PreparedLaunch> launches, Prepare(module, spec.reference()));
+    KTUNE_RETURN_IF_ERROR(RestoreBuffers(/*poison=*/true));
+    KTUNE_RETURN_IF_ERROR(Launch(launches, 1));
+    if (absl::Status s = KTUNE_CU(driver_, CtxSynchronize); !s.ok()) {
+      if (!poisoned()) forced_poison_ = true;  // an asynchronous error: trust nothing more
+      return absl::InternalError(absl::StrCat("the reference failed: ", s.message()));
+    }
+    KTUNE_RETURN_IF_ERROR(Download());
+    Sha256Builder digest;
+    for (ProblemBuffer& b : problem_->buffers) {
+      if (!b.checked()) continue;
+      b.expected = b.got;
+      digest.AddField(b.expected);
+    }
+    KTUNE_ASSIGN_OR_RETURN(double ms, TimeRuns(launches, 1, /*flush_l2=*/true));
+    v1::ProblemReady ready;
+    ready.set_reference_time_ns(ms * 1e6);
+    ready.set_output_digest(digest.Finish());
+    return ready;
+  }();
+  if (!result.ok()) {
+    problem_.reset();
+    return Annotate(result.status(), "reference");
+  }
+  return result;
+}
+
+// ---- MeasureCandidate ----------------------------------------------------------------
+
+absl::StatusOr<v1::Measurement> CudaWorkerSession::Measure(const v1::MeasureCandidate& request) {
+  KTUNE_RETURN_IF_ERROR(RequireHello());
+  if (problem_ == nullptr) {
+    return absl::FailedPreconditionError("no problem set: send a Problem before measuring");
+  }
+  const v1::KernelBinary& candidate = request.candidate();
+  KTUNE_RETURN_IF_ERROR(
+      ValidateBinary(candidate, static_cast<int>(problem_->values.size()), "measure.candidate"));
+
+  v1::Measurement m;
+  // Sets the candidate's outcome from a failed step. A sticky error (or any error once the
+  // context is suspect) is a crash; running out of registers/shared memory/threads is a
+  // resource limit; the rest is `otherwise`.
+  auto fail = [&](const absl::Status& s, Outcome otherwise, absl::string_view step) {
+    Outcome o = otherwise;
+    if (poisoned() || IsStickyCudaError(CudaResultOf(s))) {
+      o = Outcome::kCrashed;
+    } else if (s.code() == absl::StatusCode::kResourceExhausted) {
+      o = Outcome::kResourceLimit;
+    }
+    m.set_outcome(std::string(OutcomeName(o)));
+    m.set_detail(absl::StrCat(step, ": ", s.message()));
+    m.set_time_ns(0);
+    m.set_spread_ns(0);
+    m.set_repeats(0);
+    m.set_batch(0);
+    return m;
+  };
+
+  absl::StatusOr<Module> module = Module::Load(driver_, candidate.cubin());
+  if (!module.ok()) return fail(module.status(), Outcome::kLaunchFailed, "loading the cubin");
+  absl::StatusOr<std::vector<PreparedLaunch>> launches = Prepare(*module, candidate);
+  if (!launches.ok()) return fail(launches.status(), Outcome::kLaunchFailed, "preparing");
+
+  // Resources of the first launch, from the driver.
+  {
+    const PreparedLaunch& first = launches->front();
+    int registers = 0, local = 0, static_smem = 0, blocks_per_sm = 0;
+    absl::Status s =
+        KTUNE_CU(driver_, FuncGetAttribute, &registers, CU_FUNC_ATTRIBUTE_NUM_REGS, first.function);
+    if (s.ok()) {
+      s = KTUNE_CU(driver_, FuncGetAttribute, &local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+                   first.function);
+    }
+    if (s.ok()) {
+      s = KTUNE_CU(driver_, FuncGetAttribute, &static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                   first.function);
+    }
+    if (s.ok()) {
+      s = KTUNE_CU(driver_, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks_per_sm,
+                   first.function, static_cast<int>(first.threads()), first.shared_bytes);
+    }
+    if (!s.ok()) return fail(s, Outcome::kLaunchFailed, "querying the kernel");
+    m.set_registers(registers);
+    m.set_local_bytes(local);
+    m.set_static_smem(static_smem);
+    m.set_blocks_per_sm(blocks_per_sm);
+    if (blocks_per_sm <= 0) {
+      return fail(absl::ResourceExhaustedError(
+                      absl::StrCat("no block of ", first.threads(), " threads with ", registers,
+                                   " registers per thread and ", static_smem + first.shared_bytes,
+                                   " bytes of shared memory fits on a multiprocessor")),
+                  Outcome::kResourceLimit, "occupancy");
+    }
+    const int64_t warps_per_block = (first.threads() + 31) / 32;
+    const int64_t max_warps = std::max(1, info_.max_threads_per_sm() / 32);
+    m.set_occupancy(std::min(1.0, static_cast<double>(blocks_per_sm * warps_per_block) /
+                                      static_cast<double>(max_warps)));
+    const double per_wave = static_cast<double>(info_.sm_count()) * blocks_per_sm;
+    if (per_wave > 0) {
+      const double waves = static_cast<double>(first.blocks()) / per_wave;
+      m.set_waves(waves);
+      const double frac = waves - std::floor(waves);
+      m.set_last_wave(frac == 0 ? 1.0 : frac);
+    }
+  }
+
+  // Check: fresh inputs, poisoned outputs, one run, compare with the reference.
+  if (absl::Status s = RestoreBuffers(/*poison=*/true); !s.ok()) {
+    if (!poisoned()) return s;  // the worker's own copies failed: not the candidate's doing
+    return fail(s, Outcome::kCrashed, "restoring inputs");
+  }
+  absl::Status launched = Launch(*launches, 1);
+  // Drain the stream whatever happened: an earlier launch may have faulted.
+  absl::Status synced = KTUNE_CU(driver_, CtxSynchronize);
+  if (!synced.ok()) {
+    forced_poison_ = true;  // an asynchronous error from the candidate's kernels
+    return fail(synced, Outcome::kCrashed, "running the candidate");
+  }
+  if (!launched.ok()) return fail(launched, Outcome::kLaunchFailed, "launching");
+  if (absl::Status s = Download(); !s.ok()) {
+    if (!poisoned()) return s;
+    return fail(s, Outcome::kCrashed, "reading outputs");
+  }
+  int64_t mismatches = 0;
+  double max_abs = 0;
+  std::string first_mismatch;
+  for (const ProblemBuffer& b : problem_->buffers) {
+    if (!b.checked()) continue;
+    const Comparison c = CompareBuffers(b.dtype, b.got, b.expected, problem_->atol, problem_->rtol);
+    mismatches += c.mismatches;
+    max_abs = std::max(max_abs, c.max_abs_error);
+    if (c.mismatches > 0 && first_mismatch.empty()) {
+      first_mismatch = DescribeMismatch(b.name, c, problem_->atol, problem_->rtol);
+    }
+  }
+  m.set_max_abs_error(max_abs);
+  m.set_mismatches(mismatches);
+  if (mismatches > 0) {
+    m.set_outcome(std::string(OutcomeName(Outcome::kWrongResult)));
+    m.set_detail(first_mismatch);
+    return m;
+  }
+
+  // Time.
+  const v1::TimingOptions& t = request.timing();
+  const int64_t warmup = t.warmup() > 0 ? t.warmup() : 3;
+  const int64_t max_repeats = t.max_repeats() > 0 ? t.max_repeats() : 200;
+  const int64_t min_repeats =
+      std::min<int64_t>(t.min_repeats() > 0 ? t.min_repeats() : 10, max_repeats);
+  const double target = t.target_rel_spread() > 0 ? t.target_rel_spread() : 0.02;
+  const double cap_ms = t.time_cap_ms() > 0 ? t.time_cap_ms() : 2000;
+  const double min_sample_ms = (t.min_sample_us() > 0 ? t.min_sample_us() : 20) * 1e-3;
+  const bool flush = !t.no_l2_flush();
+  if (flush) {
+    if (absl::Status s = EnsureFlushBuffer(); !s.ok()) return s;
+  }
+  const Clock::time_point began = Clock::now();
+  auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(Clock::now() - began).count();
+  };
+
+  // Warm-up runs, timed one by one, tell how long one run takes.
+  std::vector<double> warm;
+  for (int64_t i = 0; i < warmup; ++i) {
+    absl::StatusOr<double> ms = TimeRuns(*launches, 1, flush);
+    if (!ms.ok()) return fail(ms.status(), Outcome::kLaunchFailed, "warm-up");
+    warm.push_back(*ms);
+    if (elapsed_ms() > cap_ms / 2) break;  // a slow kernel: keep time for the samples
+  }
+  const double per_run_ms = ComputeQuartiles(warm).median;
+  int64_t batch = 1;
+  if (per_run_ms < min_sample_ms) {
+    batch = per_run_ms <= 0
+                ? kMaxBatch
+                : std::min<int64_t>(kMaxBatch,
+                                    static_cast<int64_t>(std::ceil(min_sample_ms / per_run_ms)));
+    batch = std::max<int64_t>(1, batch);
+  }
+
+  std::vector<double> samples;  // ms per run
+  while (true) {
+    absl::StatusOr<double> ms = TimeRuns(*launches, batch, flush);
+    if (!ms.ok()) return fail(ms.status(), Outcome::kLaunchFailed, "timing");
+    samples.push_back(*ms / static_cast<double>(batch));
+    const int64_t n = static_cast<int64_t>(samples.size());
+    if (n >= max_repeats || elapsed_ms() >= cap_ms) break;
+    if (n >= min_repeats) {
+      const Quartiles q = ComputeQuartiles(samples);
+      if (q.median > 0 && (q.q3 - q.q1) / q.median < target) break;
+    }
+  }
+  if (absl::Status s = KTUNE_CU(driver_, CtxSynchronize); !s.ok()) {
+    forced_poison_ = true;
+    return fail(s, Outcome::kCrashed, "after timing");
+  }
+  if (poisoned()) {
+    return fail(absl::InternalError("the context was poisoned while timing"), Outcome::kCrashed,
+                "timing");
+  }
+  const Quartiles q = ComputeQuartiles(samples);
+  m.set_outcome(std::string(OutcomeName(Outcome::kOk)));
+  m.set_time_ns(q.median * 1e6);
+  m.set_spread_ns((q.q3 - q.q1) * 1e6);
+  m.set_repeats(static_cast<int64_t>(samples.size()));
+  m.set_batch(batch);
+  m.set_l2_flushed(flush);
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<WorkerSession> NewWorkerSession(int ordinal) {
+  return std::make_unique<CudaWorkerSession>(ordinal);
+}
+
+}  // namespace ktune

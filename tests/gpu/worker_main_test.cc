@@ -1,0 +1,86 @@
+// The built ktune-worker program over real pipes, as its parent drives it: frames in, frames
+// out, and the exit statuses the parent relies on. Needs no GPU: without a driver Hello is
+// answered with an error, which is still a well-formed Response.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "ktune/v1/worker.pb.h"
+#include "server/gpu/framing.h"
+#include "tests/gpu/worker_process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::StatusIs;
+using ::ktune::testing::Worker;
+using ::testing::HasSubstr;
+
+TEST(WorkerMainTest, AnswersHelloThenExitsZeroAtEndOfInput) {
+  signal(SIGPIPE, SIG_IGN);
+  Worker worker({"--ordinal", "0"});
+  v1::Request hello;
+  hello.mutable_hello()->set_ordinal(0);
+  ASSERT_OK(WriteFrame(worker.to(), hello));
+  v1::Response response;
+  ASSERT_OK(ReadFrame(worker.from(), &response, /*timeout_ms=*/60000));
+  ASSERT_TRUE(response.has_device() || response.has_error()) << response.DebugString();
+  if (response.has_error()) {
+    // No driver or no GPU here: the reason comes back, and the worker keeps serving.
+    EXPECT_EQ(response.error().code(), static_cast<int>(absl::StatusCode::kUnavailable))
+        << response.error().message();
+    EXPECT_FALSE(response.error().poisoned());
+  } else {
+    EXPECT_EQ(response.device().ordinal(), 0);
+    EXPECT_FALSE(response.device().name().empty());
+  }
+  // A second request on the same pipes: one answer per request, in order.
+  v1::Request empty;
+  ASSERT_OK(WriteFrame(worker.to(), empty));
+  v1::Response second;
+  ASSERT_OK(ReadFrame(worker.from(), &second, 60000));
+  ASSERT_TRUE(second.has_error());
+  EXPECT_EQ(second.error().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+
+  worker.CloseInput();
+  EXPECT_EQ(worker.Wait(), 0);
+  // Nothing but frames ever came out: after the two answers, end of file.
+  EXPECT_THAT(ReadFrame(worker.from(), &second, 1000),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("end of file")));
+}
+
+TEST(WorkerMainTest, ExitsZeroOnImmediateEndOfInput) {
+  Worker worker;
+  worker.CloseInput();
+  EXPECT_EQ(worker.Wait(), 0);
+}
+
+TEST(WorkerMainTest, UnparsableFrameIsAnsweredThenExitsTwo) {
+  signal(SIGPIPE, SIG_IGN);
+  Worker worker;
+  // Field 1 (hello) with a wire type that cannot be, and a length that runs past the end.
+  const std::string garbage = std::string("\x03\x00\x00\x00", 4) + "\x0f\xff\xff";
+  ASSERT_EQ(write(worker.to(), garbage.data(), garbage.size()),
+            static_cast<ssize_t>(garbage.size()));
+  v1::Response response;
+  ASSERT_OK(ReadFrame(worker.from(), &response, 30000));
+  ASSERT_TRUE(response.has_error()) << response.DebugString();
+  EXPECT_EQ(response.error().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(response.error().message(), HasSubstr("bad request frame"));
+  EXPECT_EQ(worker.Wait(), 2);
+}
+
+TEST(WorkerMainTest, BadFlagsExitOne) {
+  Worker worker({"--ordinal", "minus-one"});
+  EXPECT_EQ(worker.Wait(), 1);
+  Worker other({"--frobnicate"});
+  EXPECT_EQ(other.Wait(), 1);
+}
+
+}  // namespace
+}  // namespace ktune
