@@ -33,6 +33,8 @@ Scope BaseScope(DType dtype, const Shape& shape, const Config& config, const Tar
   scope.values["KTUNE_FAST_MATH"] = config.knobs.fast_math ? 1 : 0;
   scope.values["KTUNE_SM"] = target.sm;
   scope.values["KTUNE_SM_COUNT"] = target.sm_count;
+  scope.values["KTUNE_THREADS_PER_SM"] = target.max_threads_per_sm;
+  scope.values["KTUNE_REGS_PER_SM"] = target.registers_per_sm;
   return scope;
 }
 
@@ -160,9 +162,18 @@ std::vector<std::string> Instance::CompileOptions() const {
       absl::StrCat("--gpu-architecture=", config.knobs.target),
       absl::StrCat("-DKTUNE_MAX_THREADS=", max_threads),
       absl::StrCat("-DKTUNE_MIN_BLOCKS=", config.knobs.min_blocks),
+      absl::StrCat("-DKTUNE_MAXRREG=", config.knobs.maxrregcount),
   };
+  // ptxas ignores --maxrregcount for a kernel with __launch_bounds__ (checked with NVRTC
+  // 13.0), and __maxnreg__ cannot be combined with it; so templates write
+  // KTUNE_LAUNCH_BOUNDS and the register knob picks which qualifier it becomes.
   if (config.knobs.maxrregcount > 0) {
+    options.push_back(absl::StrCat("-DKTUNE_LAUNCH_BOUNDS=__maxnreg__(",
+                                   config.knobs.maxrregcount, ")"));
     options.push_back(absl::StrCat("--maxrregcount=", config.knobs.maxrregcount));
+  } else {
+    options.push_back(absl::StrCat("-DKTUNE_LAUNCH_BOUNDS=__launch_bounds__(", max_threads, ", ",
+                                   config.knobs.min_blocks, ")"));
   }
   if (config.knobs.fast_math) options.push_back("--use_fast_math");
   return options;

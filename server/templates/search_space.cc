@@ -111,6 +111,9 @@ std::vector<Knobs> KnobChoices(const KernelTemplate& tmpl, const TargetInfo& tar
     for (bool f : fast) {
       for (int64_t b : min_blocks) {
         for (int64_t r : regs) {
+          // A register cap replaces the launch bounds (instance.cc), whose min-blocks
+          // argument then has no effect: one combination, not one per min_blocks.
+          if (r > 0 && b != min_blocks.front()) continue;
           Knobs knobs;
           knobs.maxrregcount = r;
           knobs.min_blocks = b;

@@ -25,7 +25,8 @@ absl::Status ValidateRequest(const KernelTemplate& tmpl, DType dtype, const Shap
 
 // The global knob combinations for `tmpl` on `target`: the manifest's knob lists (ktune's
 // defaults where empty) x fast math where allowed x {sm_XY, sm_XYa where the device has
-// it and the manifest allows}. Launch-bounds combinations a device cannot honour are
+// it and the manifest allows}. A register cap goes with the first min_blocks value only
+// (it replaces the launch bounds). Launch-bounds combinations a device cannot honour are
 // removed later, per candidate, when its block size is known.
 std::vector<Knobs> KnobChoices(const KernelTemplate& tmpl, const TargetInfo& target);
 

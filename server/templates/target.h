@@ -19,6 +19,7 @@ struct TargetInfo {
   bool has_arch_specific = true;
   int sm_count = 132;
   int max_threads_per_sm = 2048;
+  int registers_per_sm = 65536;
   int max_threads_per_block = 1024;
   // Opt-in maximum of dynamic + static shared memory per block, bytes (227 KiB on sm_90).
   int64_t max_shared_per_block = 232448;

@@ -25,33 +25,33 @@ std::shared_ptr<const KernelTemplate> Tiny() {
 TargetInfo Sm90() { return *TargetFromArch("sm_90"); }
 
 TEST(SearchSpaceTest, CountsForADivisibleShape) {
-  // BLOCK: 7 values, VEC: 3 -> 21 param points; knobs: maxrreg {0,64} x min_blocks {1,2}
-  // x {sm_90, sm_90a} = 8. BLOCK 2048 is over the 1024-thread limit: 3 points x 8 knobs.
+  // BLOCK: 7 values, VEC: 3 -> 21 param points; knobs: (maxrreg 0 x min_blocks {1,2}, or
+  // maxrreg 64) x {sm_90, sm_90a} = 6. BLOCK 2048 is over the 1024-thread limit: 3 x 6.
   ASSERT_OK_AND_ASSIGN(SearchSpace s, EnumerateSearchSpace(Tiny(), DType::kF32, {{"n", 1000}}, Sm90()));
   EXPECT_EQ(s.param_points, 21);
-  EXPECT_EQ(s.points, 168);
-  EXPECT_EQ(s.configs.size(), 144u);
+  EXPECT_EQ(s.points, 126);
+  EXPECT_EQ(s.configs.size(), 108u);
   EXPECT_THAT(s.rejected,
-              ElementsAre(Pair("tiny<float, N, N>: block of more than N threads", 24)));
+              ElementsAre(Pair("tiny<float, N, N>: block of more than N threads", 18)));
 }
 
 TEST(SearchSpaceTest, ConstraintsPruneBeforeCompiling) {
   // n = 1001 is odd: VEC 2 and 4 fail "n % VEC == 0", leaving 6 blocks x VEC 1.
   ASSERT_OK_AND_ASSIGN(SearchSpace s, EnumerateSearchSpace(Tiny(), DType::kF32, {{"n", 1001}}, Sm90()));
-  EXPECT_EQ(s.configs.size(), 6u * 8u);
-  EXPECT_EQ(s.rejected.at("constraint 'n % VEC == N'"), 12 * 8);
+  EXPECT_EQ(s.configs.size(), 6u * 6u);
+  EXPECT_EQ(s.rejected.at("constraint 'n % VEC == N'"), 12 * 6);
 }
 
 TEST(SearchSpaceTest, NoArchSpecificTargetBeforeSm90) {
   ASSERT_OK_AND_ASSIGN(SearchSpace s,
                        EnumerateSearchSpace(Tiny(), DType::kF32, {{"n", 1000}}, *TargetFromArch("sm_80")));
-  EXPECT_EQ(s.configs.size(), 72u);
+  EXPECT_EQ(s.configs.size(), 54u);
   for (const Config& c : s.configs) EXPECT_EQ(c.knobs.target, "sm_80");
 }
 
 TEST(SearchSpaceTest, KnobChoicesAndDefaults) {
   std::vector<Knobs> knobs = KnobChoices(*Tiny(), Sm90());
-  ASSERT_EQ(knobs.size(), 8u);
+  ASSERT_EQ(knobs.size(), 6u);
   EXPECT_EQ(knobs.front().target, "sm_90");
   EXPECT_EQ(knobs.back().target, "sm_90a");
   Config d = DefaultConfig(*Tiny(), Sm90());
@@ -123,7 +123,15 @@ TEST(InstanceTest, BindsGeometryArgsCostAndOptions) {
   EXPECT_EQ(i.args[2].int_value, 1000);
   EXPECT_THAT(i.CompileOptions(),
               ElementsAre("--gpu-architecture=sm_90a", "-DKTUNE_MAX_THREADS=128",
-                          "-DKTUNE_MIN_BLOCKS=2", "--maxrregcount=64", "--use_fast_math"));
+                          "-DKTUNE_MIN_BLOCKS=2", "-DKTUNE_MAXRREG=64",
+                          "-DKTUNE_LAUNCH_BOUNDS=__maxnreg__(64)", "--maxrregcount=64",
+                          "--use_fast_math"));
+  c.knobs = {0, 2, false, "sm_90"};
+  ASSERT_OK_AND_ASSIGN(BindResult plain, Bind(Tiny(), DType::kBF16, {{"n", 1000}}, c, Sm90()));
+  EXPECT_THAT(plain.instance->CompileOptions(),
+              ElementsAre("--gpu-architecture=sm_90", "-DKTUNE_MAX_THREADS=128",
+                          "-DKTUNE_MIN_BLOCKS=2", "-DKTUNE_MAXRREG=0",
+                          "-DKTUNE_LAUNCH_BOUNDS=__launch_bounds__(128, 2)"));
   EXPECT_THAT(i.NameExpressions(), ElementsAre("tiny<__nv_bfloat16, 128, 4>"));
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -13,13 +14,22 @@
 
 namespace ktune::testing {
 
-// The checked-in test templates (tests/templates/testdata/good).
-inline std::string TestTemplatesDir() {
-  return absl::StrCat(KTUNE_SOURCE_DIR, "/tests/templates/testdata/good");
+// The source tree: $KTUNE_SOURCE_DIR when set (a bundle on the GPU host, where the build's
+// path does not exist), else the one the tests were built from.
+inline std::string SourceDir() {
+  const char* env = std::getenv("KTUNE_SOURCE_DIR");
+  return env != nullptr && *env != '\0' ? env : KTUNE_SOURCE_DIR;
 }
 
+// The checked-in test templates (tests/templates/testdata/good).
+inline std::string TestTemplatesDir() {
+  return absl::StrCat(SourceDir(), "/tests/templates/testdata/good");
+}
+
+// The shipped templates; in a bundle, $KTUNE_TEMPLATES.
 inline std::string ShippedTemplatesDir() {
-  return absl::StrCat(KTUNE_SOURCE_DIR, "/kernel_templates");
+  const char* env = std::getenv("KTUNE_TEMPLATES");
+  return env != nullptr && *env != '\0' ? env : absl::StrCat(SourceDir(), "/kernel_templates");
 }
 
 // A new empty folder under the test's temporary directory.
