@@ -14,9 +14,11 @@
 namespace ktune {
 namespace {
 
-// File layout: one line of JSON (the result without the cubin, plus the cubin's size and
-// sha256), '\n', then the cubin's bytes. The magic names the format's version.
-constexpr char kMagic[] = "ktune-cubin-cache-1";
+// File layout: the sha256 of everything after its line, '\n', one line of JSON (the
+// result without the cubin, plus the cubin's size), '\n', then the cubin's bytes. The
+// digest covers the header too, so a damaged register count is a miss, not a wrong hit.
+// The magic names the format's version.
+constexpr char kMagic[] = "ktune-cubin-cache-2";
 
 nlohmann::json ResourcesToJson(const KernelResources& r) {
   return {{"mangled_name", r.mangled_name}, {"arch", r.arch},
@@ -90,9 +92,15 @@ std::optional<CompileResult> CubinCache::Get(const std::string& key) const {
     ::unlink(path.c_str());
     return std::nullopt;
   };
-  const size_t eol = bytes->find('\n');
+  const size_t digest_end = bytes->find('\n');
+  if (digest_end == std::string::npos ||
+      Sha256Hex(absl::string_view(*bytes).substr(digest_end + 1)) != bytes->substr(0, digest_end)) {
+    return bad();
+  }
+  const size_t eol = bytes->find('\n', digest_end + 1);
   if (eol == std::string::npos) return bad();
-  nlohmann::json j = nlohmann::json::parse(bytes->substr(0, eol), nullptr, false);
+  nlohmann::json j =
+      nlohmann::json::parse(bytes->substr(digest_end + 1, eol - digest_end - 1), nullptr, false);
   if (!j.is_object()) return bad();
   CompileResult r;
   // nlohmann's getters throw on a mismatch; a bad file is a miss, and stays in here.
@@ -101,10 +109,7 @@ std::optional<CompileResult> CubinCache::Get(const std::string& key) const {
       return bad();
     }
     r.cubin = bytes->substr(eol + 1);
-    if (r.cubin.size() != j.at("cubin_size").get<size_t>() ||
-        Sha256Hex(r.cubin) != j.at("cubin_sha256").get<std::string>()) {
-      return bad();
-    }
+    if (r.cubin.size() != j.at("cubin_size").get<size_t>()) return bad();
     r.ok = j.at("ok").get<bool>();
     r.log = j.at("log").get<std::string>();
     for (const auto& k : j.at("kernels")) {
@@ -134,12 +139,12 @@ absl::Status CubinCache::Put(const std::string& key, const CompileResult& result
                       {"ok", result.ok},
                       {"log", result.log},
                       {"kernels", kernels},
-                      {"cubin_size", result.cubin.size()},
-                      {"cubin_sha256", Sha256Hex(result.cubin)}};
+                      {"cubin_size", result.cubin.size()}};
   // dump() escapes newlines inside strings, so the header is one line; a log that is not
   // UTF-8 has its odd bytes replaced rather than failing the write.
   const std::string header = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return AtomicWriteFile(PathFor(key), absl::StrCat(header, "\n", result.cubin));
+  const std::string body = absl::StrCat(header, "\n", result.cubin);
+  return AtomicWriteFile(PathFor(key), absl::StrCat(Sha256Hex(body), "\n", body));
 }
 
 std::unique_ptr<Compiler> NewCachingCompiler(std::unique_ptr<Compiler> inner,

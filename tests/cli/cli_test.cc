@@ -1,0 +1,365 @@
+// Runs the built `ktune` program as a user would, and checks its exit status, stdout and
+// stderr (commands.h: 0 done, 1 the work failed, 2 bad input with a message on stderr).
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "server/base/file.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/status_matchers.h"
+
+extern char** environ;
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::NewTempDir;
+using ::ktune::testing::ShippedTemplatesDir;
+using ::testing::AllOf;
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+struct Result {
+  int exit_code = -1;  // -1: did not exit normally
+  std::string out;
+  std::string err;
+};
+
+std::ostream& operator<<(std::ostream& os, const Result& r) {
+  return os << "exit " << r.exit_code << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
+}
+
+// Runs ktune with `args`, stdout and stderr going to files in a fresh folder. The cache
+// defaults point into that folder too, so no test touches the user's cache.
+Result Ktune(const std::vector<std::string>& args) {
+  Result run;
+  const std::string dir = NewTempDir();
+  const std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
+  const std::string binary = KTUNE_BINARY_DIR "/bin/ktune";
+
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "XDG_CACHE_HOME=")) env_strings.push_back(*e);
+  }
+  env_strings.push_back(absl::StrCat("XDG_CACHE_HOME=", dir, "/xdg-cache"));
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  std::vector<std::string> argv_strings = {binary};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  pid_t pid = 0;
+  const int spawned =
+      posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  EXPECT_EQ(spawned, 0) << "cannot run " << binary << ": " << strerror(spawned);
+  if (spawned != 0) return run;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  run.out = ReadFile(out_path).value_or("");
+  run.err = ReadFile(err_path).value_or("");
+  return run;
+}
+
+// The rows of `ktune templates`, each split on runs of spaces.
+std::vector<std::vector<std::string>> Rows(const std::string& out) {
+  std::vector<std::vector<std::string>> rows;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    rows.push_back(absl::StrSplit(line, ' ', absl::SkipEmpty()));
+  }
+  return rows;
+}
+
+const std::vector<std::string>* Row(const std::vector<std::vector<std::string>>& rows,
+                                    const std::string& name) {
+  for (const auto& r : rows) {
+    if (!r.empty() && r[0] == name) return &r;
+  }
+  return nullptr;
+}
+
+// --- ktune templates ---------------------------------------------------------------------
+
+TEST(CliTemplatesTest, ListsShippedTemplatesWithAHeader) {
+  const Result r = Ktune({"templates", "--templates", ShippedTemplatesDir()});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.err, IsEmpty());
+  const auto rows = Rows(r.out);
+  ASSERT_GE(rows.size(), 3u) << r;
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"TEMPLATE", "DTYPES", "DIMS", "DTYPE", "SHAPE",
+                                               "CANDIDATES", "PARAM-POINTS"}));
+  const auto* rms = Row(rows, "rmsnorm");
+  const auto* ew = Row(rows, "elementwise");
+  ASSERT_NE(rms, nullptr) << r;
+  ASSERT_NE(ew, nullptr) << r;
+  ASSERT_EQ(rms->size(), 7u) << r;
+  ASSERT_EQ(ew->size(), 7u) << r;
+  EXPECT_EQ((*rms)[1], "f32,f16,bf16");
+  EXPECT_EQ((*rms)[2], "tokens,hidden");
+  EXPECT_EQ((*rms)[3], "f32");                    // the first dtype when none is asked for
+  EXPECT_EQ((*rms)[4], "hidden=4096,tokens=16");  // the examples
+  EXPECT_EQ((*ew)[4], "n=1048576");
+  for (const std::vector<std::string>* row : {rms, ew}) {
+    EXPECT_THAT((*row)[5], ContainsRegex("^[1-9][0-9]*$")) << r;
+    EXPECT_THAT((*row)[6], ContainsRegex("^[1-9][0-9]*/[1-9][0-9]*$")) << r;
+  }
+}
+
+TEST(CliTemplatesTest, ShapeAndDtypeChangeTheCounts) {
+  const Result base = Ktune({"templates", "--templates", ShippedTemplatesDir()});
+  const Result big = Ktune({"templates", "--templates", ShippedTemplatesDir(), "--shape",
+                            "tokens=4096,hidden=8192", "--dtype", "bf16"});
+  ASSERT_EQ(base.exit_code, 0) << base;
+  ASSERT_EQ(big.exit_code, 0) << big;
+  const auto base_rows = Rows(base.out), big_rows = Rows(big.out);
+  const auto* before = Row(base_rows, "rmsnorm");
+  const auto* after = Row(big_rows, "rmsnorm");
+  ASSERT_TRUE(before && after && before->size() == 7 && after->size() == 7) << base << big;
+  EXPECT_EQ((*after)[3], "bf16");
+  EXPECT_EQ((*after)[4], "hidden=8192,tokens=4096");
+  EXPECT_NE((*after)[5], (*before)[5]) << "candidates";
+  EXPECT_NE((*after)[6], (*before)[6]) << "param points";
+  // elementwise has no tokens or hidden: its example n, but the dtype asked for.
+  const auto* ew = Row(big_rows, "elementwise");
+  ASSERT_NE(ew, nullptr);
+  EXPECT_EQ((*ew)[3], "bf16");
+  EXPECT_EQ((*ew)[4], "n=1048576");
+}
+
+TEST(CliTemplatesTest, BadInputIsUsageError) {
+  const std::string dir = ShippedTemplatesDir();
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--shape", "tokens16"}, "tokens16"},
+      {{"--dtype", "f64"}, "unknown dtype 'f64'"},
+      {{"--arch", "sm_9x"}, "arch 'sm_9x'"},
+      {{"--bogus"}, "--bogus"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"templates", "--templates", dir};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Result r = Ktune(args);
+    SCOPED_TRACE(absl::StrJoin(c.args, " "));
+    EXPECT_EQ(r.exit_code, 2) << r;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << r;
+  }
+  const Result missing = Ktune({"templates", "--templates", NewTempDir() + "/nope"});
+  EXPECT_EQ(missing.exit_code, 2) << missing;
+  EXPECT_THAT(missing.err, HasSubstr("templates:")) << missing;
+}
+
+TEST(CliTest, NoSubcommandIsUsageErrorAndHelpIsNot) {
+  const Result none = Ktune({});
+  EXPECT_EQ(none.exit_code, 2) << none;
+  EXPECT_THAT(none.err, HasSubstr("subcommand")) << none;
+  const Result help = Ktune({"--help"});
+  EXPECT_EQ(help.exit_code, 0) << help;
+  EXPECT_THAT(help.out, AllOf(HasSubstr("templates"), HasSubstr("compile"))) << help;
+}
+
+// --- ktune compile -----------------------------------------------------------------------
+
+class CliCompileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = NewTempDir();
+    cache_dir_ = dir_ + "/cache";
+  }
+
+  // ktune compile with the shipped templates and this test's cache, then `args`.
+  Result Compile(const std::vector<std::string>& args) {
+    std::vector<std::string> all = {"compile"};
+    all.insert(all.end(), args.begin(), args.end());
+    all.insert(all.end(), {"--templates", ShippedTemplatesDir(), "--cache-dir", cache_dir_});
+    return Ktune(all);
+  }
+
+  std::string dir_;
+  std::string cache_dir_;
+};
+
+TEST_F(CliCompileTest, CompilesRmsnormAndHitsTheCacheTheSecondTime) {
+  const std::string out = dir_ + "/rmsnorm.cubin";
+  const std::vector<std::string> args = {
+      "rmsnorm", "--dtype", "bf16",  "--shape", "tokens=16,hidden=4096",
+      "--arch",  "sm_90a",  "--out", out};
+  const Result first = Compile(args);
+  ASSERT_EQ(first.exit_code, 0) << first;
+  EXPECT_THAT(first.err, IsEmpty());
+  EXPECT_THAT(first.out, HasSubstr("template  rmsnorm bf16 hidden=4096,tokens=16\n"));
+  EXPECT_THAT(first.out,
+              HasSubstr("config    BLOCK=256,CACHE=0,ROWS_PER_WARP=0,VEC=4 maxrreg=0 minb=1 "
+                        "fastmath=0 sm_90a\n"));
+  EXPECT_THAT(first.out, HasSubstr("kernel    rmsnorm_kernel<__nv_bfloat16, 256, 4, 0, 0>\n"));
+  EXPECT_THAT(first.out, ContainsRegex("lowered   _Z[A-Za-z0-9_]+\n"));
+  // ROWS_PER_WARP = 0: one row per block.
+  EXPECT_THAT(first.out, HasSubstr("grid      [16, 1, 1]  block [256, 1, 1]"));
+  EXPECT_THAT(first.out, ContainsRegex("registers [1-9][0-9]*  spills [0-9]+ B"));
+  EXPECT_THAT(first.out, ContainsRegex("compile   [0-9]+\\.[0-9] ms\n"));
+  EXPECT_THAT(first.out, Not(HasSubstr("cache hit")));
+  EXPECT_THAT(first.out, ContainsRegex("wrote     .*rmsnorm.cubin \\([0-9]+ bytes, sha256 "
+                                       "[0-9a-f]{64}\\)"));
+  ASSERT_OK_AND_ASSIGN(std::string cubin, ReadFile(out));
+  EXPECT_THAT(cubin, StartsWith("\x7f"
+                                "ELF"));
+
+  ASSERT_EQ(::unlink(out.c_str()), 0);
+  const Result second = Compile(args);
+  ASSERT_EQ(second.exit_code, 0) << second;
+  EXPECT_THAT(second.out, ContainsRegex("compile   [0-9]+\\.[0-9] ms \\(cubin cache hit\\)\n"));
+  ASSERT_OK_AND_ASSIGN(std::string again, ReadFile(out));
+  EXPECT_TRUE(again == cubin) << "the cached cubin differs from the compiled one";
+
+  // --no-cache compiles again, and says nothing of the cache.
+  std::vector<std::string> no_cache = args;
+  no_cache.push_back("--no-cache");
+  const Result third = Compile(no_cache);
+  ASSERT_EQ(third.exit_code, 0) << third;
+  EXPECT_THAT(third.out, Not(HasSubstr("cache hit")));
+}
+
+TEST_F(CliCompileTest, KnobFlagsReachTheConfig) {
+  const Result r =
+      Compile({"elementwise", "--dtype", "f16", "--shape", "n=4096", "--param", "BLOCK=128",
+               "--param", "VEC=8", "--min-blocks", "2", "--maxrregcount", "64", "--fast-math"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr("config    BLOCK=128,GRID_STRIDE=0,UNROLL=2,VEC=8 maxrreg=64 "
+                               "minb=2 fastmath=1 sm_90\n"));
+  EXPECT_THAT(r.out, HasSubstr("kernel    axpby_kernel<__half, 128, 8, 2, 0>\n"));
+  // 4096 / (128 * 8 * 2) blocks.
+  EXPECT_THAT(r.out, HasSubstr("grid      [2, 1, 1]  block [128, 1, 1]"));
+}
+
+struct BadCase {
+  std::string name;
+  std::vector<std::string> args;
+  std::string message;
+};
+
+std::ostream& operator<<(std::ostream& os, const BadCase& c) { return os << c.name; }
+
+class CliCompileBadInputTest : public CliCompileTest,
+                               public ::testing::WithParamInterface<BadCase> {};
+
+TEST_P(CliCompileBadInputTest, ExitsTwoWithTheReasonOnStderr) {
+  const Result r = Compile(GetParam().args);
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_THAT(r.err, HasSubstr(GetParam().message)) << r;
+  EXPECT_THAT(r.out, IsEmpty()) << r;
+}
+
+const std::vector<std::string> kRms = {"rmsnorm", "--dtype", "bf16", "--shape",
+                                       "tokens=16,hidden=4096"};
+
+std::vector<std::string> Rms(std::vector<std::string> extra) {
+  std::vector<std::string> args = kRms;
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, CliCompileBadInputTest,
+    ::testing::Values(
+        BadCase{"UnknownTemplate",
+                {"layernorm", "--dtype", "bf16", "--shape", "n=1"},
+                "unknown template 'layernorm'; known: elementwise, rmsnorm"},
+        BadCase{"UnknownDtype",
+                {"rmsnorm", "--dtype", "f64", "--shape", "tokens=16,hidden=4096"},
+                "unknown dtype 'f64'"},
+        BadCase{"DtypeTheTemplateLacks",
+                {"rmsnorm", "--dtype", "i32", "--shape", "tokens=16,hidden=4096"},
+                "template rmsnorm has no dtype i32"},
+        BadCase{"MissingDim",
+                {"rmsnorm", "--dtype", "bf16", "--shape", "tokens=16"},
+                "missing dim 'hidden'"},
+        BadCase{"UnknownDim",
+                {"rmsnorm", "--dtype", "bf16", "--shape", "tokens=16,hidden=4096,batch=2"},
+                "unknown dim 'batch'"},
+        BadCase{"DimOutOfRange",
+                {"rmsnorm", "--dtype", "bf16", "--shape", "tokens=16,hidden=0"},
+                "dim 'hidden' = 0 is outside [1, 65536]"},
+        BadCase{"DimOverItsMax",
+                {"rmsnorm", "--dtype", "bf16", "--shape", "tokens=16,hidden=65537"},
+                "dim 'hidden' = 65537 is outside [1, 65536]"},
+        BadCase{"MalformedShape",
+                {"rmsnorm", "--dtype", "bf16", "--shape", "tokens16,hidden=4096"},
+                "tokens16"},
+        BadCase{"ParamUnknown", Rms({"--param", "WARPS=2"}), "no param 'WARPS'"},
+        BadCase{"ParamValueNotListed", Rms({"--param", "BLOCK=100"}),
+                "BLOCK=100 is not one of its values"},
+        BadCase{"ParamNotNameEqualsInt", Rms({"--param", "BLOCK"}), "'BLOCK' is not NAME=INTEGER"},
+        BadCase{"ParamValueNotInt", Rms({"--param", "BLOCK=big"}),
+                "'BLOCK=big' is not NAME=INTEGER"},
+        BadCase{"BadArch", Rms({"--arch", "sm90"}), "arch 'sm90'"},
+        BadCase{"VirtualArch", Rms({"--arch", "compute_90"}), "arch 'compute_90'"},
+        BadCase{"ArchSpecificBeforeSm90", Rms({"--arch", "sm_80a"}),
+                "arch-specific targets start at sm_90a"},
+        BadCase{"MaxrregcountOutOfRange", Rms({"--maxrregcount", "8"}), "outside 16..255"},
+        BadCase{"MinBlocksOutOfRange", Rms({"--min-blocks", "0"}), "outside 1..32"},
+        // hidden = 4100 is a multiple of 4 (the default VEC) but not of 8.
+        BadCase{
+            "ConfigRejectedByAConstraint",
+            {"rmsnorm", "--dtype", "bf16", "--shape", "tokens=16,hidden=4100", "--param", "VEC=8"},
+            "constraint 'hidden % VEC == 0'"},
+        BadCase{
+            "ConfigOverTheWidestAccess",
+            {"rmsnorm", "--dtype", "f32", "--shape", "tokens=16,hidden=4096", "--param", "VEC=8"},
+            "constraint 'VEC * sizeof(dtype) <= 16'"},
+        BadCase{"UnknownFlag", Rms({"--bogus"}), "--bogus"},
+        BadCase{"MissingRequiredFlag", {"rmsnorm", "--shape", "tokens=16,hidden=4096"}, "--dtype"},
+        BadCase{
+            "MissingTemplateName", {"--dtype", "bf16", "--shape", "n=1"}, "template is required"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(CliCompileFailureTest, CompileErrorExitsOneAndPrintsTheLog) {
+  const std::string templates = NewTempDir();
+  ASSERT_NO_FATAL_FAILURE(testing::WriteTiny(templates));
+  ASSERT_OK(AtomicWriteFile(templates + "/tiny/tiny.cu",
+                            "template <typename T, int BLOCK, int VEC>\n"
+                            "__global__ void tiny(const T* x, T* out, int n) { out[0] = x[0] +; }\n"
+                            "template <typename T>\n"
+                            "__global__ void tiny_ref(const T* x, T* out, int n) {}\n"));
+  const Result r = Ktune({"compile", "tiny", "--dtype", "f32", "--shape", "n=1000", "--templates",
+                          templates, "--cache-dir", NewTempDir()});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err,
+              AllOf(HasSubstr("tiny.cu"), HasSubstr("error"), HasSubstr("ktune: compile failed")))
+      << r;
+  EXPECT_THAT(r.out, HasSubstr("template  tiny f32 n=1000")) << r;
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,142 @@
+// Every shipped template compiles: each dtype x each valid param point at default knobs, at
+// each dim's example shape, for sm_90 and sm_90a, plus each reference. No GPU needed; a
+// template edit that breaks one instantiation fails here, naming it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/compile/cache_key.h"
+#include "server/compile/compile_pool.h"
+#include "server/templates/instance.h"
+#include "server/templates/registry.h"
+#include "server/templates/search_space.h"
+#include "server/tuning/compile_request.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::testing::Contains;
+using ::testing::IsEmpty;
+using ::testing::Key;
+using ::testing::SizeIs;
+using ::testing::StartsWith;
+
+struct Item {
+  std::string group;  // "rmsnorm bf16 sm_90a"
+  std::string what;   // the config, or "reference"
+  CompileRequest request;
+};
+
+struct GroupSummary {
+  int compiles = 0;
+  int spilling = 0;
+  int64_t max_registers = 0;
+};
+
+TEST(ShippedTemplatesTest, EveryParamPointAndReferenceCompiles) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<TemplateRegistry> registry,
+                       LoadTemplateRegistry(testing::ShippedTemplatesDir()));
+  for (const absl::Status& e : registry->errors()) ADD_FAILURE() << e;
+  ASSERT_THAT(registry->errors(), IsEmpty());
+  ASSERT_THAT(registry->templates(), Contains(Key("elementwise")));
+  ASSERT_THAT(registry->templates(), Contains(Key("rmsnorm")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Compiler> compiler, NewTemplateCompiler(*registry, nullptr));
+
+  std::vector<Item> items;
+  std::set<std::string> keys;  // a reference is the same compile for both targets
+  for (const auto& [name, tmpl] : registry->templates()) {
+    Shape shape;
+    for (const v1::Dim& d : tmpl->manifest().dims()) shape[d.name()] = d.example();
+    for (DType dtype : tmpl->dtypes()) {
+      ASSERT_OK(ValidateRequest(*tmpl, dtype, shape)) << name;
+      for (const std::string arch : {"sm_90", "sm_90a"}) {
+        const std::string group = absl::StrCat(name, " ", DTypeName(dtype), " ", arch);
+        SCOPED_TRACE(group);
+        ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch(arch));
+        Knobs knobs = DefaultConfig(*tmpl, target).knobs;
+        knobs.target = arch;
+        ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateParams(tmpl, dtype, shape, target, knobs));
+        EXPECT_GT(space.configs.size(), 0u) << "no valid param point at " << ShapeString(shape);
+        for (const Config& config : space.configs) {
+          ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(tmpl, dtype, shape, config, target));
+          ASSERT_TRUE(bound.instance) << ConfigString(config) << ": " << bound.rejected_because;
+          CompileRequest request = BuildCompileRequest(*bound.instance);
+          ASSERT_THAT(request.options, Contains(absl::StrCat("--gpu-architecture=", arch)));
+          keys.insert(CompileCacheKey(request, compiler->Identity()));
+          items.push_back({group, ConfigString(config), std::move(request)});
+        }
+        ASSERT_OK_AND_ASSIGN(Instance reference, BindReference(tmpl, dtype, shape, target));
+        CompileRequest request = BuildCompileRequest(reference);
+        if (keys.insert(CompileCacheKey(request, compiler->Identity())).second) {
+          items.push_back({group, "reference", std::move(request)});
+        }
+      }
+    }
+  }
+
+  std::vector<CompileRequest> requests;
+  for (const Item& item : items) requests.push_back(item.request);
+  CompilePool pool(compiler.get(), /*threads=*/0);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<absl::StatusOr<CompileResult>> results = pool.CompileAll(std::move(requests));
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(results.size(), items.size());
+
+  std::map<std::string, GroupSummary> summary;
+  int spilling = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& item = items[i];
+    SCOPED_TRACE(absl::StrCat(item.group, " ", item.what));
+    ASSERT_OK(results[i]);
+    const CompileResult& r = *results[i];
+    ASSERT_TRUE(r.ok) << r.log;
+    EXPECT_THAT(r.cubin, StartsWith("\x7f"
+                                    "ELF"));
+    ASSERT_THAT(r.kernels, SizeIs(item.request.name_expressions.size()));
+    GroupSummary& g = summary[item.group];
+    ++g.compiles;
+    bool spills = false;
+    for (const CompiledKernel& k : r.kernels) {
+      EXPECT_THAT(k.lowered_name, StartsWith("_Z"));
+      EXPECT_EQ(k.resources.mangled_name, k.lowered_name) << "no ptxas report:\n" << r.log;
+      EXPECT_GT(k.resources.registers, 0);
+      g.max_registers = std::max(g.max_registers, k.resources.registers);
+      if (k.resources.spill_stores + k.resources.spill_loads > 0) {
+        spills = true;
+        std::printf("  spills: %s %s: %lld B stores, %lld B loads, %lld registers\n",
+                    item.group.c_str(), item.what.c_str(),
+                    static_cast<long long>(k.resources.spill_stores),
+                    static_cast<long long>(k.resources.spill_loads),
+                    static_cast<long long>(k.resources.registers));
+      }
+    }
+    g.spilling += spills;
+    spilling += spills;
+  }
+
+  std::printf("%-28s %8s %8s %8s\n", "TEMPLATE DTYPE TARGET", "COMPILES", "SPILLING", "MAX-REGS");
+  for (const auto& [group, g] : summary) {
+    std::printf("%-28s %8d %8d %8lld\n", group.c_str(), g.compiles, g.spilling,
+                static_cast<long long>(g.max_registers));
+  }
+  std::printf("%zu compiles (%d spilling at default knobs) on %d threads in %.1f s\n", items.size(),
+              spilling, pool.threads(), wall_s);
+  RecordProperty("compiles", static_cast<int>(items.size()));
+  RecordProperty("spilling", spilling);
+  RecordProperty("wall_ms", static_cast<int>(wall_s * 1000));
+}
+
+}  // namespace
+}  // namespace ktune
