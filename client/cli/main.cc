@@ -1,4 +1,4 @@
-// ktune: the command-line tool (templates, compile; more subcommands join as they land).
+// ktune: the command-line tool (templates, compile, tune).
 #include <iostream>
 #include <vector>
 
@@ -9,7 +9,8 @@ int main(int argc, char** argv) {
   CLI::App app{"ktune: autotuned CUDA kernels, compiled with NVRTC"};
   app.require_subcommand(1);
   std::vector<ktune::cli::Command> commands = {ktune::cli::AddTemplatesCommand(app),
-                                               ktune::cli::AddCompileCommand(app)};
+                                               ktune::cli::AddCompileCommand(app),
+                                               ktune::cli::AddTuneCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

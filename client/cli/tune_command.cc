@@ -1,0 +1,189 @@
+// `ktune tune`: one tuning job in this process, with a live progress line, then the winner
+// and the best candidates with their metrics.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/commands.h"
+#include "server/base/file.h"
+#include "server/base/paths.h"
+#include "server/compile/compile_pool.h"
+#include "server/gpu/process_gpu.h"
+#include "server/store/store.h"
+#include "server/templates/search_space.h"
+#include "server/tuning/compile_request.h"
+#include "server/tuning/tuning_job.h"
+
+namespace ktune::cli {
+namespace {
+
+struct TuneArgs {
+  std::string template_name;
+  std::string dtype;
+  std::string shape;
+  std::string strategy = "exhaustive";
+  int64_t budget = 0;
+  double time_s = 0;
+  uint64_t seed = 1;
+  std::string db;
+  std::string templates_dir;
+  std::string cache_dir;
+  std::string worker;
+  int ordinal = 0;
+  int threads = 0;
+  int top = 10;
+  bool quiet = false;
+};
+
+std::string Us(double ns) { return absl::StrFormat("%.2f", ns / 1000.0); }
+
+std::string ParamsString(const Config& c) {
+  return absl::StrJoin(c.params, ",", absl::PairFormatter("="));
+}
+
+std::string KnobsString(const Knobs& k) {
+  return absl::StrCat(k.target, k.maxrregcount ? absl::StrCat(" rreg", k.maxrregcount) : "",
+                      k.min_blocks > 1 ? absl::StrCat(" minb", k.min_blocks) : "",
+                      k.fast_math ? " fast" : "");
+}
+
+void PrintTrials(const std::vector<store::Trial>& trials, int top) {
+  std::printf("%-4s %-40s %-18s %10s %8s %8s %5s %5s %6s %6s %6s\n", "rank", "params", "knobs",
+              "time_us", "spread", "GB/s", "ceil", "regs", "spill", "occ", "waves");
+  int rank = 0;
+  for (const store::Trial& t : trials) {
+    if (t.outcome != Outcome::kOk || rank >= top) break;
+    const TrialMetrics& m = t.metrics;
+    std::printf("%-4d %-40s %-18s %10s %7.1f%% %8.0f %4.0f%% %5lld %6lld %5.0f%% %6.2f\n", ++rank,
+                ParamsString(t.config).c_str(), KnobsString(t.config.knobs).c_str(),
+                Us(m.time_ns).c_str(), m.time_ns > 0 ? 100.0 * m.spread_ns / m.time_ns : 0.0,
+                m.gbps, 100.0 * m.ceiling_fraction, static_cast<long long>(m.registers),
+                static_cast<long long>(m.spill_bytes), 100.0 * m.occupancy, m.waves);
+  }
+}
+
+int RunTune(const TuneArgs& args) {
+  std::optional<DType> dtype = ParseDType(args.dtype);
+  if (!dtype) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype: unknown dtype '", args.dtype, "'; expected f32, f16 or bf16")));
+  }
+  absl::StatusOr<Shape> shape = ParseShape(args.shape);
+  if (!shape.ok()) return Fail(shape.status());
+  if (args.budget < 0) return Fail(absl::InvalidArgumentError("--budget: must be >= 0"));
+  if (args.time_s < 0) return Fail(absl::InvalidArgumentError("--time: must be >= 0"));
+  absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry = LoadRegistryOrWarn(args.templates_dir);
+  if (!registry.ok()) return Fail(registry.status());
+  absl::StatusOr<std::shared_ptr<const KernelTemplate>> tmpl = (*registry)->Get(args.template_name);
+  if (!tmpl.ok()) return Fail(tmpl.status());
+  if (absl::Status s = ValidateRequest(**tmpl, *dtype, *shape); !s.ok()) return Fail(s);
+
+  const std::string db = args.db.empty() ? DefaultDbPath() : args.db;
+  if (args.db.empty()) {
+    if (absl::Status s = MakeDirs(DefaultCacheDir()); !s.ok()) return Fail(s);
+  }
+  absl::StatusOr<std::unique_ptr<store::Store>> store = store::OpenSqliteStore(db);
+  if (!store.ok()) return Fail(store.status());
+  const std::string cache_dir =
+      args.cache_dir.empty() ? absl::StrCat(DefaultCacheDir(), "/cubins") : args.cache_dir;
+  absl::StatusOr<std::unique_ptr<CubinCache>> cache = CubinCache::Open(cache_dir);
+  if (!cache.ok()) return Fail(cache.status());
+  absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(**registry, cache->get());
+  if (!compiler.ok()) return Fail(compiler.status());
+  CompilePool pool(compiler->get(), args.threads);
+
+  ProcessGpuOptions gpu_options;
+  gpu_options.worker_path = args.worker.empty() ? DefaultWorkerPath() : args.worker;
+  gpu_options.ordinal = args.ordinal;
+  absl::StatusOr<std::unique_ptr<Gpu>> gpu = StartProcessGpu(gpu_options);
+  if (!gpu.ok()) return Fail(gpu.status());
+
+  TuneRequest request;
+  request.template_name = args.template_name;
+  request.dtype = *dtype;
+  request.shape = *shape;
+  request.strategy = args.strategy;
+  request.budget = args.budget;
+  request.time_limit_s = args.time_s;
+  request.seed = args.seed;
+  const bool live = !args.quiet && ::isatty(STDERR_FILENO);
+  auto progress = [&](const TuneProgress& p) {
+    if (args.quiet) return true;
+    std::string best = p.best ? absl::StrCat("best ", Us(p.best->metrics.time_ns), " us (",
+                                             ParamsString(p.best->config), ")")
+                              : "no passing candidate yet";
+    std::string line = absl::StrFormat("[%lld/%lld] %s  %s  elapsed %.0fs ETA %.0fs",
+                                       static_cast<long long>(p.done),
+                                       static_cast<long long>(p.total), best,
+                                       p.last ? OutcomeName(p.last->outcome) : "", p.elapsed_s, p.eta_s);
+    // A terminal gets one line rewritten in place; a log gets a line per 10%.
+    if (live) {
+      std::fprintf(stderr, "\r\033[K%s", line.c_str());
+    } else if (p.total > 0 && (p.done * 10 / p.total != (p.done - 1) * 10 / p.total)) {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    return true;
+  };
+  TuningEnv env{registry->get(), compiler->get(), &pool, gpu->get(), store->get()};
+  absl::StatusOr<TuneResult> result = RunTuning(request, env, progress);
+  if (live) std::fprintf(stderr, "\n");
+  if (!result.ok()) return Fail(result.status());
+
+  const store::Entry& e = result->entry;
+  int64_t by_outcome[7] = {};
+  for (const store::Trial& t : result->trials) ++by_outcome[static_cast<int>(t.outcome)];
+  std::printf("tuned     %s %s %s on %s\n", e.key.template_id.c_str(), e.key.dtype.c_str(),
+              e.key.shape.c_str(), e.key.device_model.c_str());
+  std::printf("winner    %s  %s\n", ParamsString(e.config).c_str(), KnobsString(e.config.knobs).c_str());
+  std::printf("time      %s us (spread %.1f%%, %lld samples)  %.0f GB/s  %.1f%% of copy ceiling\n",
+              Us(e.metrics.time_ns).c_str(),
+              e.metrics.time_ns > 0 ? 100 * e.metrics.spread_ns / e.metrics.time_ns : 0.0,
+              static_cast<long long>(e.metrics.repeats), e.metrics.gbps,
+              100 * e.metrics.ceiling_fraction);
+  std::printf("kernel    %s  grid [%u,%u,%u] block [%u,%u,%u] smem %u B\n",
+              e.launches.empty() ? "?" : e.launches[0].lowered_name.c_str(),
+              e.launches.empty() ? 0 : e.launches[0].grid[0], e.launches.empty() ? 0 : e.launches[0].grid[1],
+              e.launches.empty() ? 0 : e.launches[0].grid[2], e.launches.empty() ? 0 : e.launches[0].block[0],
+              e.launches.empty() ? 0 : e.launches[0].block[1], e.launches.empty() ? 0 : e.launches[0].block[2],
+              e.launches.empty() ? 0 : e.launches[0].shared_bytes);
+  std::vector<std::string> counts;
+  for (int o = 0; o < 7; ++o) {
+    if (by_outcome[o]) counts.push_back(absl::StrCat(OutcomeName(static_cast<Outcome>(o)), " ", by_outcome[o]));
+  }
+  std::printf("trials    %zu in %.1f s (%s)%s\n", result->trials.size(), result->seconds,
+              absl::StrJoin(counts, ", ").c_str(),
+              result->resumed_trials ? absl::StrCat(", ", result->resumed_trials, " from an earlier run").c_str() : "");
+  std::printf("stored    entry %lld in %s\n\n", static_cast<long long>(e.id), db.c_str());
+  PrintTrials(result->trials, args.top);
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddTuneCommand(CLI::App& parent) {
+  auto args = std::make_shared<TuneArgs>();
+  CLI::App* app = parent.add_subcommand(
+      "tune", "Tune one template for a dtype and shape on this host's GPU, store the winner");
+  app->add_option("template", args->template_name, "Template name")->required();
+  app->add_option("--dtype", args->dtype, "f32, f16 or bf16")->required();
+  app->add_option("--shape", args->shape, "Dims, e.g. tokens=4096,hidden=8192")->required();
+  app->add_option("--strategy", args->strategy, "exhaustive or random")->capture_default_str();
+  app->add_option("--budget", args->budget, "Most candidates to measure (0 = all)");
+  app->add_option("--time", args->time_s, "Stop starting candidates after this many seconds");
+  app->add_option("--seed", args->seed, "Random strategy and input data seed")->capture_default_str();
+  app->add_option("--db", args->db, "SQLite file (default: the daemon's)");
+  app->add_option("--templates", args->templates_dir, "Templates folder (default: shipped)");
+  app->add_option("--cache-dir", args->cache_dir, "Cubin cache folder");
+  app->add_option("--worker", args->worker, "ktune-worker program (default: beside ktune)");
+  app->add_option("--gpu", args->ordinal, "GPU ordinal")->capture_default_str();
+  app->add_option("--threads", args->threads, "Compile threads (0 = one per core)");
+  app->add_option("--top", args->top, "Candidates to list")->capture_default_str();
+  app->add_flag("--quiet", args->quiet, "No progress line");
+  return {app, [args] { return RunTune(*args); }};
+}
+
+}  // namespace ktune::cli

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Packs what the GPU test host needs into .bundle/ (ignored by git), so one `device` call
+# can run every GPU test and benchmark: stripped programs, the GPU test programs (those
+# CTest labels `gpu`), the templates and test data, the shared libraries the host lacks
+# (its own libc, libstdc++, CUDA driver and NVRTC are used), and deploy/gpu-host/run.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${KTUNE_BUILD_DIR:-build}"
+out=.bundle
+KTUNE_BUILD_DIR="$build" bash deploy/build.sh
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/share/ktune" "$out/tests"
+programs=(ktune ktune-worker compile_bench)
+gpu_tests=$(cd "$build" && ctest -N -L gpu --show-only=json-v1 |
+  python3 -c 'import json,sys,os; print("\n".join(sorted({os.path.basename(t["command"][0]) for t in json.load(sys.stdin)["tests"]})))')
+for p in "${programs[@]}" $gpu_tests; do
+  strip -o "$out/bin/$p" "$build/bin/$p"
+done
+cp -r kernel_templates "$out/share/ktune/"
+mkdir -p "$out/tests/gpu"
+cp -r tests/templates "$out/tests/"
+cp -r tests/gpu/testdata "$out/tests/gpu/"
+cp deploy/gpu-host/run.sh "$out/run.sh"
+echo "$gpu_tests" > "$out/gpu_tests.txt"
+
+# Shared libraries from Debian's gRPC/protobuf/abseil/SQLite/OpenSSL stack that the host
+# (Ubuntu 24.04, CUDA 13.0) does not have. System and CUDA libraries stay the host's.
+for p in "$out"/bin/*; do ldd "$p"; done | awk '/=> \// {print $3}' | sort -u |
+  grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libnvrtc[^/]*|libcuda)\.so' |
+  while read -r lib; do cp -L "$lib" "$out/lib/"; done
+du -sh "$out"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs on the GPU host from the unpacked bundle (deploy/bundle.sh): every GPU test, then the
+# benchmarks, writing logs and the store under $OUT (default ./out), and a short table last.
+#   run.sh [tests|bench|all]   (default all)
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${OUT:-$here/out}"
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export KTUNE_TEMPLATES="$here/share/ktune/kernel_templates"
+export KTUNE_SOURCE_DIR="$here"  # where tests find their test data
+export XDG_CACHE_HOME="$out/cache"
+export KTUNE_WORKER="$here/bin/ktune-worker"
+what="${1:-all}"
+summary="$out/summary.txt"
+: > "$summary"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader >> "$summary" 2>&1
+
+if [ "$what" = all ] || [ "$what" = tests ]; then
+  for t in $(cat "$here/gpu_tests.txt"); do
+    "$here/bin/$t" --gtest_brief=1 > "$out/$t.log" 2>&1
+    rc=$?
+    echo "test $t: exit $rc, $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')" >> "$summary"
+  done
+fi
+
+tune() {  # tune LABEL ARGS...: one tune, its headline lines into the summary
+  local label="$1"; shift
+  "$here/bin/ktune" tune "$@" --db "$out/ktune.db" --quiet --top 5 > "$out/tune-$label.log" 2>&1
+  local rc=$?
+  echo "tune $label: exit $rc | $(grep -E '^(winner|time|trials) ' "$out/tune-$label.log" | tr -s ' ' | tr '\n' '|')" >> "$summary"
+}
+
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  for rows in 1 16 256 4096 16384; do
+    tune "rmsnorm-bf16-$rows" rmsnorm --dtype bf16 --shape "tokens=$rows,hidden=8192"
+    tune "elementwise-bf16-$rows" elementwise --dtype bf16 --shape "n=$((rows * 8192))"
+  done
+  # Repeatability: the same tune five times from scratch (fresh store, warm cubin cache).
+  for i in 1 2 3 4 5; do
+    "$here/bin/ktune" tune rmsnorm --dtype bf16 --shape tokens=4096,hidden=8192 \
+      --db "$out/repeat-$i.db" --quiet --top 1 > "$out/repeat-$i.log" 2>&1
+    echo "repeat $i: $(grep -E '^(winner|time) ' "$out/repeat-$i.log" | tr -s ' ' | tr '\n' '|')" >> "$summary"
+  done
+  "$here/bin/compile_bench" --template rmsnorm --dtype bf16 --shape tokens=4096,hidden=8192 \
+    > "$out/compile_bench.txt" 2>&1
+  tail -n 12 "$out/compile_bench.txt" >> "$summary"
+fi
+cat "$summary"

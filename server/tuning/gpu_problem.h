@@ -1,0 +1,40 @@
+// Where templates meet the GPU: a bound reference becomes the Problem every candidate is
+// checked against, a compiled candidate becomes a KernelBinary, and a device's description
+// becomes the search space's target.
+//
+// Pure functions; thread-safe.
+#ifndef KTUNE_SERVER_TUNING_GPU_PROBLEM_H_
+#define KTUNE_SERVER_TUNING_GPU_PROBLEM_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ktune/v1/worker.pb.h"
+#include "server/base/candidate.h"
+#include "server/compile/compiler.h"
+#include "server/templates/instance.h"
+#include "server/templates/target.h"
+
+namespace ktune {
+
+// The launches of `instance` with the lowered names `compiled` gave them. kInternal if a
+// launch's name expression is missing from the compile result.
+absl::StatusOr<v1::KernelBinary> BuildKernelBinary(const Instance& instance,
+                                                   const CompileResult& compiled);
+
+// The problem for a job: the arguments (from the reference's binding: every binding of one
+// shape and dtype has the same arguments), the reference kernel, the template's tolerance
+// for the dtype, and the seed of the random inputs.
+absl::StatusOr<v1::Problem> BuildProblem(const Instance& reference,
+                                         const CompileResult& reference_compiled, uint64_t seed);
+
+// The same launches as an artifact's launch specs (lowered names, geometry, arg names).
+std::vector<LaunchSpec> LaunchSpecs(const Instance& instance, const v1::KernelBinary& binary);
+
+// The search space's view of a device.
+TargetInfo TargetForDevice(const v1::DeviceInfo& device);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_TUNING_GPU_PROBLEM_H_

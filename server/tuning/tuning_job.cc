@@ -1,0 +1,312 @@
+#include "server/tuning/tuning_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/base/sha256.h"
+#include "server/base/status_macros.h"
+#include "server/gpu/device_model.h"
+#include "server/templates/instance.h"
+#include "server/templates/search_space.h"
+#include "server/tuning/compile_request.h"
+#include "server/tuning/gpu_problem.h"
+#include "server/tuning/search_strategy.h"
+
+namespace ktune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Compiler logs of failed candidates can be long; the first part says why.
+constexpr size_t kMaxLogBytes = 16 << 10;
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct Pending {
+  Config config;
+  Instance instance;
+  std::future<absl::StatusOr<CompileResult>> compiled;
+};
+
+// The newest interrupted job for this key, source and compiler, if any.
+absl::StatusOr<std::optional<store::Job>> FindResumable(store::Store& store, const store::Job& like) {
+  std::optional<store::Job> found;
+  for (store::JobState state : {store::JobState::kRunning, store::JobState::kAbandoned}) {
+    KTUNE_ASSIGN_OR_RETURN(std::vector<store::Job> jobs, store.ListJobs(state));
+    for (const store::Job& j : jobs) {
+      if (j.key == like.key && j.source_hash == like.source_hash &&
+          j.nvrtc_version == like.nvrtc_version && j.strategy == like.strategy &&
+          (!found || j.id > found->id)) {
+        found = j;
+      }
+    }
+  }
+  return found;
+}
+
+bool Faster(const store::Trial& a, const store::Trial& b) {
+  return a.metrics.time_ns < b.metrics.time_ns;
+}
+
+}  // namespace
+
+TrialMetrics DeriveMetrics(const CompileResult& compiled, int64_t dynamic_smem,
+                           const v1::Measurement& m, int64_t bytes, int64_t flops,
+                           double copy_gbps) {
+  TrialMetrics t;
+  for (const CompiledKernel& k : compiled.kernels) {
+    t.registers = std::max(t.registers, k.resources.registers);
+    t.spill_bytes += k.resources.spill_stores + k.resources.spill_loads;
+    t.static_smem = std::max(t.static_smem, k.resources.static_smem);
+  }
+  // The driver's figures, when it gave them, are what actually ran.
+  if (m.registers() > 0) t.registers = m.registers();
+  if (m.static_smem() > 0) t.static_smem = m.static_smem();
+  t.dynamic_smem = dynamic_smem;
+  t.time_ns = m.time_ns();
+  t.spread_ns = m.spread_ns();
+  t.repeats = m.repeats();
+  t.occupancy = m.occupancy();
+  t.waves = m.waves();
+  if (m.time_ns() > 0) {
+    t.gbps = static_cast<double>(bytes) / m.time_ns();  // bytes per ns = GB/s
+    t.gflops = static_cast<double>(flops) / m.time_ns();
+    if (copy_gbps > 0) t.ceiling_fraction = t.gbps / copy_gbps;
+  }
+  return t;
+}
+
+absl::StatusOr<TuneResult> RunTuning(const TuneRequest& request, const TuningEnv& env,
+                                     const ProgressCallback& on_progress) {
+  const Clock::time_point start = Clock::now();
+  KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const KernelTemplate> tmpl,
+                         env.registry->Get(request.template_name));
+  KTUNE_RETURN_IF_ERROR(ValidateRequest(*tmpl, request.dtype, request.shape));
+  if (request.budget < 0) return absl::InvalidArgumentError("budget: must be >= 0");
+  if (request.time_limit_s < 0) return absl::InvalidArgumentError("time limit: must be >= 0");
+
+  KTUNE_ASSIGN_OR_RETURN(v1::DeviceInfo info, env.gpu->Info());
+  const TargetInfo target = TargetForDevice(info);
+  const std::string model = DeviceModelKey(info);
+
+  // The copy ceiling is measured once per device model and kept.
+  absl::StatusOr<store::Device> device = env.store->GetDevice(model);
+  if (!device.ok() && device.status().code() != absl::StatusCode::kNotFound) {
+    return device.status();
+  }
+  if (!device.ok() || device->copy_gbps <= 0) {
+    KTUNE_ASSIGN_OR_RETURN(v1::Ceiling ceiling, env.gpu->MeasureCeiling());
+    store::Device d;
+    d.model_key = model;
+    d.name = info.name();
+    d.cc_major = info.cc_major();
+    d.cc_minor = info.cc_minor();
+    d.sm_count = info.sm_count();
+    d.l2_bytes = info.l2_bytes();
+    d.memory_bus_bits = info.memory_bus_bits();
+    d.memory_clock_khz = info.memory_clock_khz();
+    d.copy_gbps = ceiling.copy_gbps();
+    d.uuid = info.uuid();
+    d.driver_version = info.driver_version();
+    KTUNE_RETURN_IF_ERROR(env.store->PutDevice(d));
+    device = d;
+  }
+  const double copy_gbps = device->copy_gbps;
+  KTUNE_RETURN_IF_ERROR(env.store->PutTemplate(tmpl->name(), tmpl->source_hash()));
+
+  KTUNE_ASSIGN_OR_RETURN(SearchSpace space,
+                         EnumerateSearchSpace(tmpl, request.dtype, request.shape, target));
+  if (space.configs.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "template ", tmpl->name(), " has no valid candidate for ", ShapeString(request.shape)));
+  }
+  const Config default_config = DefaultConfig(*tmpl, target);
+  KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<SearchStrategy> strategy,
+                         NewStrategy(request.strategy, space.configs, request.budget,
+                                     request.seed, default_config));
+
+  store::Job job;
+  job.key = {model, tmpl->name(), std::string(DTypeName(request.dtype)),
+             ShapeString(request.shape)};
+  job.source_hash = tmpl->source_hash();
+  job.nvrtc_version = env.compiler->Version();
+  job.strategy = strategy->Name();
+  job.state = store::JobState::kRunning;
+  job.total = strategy->Planned();
+  job.created_unix_ms = job.updated_unix_ms = NowUnixMs();
+  KTUNE_ASSIGN_OR_RETURN(std::optional<store::Job> resumable, FindResumable(*env.store, job));
+  std::vector<store::Trial> earlier;
+  if (resumable) {
+    job.id = resumable->id;
+    KTUNE_ASSIGN_OR_RETURN(earlier, env.store->ListTrials(job.id));
+    for (const store::Trial& t : earlier) strategy->Report(t.config, t.outcome, t.metrics.time_ns);
+  } else {
+    KTUNE_ASSIGN_OR_RETURN(job.id, env.store->CreateJob(job));
+  }
+  int64_t done = static_cast<int64_t>(earlier.size());
+  auto fail_job = [&](const absl::Status& s) {
+    env.store->UpdateJob(job.id, store::JobState::kFailed, done, job.total, std::string(s.message()))
+        .IgnoreError();
+    return s;
+  };
+  KTUNE_RETURN_IF_ERROR(env.store->UpdateJob(job.id, store::JobState::kRunning, done, job.total, ""));
+
+  // The reference: compiled and run once; every candidate is checked against its outputs.
+  KTUNE_ASSIGN_OR_RETURN(Instance reference,
+                         BindReference(tmpl, request.dtype, request.shape, target));
+  absl::StatusOr<CompileResult> ref_compiled = env.compiler->Compile(BuildCompileRequest(reference));
+  if (!ref_compiled.ok()) return fail_job(ref_compiled.status());
+  if (!ref_compiled->ok) {
+    return fail_job(absl::FailedPreconditionError(absl::StrCat(
+        "template ", tmpl->name(), ": the reference does not compile:\n", ref_compiled->log)));
+  }
+  absl::StatusOr<v1::Problem> problem = BuildProblem(reference, *ref_compiled, request.seed);
+  if (!problem.ok()) return fail_job(problem.status());
+  if (absl::StatusOr<v1::ProblemReady> ready = env.gpu->SetProblem(*problem); !ready.ok()) {
+    return fail_job(ready.status());
+  }
+
+  const size_t batch = request.batch_size > 0 ? request.batch_size : 2 * env.pool->threads();
+  auto submit = [&](std::vector<Config> configs) {
+    std::vector<Pending> out;
+    for (Config& c : configs) {
+      absl::StatusOr<BindResult> bound = Bind(tmpl, request.dtype, request.shape, c, target);
+      // The space was enumerated with the same binding, so every config binds.
+      if (!bound.ok() || !bound->instance) continue;
+      Pending p{std::move(c), *std::move(bound->instance), {}};
+      p.compiled = env.pool->Submit(BuildCompileRequest(p.instance));
+      out.push_back(std::move(p));
+    }
+    return out;
+  };
+
+  std::optional<store::Trial> best;
+  for (const store::Trial& t : earlier) {
+    if (t.outcome == Outcome::kOk && (!best || Faster(t, *best))) best = t;
+  }
+  const int64_t done_before = done;
+  bool cancelled = false;
+  auto time_up = [&] {
+    return request.time_limit_s > 0 && SecondsSince(start) >= request.time_limit_s;
+  };
+  std::vector<Pending> current = submit(strategy->Next(batch));
+  while (!current.empty() && !cancelled && !time_up()) {
+    // Compile the next batch while this one is measured.
+    std::vector<Pending> next = submit(strategy->Next(batch));
+    for (Pending& p : current) {
+      if (cancelled || time_up()) break;
+      absl::StatusOr<CompileResult> compiled = p.compiled.get();
+      if (!compiled.ok()) return fail_job(compiled.status());
+      store::Trial trial;
+      trial.job_id = job.id;
+      trial.config = p.config;
+      trial.candidate_hash = compiled->key;
+      trial.compile_ms = compiled->cache_hit ? 0 : compiled->compile_ms;
+      if (!compiled->ok) {
+        trial.outcome = Outcome::kCompileFailed;
+        trial.log = compiled->log.substr(0, kMaxLogBytes);
+      } else {
+        absl::StatusOr<v1::KernelBinary> binary = BuildKernelBinary(p.instance, *compiled);
+        if (!binary.ok()) return fail_job(binary.status());
+        absl::StatusOr<v1::Measurement> m = env.gpu->Measure(*binary, request.timing);
+        if (!m.ok()) return fail_job(m.status());
+        std::optional<Outcome> outcome = ParseOutcome(m->outcome());
+        trial.outcome = outcome.value_or(Outcome::kCrashed);
+        trial.log = outcome ? m->detail() : absl::StrCat("unknown outcome '", m->outcome(), "': ", m->detail());
+        const int64_t dyn = p.instance.launches.empty() ? 0 : p.instance.launches[0].shared_bytes;
+        trial.metrics = DeriveMetrics(*compiled, dyn, *m, p.instance.bytes, p.instance.flops, copy_gbps);
+      }
+      trial.created_unix_ms = NowUnixMs();
+      absl::StatusOr<int64_t> id = env.store->AddTrial(trial);
+      if (!id.ok()) return fail_job(id.status());
+      trial.id = *id;
+      strategy->Report(trial.config, trial.outcome, trial.metrics.time_ns);
+      if (trial.outcome == Outcome::kOk && (!best || Faster(trial, *best))) best = trial;
+      ++done;
+      env.store->UpdateJob(job.id, store::JobState::kRunning, done, job.total, "").IgnoreError();
+      if (on_progress) {
+        TuneProgress progress;
+        progress.done = done;
+        progress.total = job.total;
+        progress.elapsed_s = SecondsSince(start);
+        const int64_t this_run = done - done_before;
+        progress.eta_s = progress.elapsed_s / this_run * std::max<int64_t>(0, job.total - done);
+        progress.last = &trial;
+        progress.best = best ? &*best : nullptr;
+        cancelled = !on_progress(progress);
+      }
+    }
+    current = std::move(next);
+  }
+  if (cancelled) {
+    env.store->UpdateJob(job.id, store::JobState::kAbandoned, done, job.total, "cancelled")
+        .IgnoreError();
+    return absl::CancelledError(absl::StrCat("tuning cancelled after ", done, " of ", job.total,
+                                             " candidates; run it again to resume"));
+  }
+
+  KTUNE_ASSIGN_OR_RETURN(std::vector<store::Trial> trials, env.store->ListTrials(job.id));
+  if (!best) {
+    std::map<std::string, int> outcomes;
+    for (const store::Trial& t : trials) ++outcomes[std::string(OutcomeName(t.outcome))];
+    return fail_job(absl::FailedPreconditionError(absl::StrCat(
+        "no candidate passed: ", absl::StrJoin(outcomes, ", ", absl::PairFormatter(" ")))));
+  }
+
+  // The winner's binary: compiled again (a cubin cache read when the compiler has one) so a
+  // resumed job's winner from an earlier run is as good as this run's.
+  KTUNE_ASSIGN_OR_RETURN(BindResult bound,
+                         Bind(tmpl, request.dtype, request.shape, best->config, target));
+  if (!bound.instance) {
+    return fail_job(absl::InternalError(absl::StrCat("the winner ", ConfigString(best->config),
+                                                     " no longer binds: ", bound.rejected_because)));
+  }
+  absl::StatusOr<CompileResult> winner = env.compiler->Compile(BuildCompileRequest(*bound.instance));
+  if (!winner.ok()) return fail_job(winner.status());
+  if (!winner->ok) return fail_job(absl::InternalError("the winner no longer compiles"));
+  absl::StatusOr<v1::KernelBinary> binary = BuildKernelBinary(*bound.instance, *winner);
+  if (!binary.ok()) return fail_job(binary.status());
+
+  TuneResult result;
+  store::Entry& e = result.entry;
+  e.key = job.key;
+  e.source_hash = job.source_hash;
+  e.nvrtc_version = job.nvrtc_version;
+  e.config = best->config;
+  e.cubin = winner->cubin;
+  e.cubin_sha256 = Sha256Hex(e.cubin);
+  e.launches = LaunchSpecs(*bound.instance, *binary);
+  e.metrics = best->metrics;
+  e.job_id = job.id;
+  e.trials_total = static_cast<int64_t>(trials.size());
+  e.trials_ok = std::count_if(trials.begin(), trials.end(),
+                              [](const store::Trial& t) { return t.outcome == Outcome::kOk; });
+  result.seconds = SecondsSince(start);
+  e.tuning_seconds = result.seconds;
+  e.created_unix_ms = NowUnixMs();
+  absl::StatusOr<int64_t> entry_id = env.store->CommitWinner(e, {});
+  if (!entry_id.ok()) return fail_job(entry_id.status());
+  e.id = *entry_id;
+
+  std::stable_sort(trials.begin(), trials.end(), [](const store::Trial& a, const store::Trial& b) {
+    const bool aok = a.outcome == Outcome::kOk, bok = b.outcome == Outcome::kOk;
+    if (aok != bok) return aok;
+    return aok && Faster(a, b);
+  });
+  result.trials = std::move(trials);
+  result.resumed_trials = done_before;
+  return result;
+}
+
+}  // namespace ktune

@@ -1,0 +1,82 @@
+// A tuning job: find the fastest correct candidate of one template for one dtype, shape
+// and GPU, record every trial, and store the winner.
+//
+// The job sees the compiler, the GPU and the store only through their interfaces, so CI
+// runs it with fakes (tests/testing/fake_gpu.h). Compiling the next batch overlaps
+// measuring this one; only this job touches `gpu` while it runs. RunTuning is
+// thread-compatible: concurrent jobs need their own Gpu each.
+#ifndef KTUNE_SERVER_TUNING_TUNING_JOB_H_
+#define KTUNE_SERVER_TUNING_TUNING_JOB_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ktune/v1/worker.pb.h"
+#include "server/base/dtype.h"
+#include "server/compile/compile_pool.h"
+#include "server/gpu/gpu.h"
+#include "server/store/store.h"
+#include "server/templates/registry.h"
+#include "server/templates/shape.h"
+
+namespace ktune {
+
+struct TuneRequest {
+  std::string template_name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::string strategy = "exhaustive";  // or "random"
+  int64_t budget = 0;                   // most candidates to measure; 0 = the whole space
+  double time_limit_s = 0;              // stop starting new candidates after this; 0 = none
+  uint64_t seed = 1;                    // random strategy and the problem's inputs
+  int batch_size = 0;                   // candidates compiled together; 0 = 2 x pool threads
+  v1::TimingOptions timing;
+};
+
+struct TuneProgress {
+  int64_t done = 0;   // candidates finished, those of an earlier run of a resumed job included
+  int64_t total = 0;  // candidates planned
+  double elapsed_s = 0;
+  double eta_s = 0;   // from this run's pace; 0 until one candidate is done
+  const store::Trial* last = nullptr;  // the trial just finished
+  const store::Trial* best = nullptr;  // fastest ok trial so far, or null
+};
+
+struct TuneResult {
+  store::Entry entry;               // the winner as stored
+  std::vector<store::Trial> trials;  // every trial of the job, fastest ok first
+  int64_t resumed_trials = 0;       // trials found from an earlier, interrupted run
+  double seconds = 0;               // this run's wall time
+};
+
+struct TuningEnv {
+  const TemplateRegistry* registry = nullptr;
+  Compiler* compiler = nullptr;  // for the reference and the winner's re-compile
+  CompilePool* pool = nullptr;   // over the same compiler
+  Gpu* gpu = nullptr;
+  store::Store* store = nullptr;
+};
+
+// Returns false to cancel the job: it stops after the current candidate, leaves its
+// trials (a later RunTuning of the same key resumes from them) and returns kCancelled.
+using ProgressCallback = std::function<bool(const TuneProgress&)>;
+
+// Runs (or resumes) the job. kInvalidArgument for a bad request (naming the field),
+// kUnavailable when the GPU cannot be used, kFailedPrecondition when no candidate passed
+// (the trials are kept) or the template's reference does not compile.
+absl::StatusOr<TuneResult> RunTuning(const TuneRequest& request, const TuningEnv& env,
+                                     const ProgressCallback& on_progress = nullptr);
+
+// Derives a trial's metrics from what the compiler and the GPU reported and the cost model
+// (bytes and flops of one run) against the device's copy ceiling (GB/s).
+TrialMetrics DeriveMetrics(const CompileResult& compiled, int64_t dynamic_smem,
+                           const v1::Measurement& m, int64_t bytes, int64_t flops,
+                           double copy_gbps);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_TUNING_TUNING_JOB_H_

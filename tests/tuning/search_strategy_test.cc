@@ -1,0 +1,76 @@
+#include "server/tuning/search_strategy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::StatusIs;
+using ::testing::HasSubstr;
+
+std::vector<Config> Space(int n) {
+  std::vector<Config> s;
+  for (int i = 0; i < n; ++i) {
+    Config c;
+    c.params["X"] = i;
+    s.push_back(c);
+  }
+  return s;
+}
+
+TEST(SearchStrategyTest, ExhaustiveHandsOutEverythingOnceInOrder) {
+  auto s = NewExhaustiveStrategy(Space(5));
+  EXPECT_EQ(s->Planned(), 5);
+  EXPECT_EQ(s->Name(), "exhaustive");
+  std::vector<Config> a = s->Next(3), b = s->Next(3), c = s->Next(3);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_TRUE(c.empty());
+  EXPECT_EQ(a[0].params.at("X"), 0);
+  EXPECT_EQ(b[1].params.at("X"), 4);
+}
+
+TEST(SearchStrategyTest, ReportedBeforeHandOutIsSkipped) {
+  auto s = NewExhaustiveStrategy(Space(4));
+  s->Report(Space(4)[1], Outcome::kOk, 10);
+  s->Report(Space(4)[2], Outcome::kCrashed, 0);
+  std::vector<Config> all = s->Next(10);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].params.at("X"), 0);
+  EXPECT_EQ(all[1].params.at("X"), 3);
+}
+
+TEST(SearchStrategyTest, RandomIsSeededBudgetedAndDefaultFirst) {
+  const Config def = Space(100)[42];
+  auto a = NewRandomStrategy(Space(100), 10, 7, def);
+  auto b = NewRandomStrategy(Space(100), 10, 7, def);
+  auto c = NewRandomStrategy(Space(100), 10, 8, def);
+  std::vector<Config> xa = a->Next(100), xb = b->Next(100), xc = c->Next(100);
+  ASSERT_EQ(xa.size(), 10u);
+  EXPECT_EQ(xa, xb);
+  EXPECT_NE(xa, xc);
+  EXPECT_EQ(xa[0], def);
+  EXPECT_EQ(xc[0], def);
+  std::set<Config> distinct(xa.begin(), xa.end());
+  EXPECT_EQ(distinct.size(), 10u);
+  EXPECT_EQ(a->Name(), "random:10:7");
+  EXPECT_EQ(NewRandomStrategy(Space(5), 10, 1, def)->Planned(), 5);
+}
+
+TEST(SearchStrategyTest, ByName) {
+  const Config def = Space(10)[3];
+  ASSERT_OK_AND_ASSIGN(auto e, NewStrategy("exhaustive", Space(10), 4, 1, def));
+  std::vector<Config> got = e->Next(10);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0], def);
+  EXPECT_THAT(NewStrategy("bayes", Space(3), 0, 1, def),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown strategy 'bayes'")));
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,243 @@
+#include "server/tuning/tuning_job.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/fakes.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::FailedMeasurement;
+using ::ktune::testing::NameInts;
+using ::ktune::testing::OkMeasurement;
+using ::ktune::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// A landscape with one best point: BLOCK=256, VEC=4.
+v1::Measurement Landscape(const std::string& name) {
+  std::vector<int64_t> p = NameInts(name);  // {BLOCK, VEC}
+  if (p.size() != 2) return FailedMeasurement("launch_failed", "not a tiny candidate: " + name);
+  return OkMeasurement(1000.0 + std::abs(p[0] - 256) * 2.0 + 400.0 / p[1]);
+}
+
+class TuningJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto registry = LoadTemplateRegistry(testing::TestTemplatesDir());
+    ASSERT_TRUE(registry.ok()) << registry.status();
+    registry_ = *std::move(registry);
+    auto store = store::OpenSqliteStore(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    pool_ = std::make_unique<CompilePool>(&compiler_, 2);
+    gpu_.script = Landscape;
+    request_.template_name = "tiny";
+    request_.dtype = DType::kF32;
+    request_.shape = {{"n", 1000}};
+  }
+
+  TuningEnv Env() { return {registry_.get(), &compiler_, pool_.get(), &gpu_, store_.get()}; }
+
+  std::unique_ptr<TemplateRegistry> registry_;
+  std::unique_ptr<store::Store> store_;
+  testing::FakeCompiler compiler_;
+  std::unique_ptr<CompilePool> pool_;
+  testing::FakeGpu gpu_;
+  TuneRequest request_;
+};
+
+TEST_F(TuningJobTest, ExhaustiveFindsTheBestAndStoresIt) {
+  std::vector<int64_t> seen_done;
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env(), [&](const TuneProgress& p) {
+                         seen_done.push_back(p.done);
+                         EXPECT_EQ(p.total, 108);
+                         EXPECT_NE(p.last, nullptr);
+                         EXPECT_NE(p.best, nullptr);
+                         return true;
+                       }));
+  // tiny at n=1000: 18 valid param points x 6 knob choices (search_space_test).
+  EXPECT_EQ(gpu_.measures, 108);
+  EXPECT_EQ(r.trials.size(), 108u);
+  EXPECT_EQ(seen_done.size(), 108u);
+  EXPECT_EQ(seen_done.back(), 108);
+  EXPECT_EQ(r.entry.config.params, (std::map<std::string, int64_t>{{"BLOCK", 256}, {"VEC", 4}}));
+  EXPECT_EQ(r.entry.metrics.time_ns, 1100);
+  EXPECT_EQ(r.trials.front().metrics.time_ns, 1100);
+  EXPECT_EQ(r.entry.trials_total, 108);
+  EXPECT_EQ(r.entry.trials_ok, 108);
+  ASSERT_EQ(r.entry.launches.size(), 1u);
+  EXPECT_EQ(r.entry.launches[0].lowered_name, "tiny<float, 256, 4>");
+  EXPECT_EQ(r.entry.launches[0].grid, (std::array<uint32_t, 3>{1, 1, 1}));
+  EXPECT_EQ(r.entry.launches[0].block, (std::array<uint32_t, 3>{256, 1, 1}));
+
+  // The problem the GPU got: the reference and the template's f32 tolerance.
+  EXPECT_EQ(gpu_.problems, 1);
+  EXPECT_EQ(gpu_.problem.reference().launches(0).lowered_name(), "tiny_ref<float>");
+  EXPECT_EQ(gpu_.problem.args_size(), 3);
+  EXPECT_DOUBLE_EQ(gpu_.problem.atol(), 1e-6);
+
+  // Stored: found by key, fresh, with its cubin intact, and the job is done.
+  ASSERT_OK_AND_ASSIGN(store::Lookup hit,
+                       store_->LookupEntry(r.entry.key, r.entry.source_hash, "13.0"));
+  EXPECT_FALSE(hit.stale);
+  EXPECT_EQ(hit.entry.cubin, r.entry.cubin);
+  EXPECT_EQ(hit.entry.config, r.entry.config);
+  ASSERT_OK_AND_ASSIGN(store::Job job, store_->GetJob(r.entry.job_id));
+  EXPECT_EQ(job.state, store::JobState::kDone);
+  ASSERT_OK_AND_ASSIGN(std::vector<store::Trial> trials, store_->ListTrials(job.id));
+  EXPECT_EQ(trials.size(), 108u);
+  ASSERT_OK_AND_ASSIGN(store::Device device, store_->GetDevice(r.entry.key.device_model));
+  EXPECT_EQ(device.copy_gbps, 4000);
+}
+
+TEST_F(TuningJobTest, FailuresAreRecordedAndTheJobGoesOn) {
+  compiler_.fails = [](const std::string& n) { return NameInts(n) == std::vector<int64_t>{1024, 1}; };
+  gpu_.script = [](const std::string& n) {
+    std::vector<int64_t> p = NameInts(n);
+    if (p[0] == 32) return FailedMeasurement("crashed", "CUDA_ERROR_ILLEGAL_ADDRESS");
+    if (p[0] == 64) return FailedMeasurement("wrong_result", "out[3]: got 1 want 2");
+    if (p[0] == 512 && p[1] == 4) return FailedMeasurement("timed_out", "no answer in 1000 ms");
+    if (p[0] == 128 && p[1] == 2) return FailedMeasurement("resource_limit", "too many resources");
+    // The planted fastest candidate is wrong; the check must keep it from winning.
+    if (p[0] == 1024 && p[1] == 4) return FailedMeasurement("wrong_result", "fast but wrong");
+    return Landscape(n);
+  };
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  std::map<Outcome, int> outcomes;
+  for (const store::Trial& t : r.trials) ++outcomes[t.outcome];
+  EXPECT_EQ(outcomes[Outcome::kCrashed], 3 * 6);        // BLOCK 32 x 3 VECs x 6 knobs
+  EXPECT_EQ(outcomes[Outcome::kWrongResult], 4 * 6);    // BLOCK 64 x 3, and 1024/4
+  EXPECT_EQ(outcomes[Outcome::kTimedOut], 6);
+  EXPECT_EQ(outcomes[Outcome::kResourceLimit], 6);
+  EXPECT_EQ(outcomes[Outcome::kCompileFailed], 6);
+  EXPECT_EQ(r.entry.config.params.at("BLOCK"), 256);
+  EXPECT_EQ(r.entry.trials_ok, 108 - 3 * 6 - 4 * 6 - 6 - 6 - 6);
+  for (const store::Trial& t : r.trials) {
+    if (t.outcome == Outcome::kCompileFailed) {
+      EXPECT_THAT(t.log, HasSubstr("planted compile failure"));
+    }
+    if (t.outcome == Outcome::kCrashed) {
+      EXPECT_EQ(t.log, "CUDA_ERROR_ILLEGAL_ADDRESS");
+    }
+    if (t.outcome != Outcome::kOk) {
+      EXPECT_EQ(t.metrics.time_ns, 0);
+    }
+  }
+  // Compile failures never reach the GPU.
+  EXPECT_EQ(gpu_.measures, 108 - 6);
+}
+
+TEST_F(TuningJobTest, RandomWithBudgetStartsWithTheDefault) {
+  request_.strategy = "random";
+  request_.budget = 10;
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  EXPECT_EQ(r.trials.size(), 10u);
+  ASSERT_FALSE(gpu_.measured.empty());
+  EXPECT_EQ(gpu_.measured.front(), "tiny<float, 128, 1>");  // the manifest's defaults
+}
+
+TEST_F(TuningJobTest, CancelledJobResumesFromItsTrials) {
+  int calls = 0;
+  EXPECT_THAT(RunTuning(request_, Env(), [&](const TuneProgress&) { return ++calls < 40; }),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("after 40 of 108")));
+  EXPECT_EQ(gpu_.measures, 40);
+  ASSERT_OK_AND_ASSIGN(std::vector<store::Job> abandoned,
+                       store_->ListJobs(store::JobState::kAbandoned));
+  ASSERT_EQ(abandoned.size(), 1u);
+  EXPECT_EQ(abandoned[0].done, 40);
+
+  gpu_.measures = 0;
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  EXPECT_EQ(r.resumed_trials, 40);
+  EXPECT_EQ(gpu_.measures, 108 - 40);  // nothing measured twice
+  EXPECT_EQ(r.trials.size(), 108u);
+  EXPECT_EQ(r.entry.job_id, abandoned[0].id);
+  EXPECT_EQ(r.entry.config.params.at("BLOCK"), 256);
+}
+
+TEST_F(TuningJobTest, TimeLimitKeepsTheBestSoFar) {
+  request_.time_limit_s = 1e-9;  // up before the first candidate: nothing measured
+  EXPECT_THAT(RunTuning(request_, Env()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no candidate passed")));
+}
+
+TEST_F(TuningJobTest, NoCandidatePasses) {
+  gpu_.script = [](const std::string&) { return FailedMeasurement("wrong_result", "all wrong"); };
+  EXPECT_THAT(RunTuning(request_, Env()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("no candidate passed: wrong_result 108")));
+  ASSERT_OK_AND_ASSIGN(std::vector<store::Job> failed, store_->ListJobs(store::JobState::kFailed));
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_THAT(failed[0].error, HasSubstr("no candidate passed"));
+}
+
+TEST_F(TuningJobTest, CeilingIsMeasuredOncePerDeviceModel) {
+  request_.budget = 3;
+  ASSERT_OK(RunTuning(request_, Env()).status());
+  request_.shape = {{"n", 2000}};
+  ASSERT_OK(RunTuning(request_, Env()).status());
+  EXPECT_EQ(gpu_.ceiling_calls, 1);
+}
+
+TEST_F(TuningJobTest, BadRequestsAndNoGpu) {
+  TuneRequest r = request_;
+  r.template_name = "nope";
+  EXPECT_THAT(RunTuning(r, Env()), StatusIs(absl::StatusCode::kNotFound, HasSubstr("unknown template 'nope'")));
+  r = request_;
+  r.shape = {{"m", 3}};
+  EXPECT_THAT(RunTuning(r, Env()), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing dim 'n'")));
+  r = request_;
+  r.dtype = DType::kF16;
+  EXPECT_THAT(RunTuning(r, Env()), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dtype")));
+  r = request_;
+  r.strategy = "annealing";
+  EXPECT_THAT(RunTuning(r, Env()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown strategy 'annealing'")));
+  r = request_;
+  r.budget = -1;
+  EXPECT_THAT(RunTuning(r, Env()), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("budget")));
+  gpu_.info_status = absl::UnavailableError("no CUDA driver: dlopen libcuda.so.1 failed");
+  EXPECT_THAT(RunTuning(request_, Env()),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no CUDA driver")));
+  EXPECT_EQ(gpu_.measures, 0);
+}
+
+TEST_F(TuningJobTest, ReferenceThatDoesNotCompileFailsTheJob) {
+  compiler_.fails = [](const std::string& n) { return absl::StartsWith(n, "tiny_ref"); };
+  EXPECT_THAT(RunTuning(request_, Env()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("the reference does not compile")));
+  EXPECT_EQ(gpu_.problems, 0);
+}
+
+TEST(DeriveMetricsTest, FromCostModelAndCeiling) {
+  CompileResult c;
+  CompiledKernel k;
+  k.resources.registers = 40;
+  k.resources.spill_stores = 8;
+  k.resources.spill_loads = 4;
+  k.resources.static_smem = 128;
+  c.kernels = {k};
+  v1::Measurement m = OkMeasurement(2000);  // 2 us
+  TrialMetrics t = DeriveMetrics(c, 1024, m, /*bytes=*/8'000'000, /*flops=*/2'000'000, 4000);
+  EXPECT_EQ(t.registers, 40);
+  EXPECT_EQ(t.spill_bytes, 12);
+  EXPECT_EQ(t.static_smem, 128);
+  EXPECT_EQ(t.dynamic_smem, 1024);
+  EXPECT_DOUBLE_EQ(t.gbps, 4000);   // 8 MB in 2 us
+  EXPECT_DOUBLE_EQ(t.gflops, 1000);
+  EXPECT_DOUBLE_EQ(t.ceiling_fraction, 1.0);
+  m.set_registers(48);
+  EXPECT_EQ(DeriveMetrics(c, 0, m, 1, 1, 0).registers, 48);  // the driver's word wins
+  EXPECT_EQ(DeriveMetrics(c, 0, m, 1, 1, 0).ceiling_fraction, 0);
+}
+
+}  // namespace
+}  // namespace ktune
