@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU host from the unpacked bundle (deploy/bundle.sh): every GPU test, then the
 # benchmarks, writing logs and the store under $OUT (default ./out), and a short table last.
-#   run.sh [tests|bench|all]   (default all)
+#   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"
@@ -11,12 +11,13 @@ export KTUNE_TEMPLATES="$here/share/ktune/kernel_templates"
 export KTUNE_SOURCE_DIR="$here"  # where tests find their test data
 export XDG_CACHE_HOME="$out/cache"
 export KTUNE_WORKER="$here/bin/ktune-worker"
-what="${1:-all}"
+stages="${*:-tests rmsnorm elementwise repeat compile}"
+want() { [[ " $stages " == *" $1 "* ]]; }
 summary="$out/summary.txt"
 : > "$summary"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader >> "$summary" 2>&1
 
-if [ "$what" = all ] || [ "$what" = tests ]; then
+if want tests; then
   for t in $(cat "$here/gpu_tests.txt"); do
     "$here/bin/$t" --gtest_brief=1 > "$out/$t.log" 2>&1
     rc=$?
@@ -31,17 +32,25 @@ tune() {  # tune LABEL ARGS...: one tune, its headline lines into the summary
   echo "tune $label: exit $rc | $(grep -E '^(winner|time|trials) ' "$out/tune-$label.log" | tr -s ' ' | tr '\n' '|')" >> "$summary"
 }
 
-if [ "$what" = all ] || [ "$what" = bench ]; then
+if want rmsnorm; then
   for rows in 1 16 256 4096 16384; do
     tune "rmsnorm-bf16-$rows" rmsnorm --dtype bf16 --shape "tokens=$rows,hidden=8192"
+  done
+fi
+if want elementwise; then
+  for rows in 1 16 256 4096 16384; do
     tune "elementwise-bf16-$rows" elementwise --dtype bf16 --shape "n=$((rows * 8192))"
   done
+fi
+if want repeat; then
   # Repeatability: the same tune five times from scratch (fresh store, warm cubin cache).
   for i in 1 2 3 4 5; do
     "$here/bin/ktune" tune rmsnorm --dtype bf16 --shape tokens=4096,hidden=8192 \
       --db "$out/repeat-$i.db" --quiet --top 1 > "$out/repeat-$i.log" 2>&1
-    echo "repeat $i: $(grep -E '^(winner|time) ' "$out/repeat-$i.log" | tr -s ' ' | tr '\n' '|')" >> "$summary"
+    echo "repeat $i: $(grep -E '^(winner|time|trials) ' "$out/repeat-$i.log" | tr -s ' ' | tr '\n' '|')" >> "$summary"
   done
+fi
+if want compile; then
   "$here/bin/compile_bench" --template rmsnorm --dtype bf16 --shape tokens=4096,hidden=8192 \
     > "$out/compile_bench.txt" 2>&1
   tail -n 12 "$out/compile_bench.txt" >> "$summary"

@@ -79,6 +79,9 @@ TrialMetrics DeriveMetrics(const CompileResult& compiled, int64_t dynamic_smem,
   t.repeats = m.repeats();
   t.occupancy = m.occupancy();
   t.waves = m.waves();
+  t.last_wave = m.last_wave();
+  t.batch = m.batch();
+  t.l2_flushed = m.l2_flushed();
   if (m.time_ns() > 0) {
     t.gbps = static_cast<double>(bytes) / m.time_ns();  // bytes per ns = GB/s
     t.gflops = static_cast<double>(flops) / m.time_ns();
@@ -264,19 +267,82 @@ absl::StatusOr<TuneResult> RunTuning(const TuneRequest& request, const TuningEnv
         "no candidate passed: ", absl::StrJoin(outcomes, ", ", absl::PairFormatter(" ")))));
   }
 
-  // The winner's binary: compiled again (a cubin cache read when the compiler has one) so a
-  // resumed job's winner from an earlier run is as good as this run's.
-  KTUNE_ASSIGN_OR_RETURN(BindResult bound,
-                         Bind(tmpl, request.dtype, request.shape, best->config, target));
-  if (!bound.instance) {
-    return fail_job(absl::InternalError(absl::StrCat("the winner ", ConfigString(best->config),
-                                                     " no longer binds: ", bound.rejected_because)));
+  // A finalist's binary: compiled again (a cubin cache read when the compiler has one), so
+  // a resumed job's candidates from an earlier run are as good as this run's.
+  struct Finalist {
+    store::Trial trial;
+    Instance instance;
+    CompileResult compiled;
+    v1::KernelBinary binary;
+    std::vector<v1::Measurement> runs;
+  };
+  auto prepare = [&](const store::Trial& t) -> absl::StatusOr<Finalist> {
+    KTUNE_ASSIGN_OR_RETURN(BindResult bound,
+                           Bind(tmpl, request.dtype, request.shape, t.config, target));
+    if (!bound.instance) {
+      return absl::InternalError(absl::StrCat(ConfigString(t.config), " no longer binds: ",
+                                              bound.rejected_because));
+    }
+    KTUNE_ASSIGN_OR_RETURN(CompileResult compiled,
+                           env.compiler->Compile(BuildCompileRequest(*bound.instance)));
+    if (!compiled.ok) {
+      return absl::InternalError(absl::StrCat(ConfigString(t.config), " no longer compiles"));
+    }
+    KTUNE_ASSIGN_OR_RETURN(v1::KernelBinary binary, BuildKernelBinary(*bound.instance, compiled));
+    return Finalist{t, *std::move(bound.instance), std::move(compiled), std::move(binary), {}};
+  };
+  std::vector<const store::Trial*> ranked;
+  for (const store::Trial& t : trials) {
+    if (t.outcome == Outcome::kOk) ranked.push_back(&t);
   }
-  absl::StatusOr<CompileResult> winner = env.compiler->Compile(BuildCompileRequest(*bound.instance));
-  if (!winner.ok()) return fail_job(winner.status());
-  if (!winner->ok) return fail_job(absl::InternalError("the winner no longer compiles"));
-  absl::StatusOr<v1::KernelBinary> binary = BuildKernelBinary(*bound.instance, *winner);
-  if (!binary.ok()) return fail_job(binary.status());
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const store::Trial* a, const store::Trial* b) { return Faster(*a, *b); });
+  const size_t finalists =
+      request.final_rounds > 0 ? std::min<size_t>(std::max(request.finalists, 1), ranked.size()) : 1;
+  std::vector<Finalist> final;
+  for (size_t i = 0; i < finalists; ++i) {
+    absl::StatusOr<Finalist> f = prepare(*ranked[i]);
+    if (!f.ok()) return fail_job(f.status());
+    final.push_back(*std::move(f));
+  }
+  if (final.size() > 1) {
+    // Interleaved, so drift in clocks or temperature touches every finalist alike.
+    for (int round = 0; round < request.final_rounds; ++round) {
+      for (Finalist& f : final) {
+        absl::StatusOr<v1::Measurement> m = env.gpu->Measure(f.binary, request.timing);
+        if (!m.ok()) return fail_job(m.status());
+        if (m->outcome() == OutcomeName(Outcome::kOk)) f.runs.push_back(*std::move(m));
+      }
+    }
+  }
+  // The winner: the lowest median over the final round (a finalist that failed a rerun is
+  // out); with no final round, the fastest trial. Its metrics are those of its median run.
+  Finalist* chosen = &final.front();
+  const v1::Measurement* chosen_run = nullptr;
+  double chosen_ns = 0;
+  for (Finalist& f : final) {
+    if (final.size() > 1 && f.runs.size() < static_cast<size_t>(request.final_rounds)) continue;
+    if (f.runs.empty()) continue;
+    std::sort(f.runs.begin(), f.runs.end(), [](const v1::Measurement& a, const v1::Measurement& b) {
+      return a.time_ns() < b.time_ns();
+    });
+    const v1::Measurement& median = f.runs[f.runs.size() / 2];
+    if (chosen_run == nullptr || median.time_ns() < chosen_ns) {
+      chosen = &f;
+      chosen_run = &median;
+      chosen_ns = median.time_ns();
+    }
+  }
+  best = chosen->trial;
+  if (chosen_run != nullptr) {
+    const int64_t dyn =
+        chosen->instance.launches.empty() ? 0 : chosen->instance.launches[0].shared_bytes;
+    best->metrics = DeriveMetrics(chosen->compiled, dyn, *chosen_run, chosen->instance.bytes,
+                                  chosen->instance.flops, copy_gbps);
+  }
+  const CompileResult* winner = &chosen->compiled;
+  const v1::KernelBinary* binary = &chosen->binary;
+  const Instance* winner_instance = &chosen->instance;
 
   TuneResult result;
   store::Entry& e = result.entry;
@@ -286,7 +352,7 @@ absl::StatusOr<TuneResult> RunTuning(const TuneRequest& request, const TuningEnv
   e.config = best->config;
   e.cubin = winner->cubin;
   e.cubin_sha256 = Sha256Hex(e.cubin);
-  e.launches = LaunchSpecs(*bound.instance, *binary);
+  e.launches = LaunchSpecs(*winner_instance, *binary);
   e.metrics = best->metrics;
   e.job_id = job.id;
   e.trials_total = static_cast<int64_t>(trials.size());

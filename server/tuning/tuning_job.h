@@ -35,6 +35,12 @@ struct TuneRequest {
   uint64_t seed = 1;                    // random strategy and the problem's inputs
   int batch_size = 0;                   // candidates compiled together; 0 = 2 x pool threads
   v1::TimingOptions timing;
+  // The final round: the fastest `finalists` candidates are measured `final_rounds` more
+  // times each, interleaved, and the winner is the lowest median of those. One lucky
+  // sample (clock boost, a quiet neighbour) then cannot crown a candidate, so repeated
+  // tunes agree. 0 turns it off.
+  int finalists = 3;
+  int final_rounds = 3;
 };
 
 struct TuneProgress {

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +23,12 @@ extern char** environ;
 
 namespace ktune::testing {
 
-inline constexpr char kWorkerBinary[] = KTUNE_BINARY_DIR "/bin/ktune-worker";
+// $KTUNE_WORKER (a bundle on the GPU host, where the build's path does not exist), else
+// the one built beside the tests.
+inline std::string WorkerBinary() {
+  const char* env = std::getenv("KTUNE_WORKER");
+  return env != nullptr && *env != '\0' ? env : KTUNE_BINARY_DIR "/bin/ktune-worker";
+}
 
 // A running ktune-worker with pipes to its stdin and from its stdout.
 class Worker {
@@ -36,13 +42,13 @@ class Worker {
     posix_spawn_file_actions_adddup2(&actions, in[0], 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
     std::vector<char*> argv;
-    std::string path = kWorkerBinary;
+    std::string path = WorkerBinary();
     argv.push_back(path.data());
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    const int spawned = posix_spawn(&pid_, kWorkerBinary, &actions, nullptr, argv.data(), environ);
+    const int spawned = posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(spawned, 0) << "cannot run " << kWorkerBinary << ": " << std::strerror(spawned);
+    EXPECT_EQ(spawned, 0) << "cannot run " << path << ": " << std::strerror(spawned);
     close(in[0]);
     close(out[1]);
     to_ = in[1];
