@@ -51,18 +51,30 @@ std::string KnobsString(const Knobs& k) {
                       k.fast_math ? " fast" : "");
 }
 
+// "last" is how full the last wave is: 1.02 waves at 2% runs its tail nearly idle. "batch"
+// is runs per timed sample (0: not recorded, by a build before schema v3).
 void PrintTrials(const std::vector<store::Trial>& trials, int top) {
-  std::printf("%-4s %-40s %-18s %10s %8s %8s %5s %5s %6s %6s %6s\n", "rank", "params", "knobs",
-              "time_us", "spread", "GB/s", "ceil", "regs", "spill", "occ", "waves");
+  std::printf("%-4s %-40s %-18s %10s %8s %8s %5s %5s %6s %6s %6s %5s %5s\n", "rank", "params",
+              "knobs", "time_us", "spread", "GB/s", "ceil", "regs", "spill", "occ", "waves",
+              "last", "batch");
   int rank = 0;
+  bool unflushed = false;
   for (const store::Trial& t : trials) {
     if (t.outcome != Outcome::kOk || rank >= top) break;
     const TrialMetrics& m = t.metrics;
-    std::printf("%-4d %-40s %-18s %10s %7.1f%% %8.0f %4.0f%% %5lld %6lld %5.0f%% %6.2f\n", ++rank,
-                ParamsString(t.config).c_str(), KnobsString(t.config.knobs).c_str(),
-                Us(m.time_ns).c_str(), m.time_ns > 0 ? 100.0 * m.spread_ns / m.time_ns : 0.0,
-                m.gbps, 100.0 * m.ceiling_fraction, static_cast<long long>(m.registers),
-                static_cast<long long>(m.spill_bytes), 100.0 * m.occupancy, m.waves);
+    std::printf(
+        "%-4d %-40s %-18s %10s %7.1f%% %8.0f %4.0f%% %5lld %6lld %5.0f%% %6.2f %4.0f%% %5lld\n",
+        ++rank, ParamsString(t.config).c_str(), KnobsString(t.config.knobs).c_str(),
+        Us(m.time_ns).c_str(), m.time_ns > 0 ? 100.0 * m.spread_ns / m.time_ns : 0.0, m.gbps,
+        100.0 * m.ceiling_fraction, static_cast<long long>(m.registers),
+        static_cast<long long>(m.spill_bytes), 100.0 * m.occupancy, m.waves,
+        100.0 * m.last_wave, static_cast<long long>(m.batch));
+    // batch 0 is a trial stored before the settings were recorded: its flush is unknown.
+    if (m.batch > 0 && !m.l2_flushed) unflushed = true;
+  }
+  if (unflushed) {
+    std::printf("note: some were timed without an L2 flush before each sample, so a warm L2 "
+                "may flatter them\n");
   }
 }
 

@@ -80,9 +80,14 @@ struct TrialMetrics {
   int64_t dynamic_smem = 0;   // bytes per block
   double occupancy = 0;       // theoretical, active warps / max warps per SM, 0..1
   double waves = 0;           // blocks / (SMs x blocks per SM)
+  double last_wave = 0;       // fraction of the last wave's SM slots that are busy, 0..1
   double gbps = 0;            // achieved, from the cost model
   double gflops = 0;          // achieved, from the cost model
   double ceiling_fraction = 0;  // gbps / measured copy bandwidth
+  // How it was measured, kept with the result so two timings can be compared fairly.
+  // Runs per timed sample (1, or more for kernels too short for the event timer).
+  int64_t batch = 0;
+  bool l2_flushed = false;  // L2 flushed before every timed sample
 };
 
 // One kernel launch of an artifact: enough to call cuLaunchKernel.

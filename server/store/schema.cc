@@ -128,6 +128,18 @@ CREATE INDEX jobs_by_state ON jobs (state, id);
 ALTER TABLE entries ADD COLUMN tuning_seconds REAL NOT NULL DEFAULT 0;
 )sql";
 
+// v3: a trial's time means little without how it was taken: v2 kept neither how full the
+// last wave was (a grid of 1.02 waves runs its tail nearly empty) nor the measurement
+// settings. Rows from older builds read 0 in all three: not recorded, not "no batching".
+constexpr absl::string_view kV3 = R"sql(
+ALTER TABLE trials ADD COLUMN last_wave REAL NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN batch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN l2_flushed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE entries ADD COLUMN last_wave REAL NOT NULL DEFAULT 0;
+ALTER TABLE entries ADD COLUMN batch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE entries ADD COLUMN l2_flushed INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 // Wraps the first read of a file: SQLite only finds out there that it is not a database.
 absl::Status NotSqliteOr(const absl::Status& s, const std::string& path) {
   if (s.code() == absl::StatusCode::kDataLoss) {
@@ -143,6 +155,7 @@ const std::vector<Migration>& Migrations() {
   static const auto* const kMigrations = new std::vector<Migration>{
       {1, "devices, templates, jobs, trials and entries", kV1},
       {2, "jobs.strategy, jobs.error, jobs_by_state, entries.tuning_seconds", kV2},
+      {3, "last_wave, batch and l2_flushed on trials and entries", kV3},
   };
   return *kMigrations;
 }

@@ -84,13 +84,15 @@ class Row {
 
 constexpr absl::string_view kMetricColumns =
     "time_ns, spread_ns, repeats, registers, spill_bytes, static_smem, dynamic_smem, "
-    "occupancy, waves, gbps, gflops, ceiling_fraction";
-constexpr absl::string_view kMetricPlaceholders = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?";
+    "occupancy, waves, gbps, gflops, ceiling_fraction, last_wave, batch, l2_flushed";
+constexpr absl::string_view kMetricPlaceholders =
+    "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?";
 
 void BindMetrics(Stmt& st, const TrialMetrics& m) {
   st.Bind(m.time_ns).Bind(m.spread_ns).Bind(m.repeats).Bind(m.registers).Bind(m.spill_bytes);
   st.Bind(m.static_smem).Bind(m.dynamic_smem).Bind(m.occupancy).Bind(m.waves).Bind(m.gbps);
-  st.Bind(m.gflops).Bind(m.ceiling_fraction);
+  st.Bind(m.gflops).Bind(m.ceiling_fraction).Bind(m.last_wave).Bind(m.batch);
+  st.Bind(int64_t{m.l2_flushed ? 1 : 0});
 }
 
 TrialMetrics ReadMetrics(Row& r) {
@@ -107,6 +109,9 @@ TrialMetrics ReadMetrics(Row& r) {
   m.gbps = r.Double();
   m.gflops = r.Double();
   m.ceiling_fraction = r.Double();
+  m.last_wave = r.Double();
+  m.batch = r.Int();
+  m.l2_flushed = r.Int() != 0;
   return m;
 }
 

@@ -43,12 +43,12 @@ TEST(Schema, MatchesGolden) {
 }
 
 TEST(Schema, VersionsAreConsecutiveFromOne) {
-  ASSERT_THAT(Migrations(), SizeIs(2));
+  ASSERT_THAT(Migrations(), SizeIs(3));
   for (size_t i = 0; i < Migrations().size(); ++i) {
     EXPECT_EQ(Migrations()[i].version, static_cast<int>(i) + 1);
     EXPECT_FALSE(Migrations()[i].summary.empty());
   }
-  EXPECT_EQ(CurrentSchemaVersion(), 2);
+  EXPECT_EQ(CurrentSchemaVersion(), 3);
 }
 
 TEST(Schema, NewFileIsCreatedAtTheCurrentVersion) {
@@ -73,7 +73,8 @@ TEST(Schema, CreateAtVersionRefusesAnExistingStore) {
 }
 
 // A file an older build (schema v1) filled: jobs without strategy/error, entries without
-// tuning_seconds. Opening it read-write migrates it in place and keeps every row.
+// tuning_seconds, trials and entries without last_wave/batch/l2_flushed. Opening it
+// read-write migrates it through v2 and v3 in place and keeps every row.
 TEST(Schema, MigratesFromV1WithDataIntact) {
   TempDir dir;
   const std::string path = dir.File("ktune.db");
@@ -151,6 +152,11 @@ TEST(Schema, MigratesFromV1WithDataIntact) {
   ASSERT_THAT(trials, SizeIs(2));
   EXPECT_EQ(trials[0].config, config);
   EXPECT_EQ(trials[0].metrics.time_ns, 2000);
+  EXPECT_EQ(trials[0].metrics.waves, 2);
+  EXPECT_EQ(trials[0].metrics.ceiling_fraction, 0.7);
+  EXPECT_EQ(trials[0].metrics.last_wave, 0);  // v3 columns read as their defaults
+  EXPECT_EQ(trials[0].metrics.batch, 0);
+  EXPECT_FALSE(trials[0].metrics.l2_flushed);
   EXPECT_EQ(trials[1].outcome, Outcome::kCompileFailed);
   EXPECT_EQ(trials[1].log, "error: too many resources");
 
@@ -163,6 +169,10 @@ TEST(Schema, MigratesFromV1WithDataIntact) {
   EXPECT_EQ(hit.entry.launches, std::vector<LaunchSpec>{launch});
   EXPECT_EQ(hit.entry.job_id, 1);
   EXPECT_EQ(hit.entry.tuning_seconds, 0);
+  EXPECT_EQ(hit.entry.metrics.gbps, 3000);
+  EXPECT_EQ(hit.entry.metrics.last_wave, 0);
+  EXPECT_EQ(hit.entry.metrics.batch, 0);
+  EXPECT_FALSE(hit.entry.metrics.l2_flushed);
   EXPECT_EQ(hit.entry.created_unix_ms, 1700000000600);
 
   // The new columns work on the migrated rows, and new ids do not reuse old ones.
@@ -171,6 +181,118 @@ TEST(Schema, MigratesFromV1WithDataIntact) {
   EXPECT_EQ(failed.error, "device lost");
   ASSERT_OK_AND_ASSIGN(int64_t next, store->CreateJob(MakeJob(MakeKey("n=2"))));
   EXPECT_EQ(next, 3);
+}
+
+// A file the previous build (schema v2) filled, with its strategy, error and
+// tuning_seconds set. Opening it read-write adds the v3 columns, keeps every row and value,
+// and the migrated file then stores and returns the new fields.
+TEST(Schema, MigratesFromV2WithDataIntact) {
+  TempDir dir;
+  const std::string path = dir.File("ktune.db");
+  ASSERT_OK(CreateStoreFileAtVersionForTesting(path, 2));
+  EXPECT_THAT(ReadSchemaVersion(path), IsOkAndHolds(2));
+
+  const std::string cubin = MakeCubin(6, 2500);
+  const Config config = MakeConfig(512);
+  LaunchSpec launch;
+  launch.lowered_name = "_Z6kernelv";
+  launch.grid = {264, 1, 1};
+  launch.block = {512, 1, 1};
+  launch.args = {"x", "y"};
+  const std::string v2_rows = absl::StrCat(
+      "INSERT INTO templates VALUES ('rmsnorm', 'src-aaaa', 1700000000000);"
+      "INSERT INTO jobs (id, device_model, template_id, dtype, shape, source_hash, "
+      "nvrtc_version, state, done, total, created_unix_ms, updated_unix_ms, strategy, error) "
+      "VALUES (1, 'H200|sm_90', 'rmsnorm', 'f16', 'n=1', 'src-aaaa', '13.0', 'done', 2, 2, "
+      "1700000000000, 1700000000500, 'random:64', ''),"
+      "(2, 'H200|sm_90', 'rmsnorm', 'bf16', 'n=1', 'src-aaaa', '13.0', 'failed', 1, 8, "
+      "1700000001000, 1700000001200, 'exhaustive', 'device lost');"
+      "INSERT INTO trials (job_id, config, candidate_hash, outcome, compile_ms, time_ns, "
+      "spread_ns, repeats, registers, spill_bytes, static_smem, dynamic_smem, occupancy, "
+      "waves, gbps, gflops, ceiling_fraction, log, created_unix_ms) VALUES (1, '",
+      ConfigToJson(config),
+      "', 'c1', 'ok', 120, 1500, 15, 40, 30, 4, 256, 2048, 0.625, 1.25, 3500, 20, 0.85, '', "
+      "1700000000100);"
+      "INSERT INTO entries (device_model, template_id, dtype, shape, source_hash, "
+      "nvrtc_version, config, cubin, cubin_sha256, launches, time_ns, spread_ns, repeats, "
+      "registers, spill_bytes, static_smem, dynamic_smem, occupancy, waves, gbps, gflops, "
+      "ceiling_fraction, job_id, trials_total, trials_ok, tuning_seconds, created_unix_ms) "
+      "VALUES ('H200|sm_90', 'rmsnorm', 'f16', 'n=1', 'src-aaaa', '13.0', '",
+      ConfigToJson(config), "', X'", absl::BytesToHexString(cubin), "', '", Sha256Hex(cubin),
+      "', '", LaunchesToJson({launch}),
+      "', 1500, 15, 40, 30, 4, 256, 2048, 0.625, 1.25, 3500, 20, 0.85, 1, 2, 1, 42.5, "
+      "1700000000600);");
+  ASSERT_OK(ExecSqlForTesting(path, v2_rows));
+
+  const std::string before = ReadBytes(path);
+  StoreOptions read_only;
+  read_only.read_only = true;
+  EXPECT_THAT(OpenSqliteStore(path, read_only),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::AllOf(HasSubstr("schema version 2"), HasSubstr("older"))));
+  EXPECT_TRUE(ReadBytes(path) == before);
+
+  ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(path));
+  EXPECT_THAT(ReadSchemaVersion(path), IsOkAndHolds(3));
+  EXPECT_THAT(CheckIntegrity(path), IsOkAndHolds("ok"));
+
+  ASSERT_OK_AND_ASSIGN(Job done, store->GetJob(1));
+  EXPECT_EQ(done.strategy, "random:64");
+  EXPECT_EQ(done.updated_unix_ms, 1700000000500);
+  ASSERT_OK_AND_ASSIGN(Job failed, store->GetJob(2));
+  EXPECT_EQ(failed.state, JobState::kFailed);
+  EXPECT_EQ(failed.strategy, "exhaustive");
+  EXPECT_EQ(failed.error, "device lost");
+
+  ASSERT_OK_AND_ASSIGN(std::vector<Trial> trials, store->ListTrials(1));
+  ASSERT_THAT(trials, SizeIs(1));
+  EXPECT_EQ(trials[0].config, config);
+  EXPECT_EQ(trials[0].candidate_hash, "c1");
+  EXPECT_EQ(trials[0].compile_ms, 120);
+  EXPECT_EQ(trials[0].metrics.time_ns, 1500);
+  EXPECT_EQ(trials[0].metrics.spill_bytes, 4);
+  EXPECT_EQ(trials[0].metrics.occupancy, 0.625);
+  EXPECT_EQ(trials[0].metrics.waves, 1.25);
+  EXPECT_EQ(trials[0].metrics.ceiling_fraction, 0.85);
+  EXPECT_EQ(trials[0].metrics.last_wave, 0);  // not recorded before v3
+  EXPECT_EQ(trials[0].metrics.batch, 0);
+  EXPECT_FALSE(trials[0].metrics.l2_flushed);
+  EXPECT_EQ(trials[0].created_unix_ms, 1700000000100);
+
+  const EntryKey key = MakeKey("n=1", "f16", "rmsnorm", "H200|sm_90");
+  ASSERT_OK_AND_ASSIGN(Lookup hit, store->LookupEntry(key, "src-aaaa", "13.0"));
+  EXPECT_FALSE(hit.stale);
+  EXPECT_TRUE(hit.entry.cubin == cubin);
+  EXPECT_EQ(hit.entry.config, config);
+  EXPECT_EQ(hit.entry.launches, std::vector<LaunchSpec>{launch});
+  EXPECT_EQ(hit.entry.metrics.time_ns, 1500);
+  EXPECT_EQ(hit.entry.metrics.gflops, 20);
+  EXPECT_EQ(hit.entry.metrics.last_wave, 0);
+  EXPECT_EQ(hit.entry.metrics.batch, 0);
+  EXPECT_FALSE(hit.entry.metrics.l2_flushed);
+  EXPECT_EQ(hit.entry.job_id, 1);
+  EXPECT_EQ(hit.entry.tuning_seconds, 42.5);
+  EXPECT_EQ(hit.entry.created_unix_ms, 1700000000600);
+
+  // The migrated file stores the v3 fields: a re-tune replaces the winner with them set.
+  ASSERT_OK_AND_ASSIGN(int64_t job, store->CreateJob(MakeJob(key)));
+  Trial trial = MakeTrial(job, 0);
+  trial.metrics.last_wave = 0.5;
+  trial.metrics.batch = 8;
+  trial.metrics.l2_flushed = true;
+  Entry entry = MakeEntry(key, job, 3);
+  entry.metrics = trial.metrics;
+  ASSERT_OK(store->CommitWinner(entry, {trial}).status());
+  ASSERT_OK_AND_ASSIGN(std::vector<Trial> retuned, store->ListTrials(job));
+  ASSERT_THAT(retuned, SizeIs(1));
+  EXPECT_TRUE(SameMetrics(retuned[0].metrics, trial.metrics));
+  ASSERT_OK_AND_ASSIGN(hit, store->LookupEntry(key, "src-aaaa", "13.0"));
+  EXPECT_EQ(hit.entry.metrics.last_wave, 0.5);
+  EXPECT_EQ(hit.entry.metrics.batch, 8);
+  EXPECT_TRUE(hit.entry.metrics.l2_flushed);
+  ASSERT_OK_AND_ASSIGN(std::vector<EntrySummary> list, store->ListEntries({}));
+  ASSERT_THAT(list, SizeIs(1));
+  EXPECT_TRUE(SameMetrics(list[0].metrics, trial.metrics));
 }
 
 TEST(Schema, TwoOpensOfANewFileMigrateOnce) {

@@ -167,6 +167,7 @@ TEST(SqliteStore, TrialRoundTripEveryOutcome) {
   std::vector<Trial> added;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     Trial t = MakeTrial(job, static_cast<int64_t>(i), outcomes[i]);
+    t.metrics.l2_flushed = i % 2 == 0;  // both values of the one boolean column
     ASSERT_OK_AND_ASSIGN(t.id, store->AddTrial(t));
     added.push_back(t);
   }
@@ -181,6 +182,9 @@ TEST(SqliteStore, TrialRoundTripEveryOutcome) {
     EXPECT_EQ(got[i].outcome, outcomes[i]);
     EXPECT_EQ(got[i].compile_ms, added[i].compile_ms);
     EXPECT_TRUE(SameMetrics(got[i].metrics, added[i].metrics));
+    EXPECT_EQ(got[i].metrics.last_wave, 0.375);  // the v3 columns, by name for a clear failure
+    EXPECT_EQ(got[i].metrics.batch, 4 + static_cast<int64_t>(i));
+    EXPECT_EQ(got[i].metrics.l2_flushed, i % 2 == 0);
     EXPECT_EQ(got[i].log, added[i].log);
     EXPECT_EQ(got[i].created_unix_ms, added[i].created_unix_ms);
   }
@@ -203,6 +207,9 @@ TEST(SqliteStore, EntryRoundTripThroughCommitWinner) {
   EXPECT_FALSE(hit.stale);
   EXPECT_EQ(hit.entry.id, entry.id);
   ExpectSameEntry(hit.entry, entry);
+  EXPECT_EQ(hit.entry.metrics.last_wave, 0.375);
+  EXPECT_EQ(hit.entry.metrics.batch, 5);
+  EXPECT_TRUE(hit.entry.metrics.l2_flushed);
 
   ASSERT_OK_AND_ASSIGN(Lookup by_id, store->GetEntry(entry.id));
   ExpectSameEntry(by_id.entry, entry);
@@ -223,6 +230,8 @@ TEST(SqliteStore, EntryRoundTripThroughCommitWinner) {
   EXPECT_EQ(list[0].config, entry.config);
   EXPECT_EQ(list[0].cubin_bytes, 4096);
   EXPECT_TRUE(SameMetrics(list[0].metrics, entry.metrics));
+  EXPECT_EQ(list[0].metrics.batch, 5);
+  EXPECT_TRUE(list[0].metrics.l2_flushed);
   EXPECT_EQ(list[0].created_unix_ms, entry.created_unix_ms);
 }
 

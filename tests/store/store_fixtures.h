@@ -102,6 +102,9 @@ inline TrialMetrics MakeMetrics(int64_t seed) {
   m.gbps = 3000.125 + seed;
   m.gflops = 12.75 + seed;
   m.ceiling_fraction = 0.8125;
+  m.last_wave = 0.375;
+  m.batch = 4 + seed;
+  m.l2_flushed = true;
   return m;
 }
 
@@ -110,7 +113,8 @@ inline bool SameMetrics(const TrialMetrics& a, const TrialMetrics& b) {
          a.registers == b.registers && a.spill_bytes == b.spill_bytes &&
          a.static_smem == b.static_smem && a.dynamic_smem == b.dynamic_smem &&
          a.occupancy == b.occupancy && a.waves == b.waves && a.gbps == b.gbps &&
-         a.gflops == b.gflops && a.ceiling_fraction == b.ceiling_fraction;
+         a.gflops == b.gflops && a.ceiling_fraction == b.ceiling_fraction &&
+         a.last_wave == b.last_wave && a.batch == b.batch && a.l2_flushed == b.l2_flushed;
 }
 
 inline Job MakeJob(const EntryKey& key, int64_t total = 20) {
