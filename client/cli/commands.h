@@ -14,7 +14,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/base/dtype.h"
 #include "server/templates/registry.h"
+#include "server/templates/shape.h"
 
 namespace ktune::cli {
 
@@ -34,6 +36,21 @@ Command AddTuneCommand(CLI::App& parent);
 // Loads the templates under `dir` ("" = the default), warning on stderr about each one
 // that did not load. kNotFound if the folder cannot be read.
 absl::StatusOr<std::unique_ptr<TemplateRegistry>> LoadRegistryOrWarn(const std::string& dir);
+
+// A template, dtype and shape named on the command line, checked against each other.
+struct TemplateRequest {
+  std::unique_ptr<TemplateRegistry> registry;
+  std::shared_ptr<const KernelTemplate> tmpl;
+  DType dtype = DType::kF32;
+  Shape shape;
+};
+
+// Loads the registry (as LoadRegistryOrWarn) and checks the template name, the --dtype and
+// the --shape; kInvalidArgument/kNotFound naming the flag or dim otherwise.
+absl::StatusOr<TemplateRequest> ResolveTemplateRequest(const std::string& templates_dir,
+                                                       const std::string& template_name,
+                                                       const std::string& dtype,
+                                                       const std::string& shape);
 
 // Prints "ktune: <message>" to stderr and returns the exit status for `status`:
 // kExitUsage for caller mistakes (invalid argument, not found, out of range), else

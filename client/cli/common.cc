@@ -3,6 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
 #include "server/base/paths.h"
+#include "server/base/status_macros.h"
+#include "server/templates/search_space.h"
 
 namespace ktune::cli {
 
@@ -16,6 +18,24 @@ absl::StatusOr<std::unique_ptr<TemplateRegistry>> LoadRegistryOrWarn(const std::
     std::cerr << "ktune: warning: template skipped: " << e.message() << "\n";
   }
   return registry;
+}
+
+absl::StatusOr<TemplateRequest> ResolveTemplateRequest(const std::string& templates_dir,
+                                                       const std::string& template_name,
+                                                       const std::string& dtype,
+                                                       const std::string& shape) {
+  TemplateRequest r;
+  KTUNE_ASSIGN_OR_RETURN(r.registry, LoadRegistryOrWarn(templates_dir));
+  KTUNE_ASSIGN_OR_RETURN(r.tmpl, r.registry->Get(template_name));
+  std::optional<DType> d = ParseDType(dtype);
+  if (!d) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype: unknown dtype '", dtype, "'; expected f32, f16 or bf16"));
+  }
+  r.dtype = *d;
+  KTUNE_ASSIGN_OR_RETURN(r.shape, ParseShape(shape));
+  KTUNE_RETURN_IF_ERROR(ValidateRequest(*r.tmpl, r.dtype, r.shape));
+  return r;
 }
 
 int Fail(const absl::Status& status) {

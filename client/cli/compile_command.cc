@@ -59,25 +59,19 @@ std::string Dim3(const std::array<int64_t, 3>& d) {
 }
 
 int RunCompile(const CompileArgs& args) {
-  absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry =
-      LoadRegistryOrWarn(args.templates_dir);
-  if (!registry.ok()) return Fail(registry.status());
-  absl::StatusOr<std::shared_ptr<const KernelTemplate>> tmpl = (*registry)->Get(args.template_name);
-  if (!tmpl.ok()) return Fail(tmpl.status());
-  std::optional<DType> dtype = ParseDType(args.dtype);
-  if (!dtype) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--dtype: unknown dtype '", args.dtype, "'; expected f32, f16 or bf16")));
-  }
-  absl::StatusOr<Shape> shape = ParseShape(args.shape);
-  if (!shape.ok()) return Fail(shape.status());
-  if (absl::Status s = ValidateRequest(**tmpl, *dtype, *shape); !s.ok()) return Fail(s);
+  absl::StatusOr<TemplateRequest> request = ResolveTemplateRequest(
+      args.templates_dir, args.template_name, args.dtype, args.shape);
+  if (!request.ok()) return Fail(request.status());
+  const TemplateRegistry& registry = *request->registry;
+  const std::shared_ptr<const KernelTemplate>& tmpl = request->tmpl;
+  const DType dtype = request->dtype;
+  const Shape& shape = request->shape;
   absl::StatusOr<TargetInfo> target = TargetFromArch(args.arch);
   if (!target.ok()) return Fail(target.status());
 
-  Config config = DefaultConfig(**tmpl, *target);
+  Config config = DefaultConfig(*tmpl, *target);
   if (absl::Status s = ApplyParams(args.params, &config.params); !s.ok()) return Fail(s);
-  if (absl::Status s = ValidateParams(**tmpl, config.params); !s.ok()) return Fail(s);
+  if (absl::Status s = ValidateParams(*tmpl, config.params); !s.ok()) return Fail(s);
   if (args.maxrregcount != 0 && (args.maxrregcount < 16 || args.maxrregcount > 255)) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--maxrregcount: ", args.maxrregcount, " is outside 16..255 (0 = none)")));
@@ -91,11 +85,11 @@ int RunCompile(const CompileArgs& args) {
   config.knobs.min_blocks = args.min_blocks;
   config.knobs.fast_math = args.fast_math;
 
-  absl::StatusOr<BindResult> bound = Bind(*tmpl, *dtype, *shape, config, *target);
+  absl::StatusOr<BindResult> bound = Bind(tmpl, dtype, shape, config, *target);
   if (!bound.ok()) return Fail(bound.status());
   if (!bound->instance) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "config ", ConfigString(config), " is not a candidate for ", ShapeString(*shape), ": ",
+        "config ", ConfigString(config), " is not a candidate for ", ShapeString(shape), ": ",
         bound->rejected_because)));
   }
   const Instance& instance = *bound->instance;
@@ -108,13 +102,13 @@ int RunCompile(const CompileArgs& args) {
     if (!c.ok()) return Fail(c.status());
     cache = *std::move(c);
   }
-  absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(**registry, cache.get());
+  absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(registry, cache.get());
   if (!compiler.ok()) return Fail(compiler.status());
   absl::StatusOr<CompileResult> result = (*compiler)->Compile(BuildCompileRequest(instance));
   if (!result.ok()) return Fail(result.status());
 
-  std::cout << "template  " << args.template_name << " " << DTypeName(*dtype) << " "
-            << ShapeString(*shape) << "\n";
+  std::cout << "template  " << args.template_name << " " << DTypeName(dtype) << " "
+            << ShapeString(shape) << "\n";
   std::cout << "config    " << ConfigString(config) << "\n";
   if (!result->ok) {
     std::cerr << result->log << "\n";

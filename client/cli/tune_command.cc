@@ -79,20 +79,12 @@ void PrintTrials(const std::vector<store::Trial>& trials, int top) {
 }
 
 int RunTune(const TuneArgs& args) {
-  std::optional<DType> dtype = ParseDType(args.dtype);
-  if (!dtype) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--dtype: unknown dtype '", args.dtype, "'; expected f32, f16 or bf16")));
-  }
-  absl::StatusOr<Shape> shape = ParseShape(args.shape);
-  if (!shape.ok()) return Fail(shape.status());
   if (args.budget < 0) return Fail(absl::InvalidArgumentError("--budget: must be >= 0"));
   if (args.time_s < 0) return Fail(absl::InvalidArgumentError("--time: must be >= 0"));
-  absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry = LoadRegistryOrWarn(args.templates_dir);
-  if (!registry.ok()) return Fail(registry.status());
-  absl::StatusOr<std::shared_ptr<const KernelTemplate>> tmpl = (*registry)->Get(args.template_name);
-  if (!tmpl.ok()) return Fail(tmpl.status());
-  if (absl::Status s = ValidateRequest(**tmpl, *dtype, *shape); !s.ok()) return Fail(s);
+  absl::StatusOr<TemplateRequest> resolved = ResolveTemplateRequest(
+      args.templates_dir, args.template_name, args.dtype, args.shape);
+  if (!resolved.ok()) return Fail(resolved.status());
+  const TemplateRegistry& registry = *resolved->registry;
 
   const std::string db = args.db.empty() ? DefaultDbPath() : args.db;
   if (args.db.empty()) {
@@ -104,7 +96,7 @@ int RunTune(const TuneArgs& args) {
       args.cache_dir.empty() ? absl::StrCat(DefaultCacheDir(), "/cubins") : args.cache_dir;
   absl::StatusOr<std::unique_ptr<CubinCache>> cache = CubinCache::Open(cache_dir);
   if (!cache.ok()) return Fail(cache.status());
-  absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(**registry, cache->get());
+  absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(registry, cache->get());
   if (!compiler.ok()) return Fail(compiler.status());
   CompilePool pool(compiler->get(), args.threads);
 
@@ -116,8 +108,8 @@ int RunTune(const TuneArgs& args) {
 
   TuneRequest request;
   request.template_name = args.template_name;
-  request.dtype = *dtype;
-  request.shape = *shape;
+  request.dtype = resolved->dtype;
+  request.shape = resolved->shape;
   request.strategy = args.strategy;
   request.budget = args.budget;
   request.time_limit_s = args.time_s;
@@ -140,7 +132,7 @@ int RunTune(const TuneArgs& args) {
     }
     return true;
   };
-  TuningEnv env{registry->get(), compiler->get(), &pool, gpu->get(), store->get()};
+  TuningEnv env{&registry, compiler->get(), &pool, gpu->get(), store->get()};
   absl::StatusOr<TuneResult> result = RunTuning(request, env, progress);
   if (live) std::fprintf(stderr, "\n");
   if (!result.ok()) return Fail(result.status());
