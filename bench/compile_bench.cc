@@ -141,6 +141,7 @@ int Run(int argc, char** argv) {
     const std::string pch_dir = absl::StrCat("/tmp/ktune-bench-pch-", ::getpid());
     if (auto s = MakeDirs(pch_dir); !s.ok()) return std::cerr << s << "\n", 1;
     list.push_back({"--pch (automatic)", {"--pch", absl::StrCat("--pch-dir=", pch_dir)}});
+    list.push_back({"-minimal --pch", {"-minimal", "--pch", absl::StrCat("--pch-dir=", pch_dir)}});
   }
   std::printf("| options | 1 thread: cand/s | p50 ms | p90 ms | %d threads: cand/s | failed | cubins same code as default |\n",
               cores);

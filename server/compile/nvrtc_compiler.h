@@ -19,7 +19,7 @@ struct NvrtcOptions {
   // The toolkit's include folder (cuda_fp16.h, cuda_bf16.h). Empty: $CUDA_HOME/include,
   // $CUDA_PATH/include, then /usr/local/cuda/include, the first holding cuda_fp16.h.
   std::string cuda_include_dir;
-  // Options added to every compile, after ktune's own (-std=c++17, -Xptxas=-v).
+  // Options added to every compile, after ktune's own (-std=c++17, -Xptxas=-v, -minimal).
   std::vector<std::string> extra_options;
 };
 
