@@ -8,16 +8,19 @@
 // Exit status: 0 at end of input; 3 right after answering a request that poisoned the CUDA
 // context (a faulting candidate: the parent starts a fresh worker); 2 for a frame that
 // could not be read (answered with a WorkerError first when possible); 1 when the answer
-// could not be written (the parent is gone) or for bad flags.
+// could not be written (the parent is gone) or for bad flags; 4 when the parent died while
+// a request was running.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -32,6 +35,21 @@ constexpr int kExitPoisoned = 3;
 constexpr int kExitBadFrame = 2;
 constexpr int kExitWriteFailed = 1;
 constexpr int kExitUsage = 1;
+constexpr int kExitOrphaned = 4;
+
+// A parent killed with SIGKILL (a daemon stopped hard) never closes our stdin in a way we
+// see while a kernel hangs in the driver, and would leave us holding the GPU. A watchdog
+// thread ends the process once it is reparented. (PR_SET_PDEATHSIG fires when the spawning
+// *thread* exits, which a daemon's thread pools would trip; polling the parent does not.)
+void StartOrphanWatchdog() {
+  const pid_t parent = getppid();
+  std::thread([parent] {
+    while (true) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      if (getppid() != parent) _exit(kExitOrphaned);
+    }
+  }).detach();
+}
 
 void Usage() {
   std::fprintf(stderr,
@@ -72,6 +90,7 @@ int main(int argc, char** argv) {
 
   // A parent that went away must give EPIPE from write, not kill us mid-answer.
   signal(SIGPIPE, SIG_IGN);
+  StartOrphanWatchdog();
 
   // The protocol gets private descriptors; fd 1 becomes stderr and fd 0 /dev/null, so stray
   // prints (ours, the driver's) land in the log and nobody else reads requests.

@@ -3,10 +3,16 @@
 // answered with an error, which is still a well-formed Response.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <fstream>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "ktune/v1/worker.pb.h"
@@ -80,6 +86,53 @@ TEST(WorkerMainTest, BadFlagsExitOne) {
   EXPECT_EQ(worker.Wait(), 1);
   Worker other({"--frobnicate"});
   EXPECT_EQ(other.Wait(), 1);
+}
+
+// True while `pid` exists and is not a zombie (a reparented child may never be reaped here).
+bool Alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string pid_field, comm, state;
+  if (!(stat >> pid_field >> comm >> state)) return false;
+  return state != "Z" && state != "X";
+}
+
+TEST(WorkerMainTest, ExitsWhenItsParentDies) {
+  // The worker's stdin stays open (this process holds the write end), so only the orphan
+  // watchdog can end it once the intermediate parent is gone.
+  int in[2], report[2];
+  ASSERT_EQ(pipe(in), 0);
+  ASSERT_EQ(pipe(report), 0);
+  const std::string worker = testing::WorkerBinary();
+  const pid_t parent = fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    char* argv[] = {const_cast<char*>(worker.c_str()), nullptr};
+    pid_t pid = -1;
+    if (posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv, environ) != 0) _exit(1);
+    // Give the worker time to start its watchdog under this parent.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    (void)!write(report[1], &pid, sizeof(pid));
+    _exit(0);
+  }
+  close(report[1]);
+  pid_t worker_pid = -1;
+  ASSERT_EQ(read(report[0], &worker_pid, sizeof(worker_pid)), static_cast<ssize_t>(sizeof(worker_pid)));
+  int status = 0;
+  ASSERT_EQ(waitpid(parent, &status, 0), parent);
+  ASSERT_TRUE(Alive(worker_pid));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (Alive(worker_pid) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(Alive(worker_pid)) << "ktune-worker outlived its parent";
+  if (Alive(worker_pid)) kill(worker_pid, SIGKILL);
+  close(in[0]);
+  close(in[1]);
+  close(report[0]);
 }
 
 }  // namespace
