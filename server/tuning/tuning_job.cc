@@ -55,6 +55,44 @@ absl::StatusOr<std::optional<store::Job>> FindResumable(store::Store& store, con
   return found;
 }
 
+// The device model's copy ceiling (GB/s): measured once per model and kept in the store.
+absl::StatusOr<double> EnsureCopyCeiling(store::Store& store, Gpu& gpu, const v1::DeviceInfo& info,
+                                         const std::string& model) {
+  absl::StatusOr<store::Device> device = store.GetDevice(model);
+  if (!device.ok() && device.status().code() != absl::StatusCode::kNotFound) {
+    return device.status();
+  }
+  if (device.ok() && device->copy_gbps > 0) return device->copy_gbps;
+  KTUNE_ASSIGN_OR_RETURN(v1::Ceiling ceiling, gpu.MeasureCeiling());
+  store::Device d;
+  d.model_key = model;
+  d.name = info.name();
+  d.cc_major = info.cc_major();
+  d.cc_minor = info.cc_minor();
+  d.sm_count = info.sm_count();
+  d.l2_bytes = info.l2_bytes();
+  d.memory_bus_bits = info.memory_bus_bits();
+  d.memory_clock_khz = info.memory_clock_khz();
+  d.copy_gbps = ceiling.copy_gbps();
+  d.uuid = info.uuid();
+  d.driver_version = info.driver_version();
+  KTUNE_RETURN_IF_ERROR(store.PutDevice(d));
+  return d.copy_gbps;
+}
+
+// Resumes the newest interrupted job like `job` (filling its id and `earlier` with its
+// trials) or creates it.
+absl::Status OpenJob(store::Store& store, store::Job* job, std::vector<store::Trial>* earlier) {
+  KTUNE_ASSIGN_OR_RETURN(std::optional<store::Job> resumable, FindResumable(store, *job));
+  if (resumable) {
+    job->id = resumable->id;
+    KTUNE_ASSIGN_OR_RETURN(*earlier, store.ListTrials(job->id));
+    return absl::OkStatus();
+  }
+  KTUNE_ASSIGN_OR_RETURN(job->id, store.CreateJob(*job));
+  return absl::OkStatus();
+}
+
 bool Faster(const store::Trial& a, const store::Trial& b) {
   return a.metrics.time_ns < b.metrics.time_ns;
 }
@@ -103,29 +141,7 @@ absl::StatusOr<TuneResult> RunTuning(const TuneRequest& request, const TuningEnv
   const TargetInfo target = TargetForDevice(info);
   const std::string model = DeviceModelKey(info);
 
-  // The copy ceiling is measured once per device model and kept.
-  absl::StatusOr<store::Device> device = env.store->GetDevice(model);
-  if (!device.ok() && device.status().code() != absl::StatusCode::kNotFound) {
-    return device.status();
-  }
-  if (!device.ok() || device->copy_gbps <= 0) {
-    KTUNE_ASSIGN_OR_RETURN(v1::Ceiling ceiling, env.gpu->MeasureCeiling());
-    store::Device d;
-    d.model_key = model;
-    d.name = info.name();
-    d.cc_major = info.cc_major();
-    d.cc_minor = info.cc_minor();
-    d.sm_count = info.sm_count();
-    d.l2_bytes = info.l2_bytes();
-    d.memory_bus_bits = info.memory_bus_bits();
-    d.memory_clock_khz = info.memory_clock_khz();
-    d.copy_gbps = ceiling.copy_gbps();
-    d.uuid = info.uuid();
-    d.driver_version = info.driver_version();
-    KTUNE_RETURN_IF_ERROR(env.store->PutDevice(d));
-    device = d;
-  }
-  const double copy_gbps = device->copy_gbps;
+  KTUNE_ASSIGN_OR_RETURN(const double copy_gbps, EnsureCopyCeiling(*env.store, *env.gpu, info, model));
   KTUNE_RETURN_IF_ERROR(env.store->PutTemplate(tmpl->name(), tmpl->source_hash()));
 
   KTUNE_ASSIGN_OR_RETURN(SearchSpace space,
@@ -148,15 +164,9 @@ absl::StatusOr<TuneResult> RunTuning(const TuneRequest& request, const TuningEnv
   job.state = store::JobState::kRunning;
   job.total = strategy->Planned();
   job.created_unix_ms = job.updated_unix_ms = NowUnixMs();
-  KTUNE_ASSIGN_OR_RETURN(std::optional<store::Job> resumable, FindResumable(*env.store, job));
   std::vector<store::Trial> earlier;
-  if (resumable) {
-    job.id = resumable->id;
-    KTUNE_ASSIGN_OR_RETURN(earlier, env.store->ListTrials(job.id));
-    for (const store::Trial& t : earlier) strategy->Report(t.config, t.outcome, t.metrics.time_ns);
-  } else {
-    KTUNE_ASSIGN_OR_RETURN(job.id, env.store->CreateJob(job));
-  }
+  KTUNE_RETURN_IF_ERROR(OpenJob(*env.store, &job, &earlier));
+  for (const store::Trial& t : earlier) strategy->Report(t.config, t.outcome, t.metrics.time_ns);
   int64_t done = static_cast<int64_t>(earlier.size());
   auto fail_job = [&](const absl::Status& s) {
     env.store->UpdateJob(job.id, store::JobState::kFailed, done, job.total, std::string(s.message()))
