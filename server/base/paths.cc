@@ -47,6 +47,14 @@ std::string DefaultCacheDir() {
 
 std::string DefaultDbPath() { return absl::StrCat(DefaultCacheDir(), "/ktune.db"); }
 
+std::string DefaultDaemonTarget() {
+  if (std::string env = Env("KTUNE_DAEMON"); !env.empty()) return env;
+  if (std::string run = Env("XDG_RUNTIME_DIR"); !run.empty()) {
+    return absl::StrCat("unix://", run, "/ktune/ktuned.sock");
+  }
+  return absl::StrCat("unix://", DefaultCacheDir(), "/ktuned.sock");
+}
+
 std::string DefaultWorkerPath() {
   if (std::string env = Env("KTUNE_WORKER"); !env.empty()) return env;
   return absl::StrCat(ProgramDir(), "/ktune-worker");

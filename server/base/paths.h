@@ -25,6 +25,11 @@ std::string DefaultDbPath();
 // installed together).
 std::string DefaultWorkerPath();
 
+// Where ktuned listens and clients connect unless told: $KTUNE_DAEMON, else
+// unix://$XDG_RUNTIME_DIR/ktune/ktuned.sock, else unix://DefaultCacheDir()/ktuned.sock.
+// (The Python client repeats this rule in client/python/ktune/_client.py.)
+std::string DefaultDaemonTarget();
+
 }  // namespace ktune
 
 #endif  // KTUNE_SERVER_BASE_PATHS_H_

@@ -1,0 +1,77 @@
+// ktuned's gRPC server: the Ktune service (ktune.proto) over the tuning queue, the store
+// and the compiler, plus gRPC health checking and, when asked, reflection.
+//
+// The handlers are thin and never block a reaction on tuning or compiling: they validate,
+// answer store lookups at once, hand tuning to the TuningQueue and NVRTC fallback compiles
+// to a small worker pool, and finish their reactors from those threads' callbacks. A client
+// deadline that passes first gets DEADLINE_EXCEEDED while the job goes on.
+//
+// Thread-safe. Shutdown() may be called from any thread (a signal-watching one, say).
+#ifndef KTUNE_SERVER_SERVICE_KTUNE_SERVER_H_
+#define KTUNE_SERVER_SERVICE_KTUNE_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/compile/compiler.h"
+#include "server/gpu/gpu.h"
+#include "server/store/store.h"
+#include "server/templates/registry.h"
+#include "server/templates/target.h"
+
+namespace ktune {
+
+// Makes the Gpu for visible ordinal N (the daemon: StartProcessGpu; tests: a FakeGpu).
+using GpuFactory = std::function<absl::StatusOr<std::unique_ptr<Gpu>>(int ordinal)>;
+
+struct ServerOptions {
+  // "unix:///run/ktune/ktuned.sock" (the socket is made 0600, a folder created for it
+  // 0700) or "HOST:PORT" (port 0: any free port, see KtuneServer::port()).
+  std::string listen;
+  // Must outlive the server. The compiler must be thread-safe (Compiler's contract).
+  const TemplateRegistry* registry = nullptr;
+  store::Store* store = nullptr;
+  Compiler* compiler = nullptr;
+  // GPUs are ordinals 0, 1, ... until the factory or the Gpu's Info() fails. No GPU (a
+  // null factory, or ordinal 0 failing): compile-only, saying why.
+  GpuFactory gpu_factory;
+  int max_gpus = 16;
+  // Jobs waiting (not running) over all GPUs; past it, RESOURCE_EXHAUSTED.
+  int queue_capacity = 64;
+  // Compile pool threads; <= 0: one per core.
+  int compile_threads = 0;
+  // Threads for FALLBACK's neighbour search and default-config compiles.
+  int fallback_threads = 2;
+  // When not empty, every Ktune call needs metadata "authorization: Bearer <token>".
+  std::string token;
+  int max_message_bytes = 64 << 20;
+  bool reflection = false;
+  // The target for DEFAULT compiles on a compile-only host whose store names no device.
+  TargetInfo compile_only_target;
+};
+
+class KtuneServer {
+ public:
+  virtual ~KtuneServer() = default;
+  // The port a TCP listener got (0 for a unix socket).
+  virtual int port() const = 0;
+  // True when no GPU is usable: lookups and FALLBACK compiles only.
+  virtual bool compile_only() const = 0;
+  // Why there is no usable GPU; empty when there is one.
+  virtual std::string compile_only_reason() const = 0;
+  // Stops accepting calls, cancels queued tuning jobs and stops the running ones (they stay
+  // resumable), finishes the calls in flight, and returns. Idempotent.
+  virtual void Shutdown() = 0;
+  // Blocks until Shutdown has finished.
+  virtual void Wait() = 0;
+};
+
+// Probes the GPUs, starts the tuning queue and the gRPC server. kInvalidArgument for
+// missing options; kUnavailable when it cannot listen on `listen`.
+absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions options);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_SERVICE_KTUNE_SERVER_H_

@@ -1,0 +1,190 @@
+#include "server/tuning/tuning_queue.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/base/candidate.h"
+
+namespace ktune {
+namespace {
+
+// Everything that makes two requests the same job (TuneRequest's other fields are the
+// daemon's, never the caller's).
+std::string DedupKey(const TuneRequest& r, int gpu) {
+  return absl::StrCat(gpu, "|", r.template_name, "|", DTypeName(r.dtype), "|",
+                      ShapeString(r.shape), "|", r.strategy, "|", r.budget);
+}
+
+JobProgress CopyProgress(int64_t job_id, const TuneProgress& p) {
+  JobProgress e;
+  e.job_id = job_id;
+  e.done = p.done;
+  e.total = p.total;
+  e.elapsed_s = p.elapsed_s;
+  e.eta_s = p.eta_s;
+  if (p.best != nullptr) {
+    e.best_params = p.best->config.params;
+    e.best_time_ns = p.best->metrics.time_ns;
+  }
+  if (p.last != nullptr) e.last_outcome = std::string(OutcomeName(p.last->outcome));
+  return e;
+}
+
+}  // namespace
+
+int64_t TuningJob::Subscribe(Listener listener) {
+  absl::MutexLock lock(&mu_);
+  const int64_t token = next_token_++;
+  if (!result_) listeners_.emplace(token, std::move(listener));
+  return token;
+}
+
+void TuningJob::Unsubscribe(int64_t token) {
+  absl::MutexLock publishing(&publish_mu_);
+  absl::MutexLock lock(&mu_);
+  listeners_.erase(token);
+}
+
+void TuningJob::OnDone(DoneCallback done) {
+  std::optional<absl::StatusOr<TuneResult>> result;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!result_) {
+      done_callbacks_.push_back(std::move(done));
+      return;
+    }
+    result = result_;
+  }
+  done(*result);
+}
+
+absl::StatusOr<TuneResult> TuningJob::Wait(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto finished = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return result_.has_value(); };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&finished), deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("tuning job ", id_, " did not finish before the deadline; it goes on"));
+  }
+  return *result_;
+}
+
+bool TuningJob::finished() const {
+  absl::MutexLock lock(&mu_);
+  return result_.has_value();
+}
+
+void TuningJob::Publish(const JobProgress& event) {
+  absl::MutexLock publishing(&publish_mu_);
+  std::vector<Listener> listeners;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [token, l] : listeners_) listeners.push_back(l);
+  }
+  for (Listener& l : listeners) l(event);
+}
+
+void TuningJob::Finish(absl::StatusOr<TuneResult> result) {
+  std::vector<DoneCallback> callbacks;
+  {
+    absl::MutexLock publishing(&publish_mu_);
+    absl::MutexLock lock(&mu_);
+    result_ = std::move(result);
+    listeners_.clear();
+    callbacks.swap(done_callbacks_);
+  }
+  for (DoneCallback& cb : callbacks) cb(*result_);  // result_ is immutable once set
+}
+
+TuningQueue::TuningQueue(std::vector<TuningEnv> envs, int capacity)
+    : envs_(std::move(envs)), capacity_(capacity), queues_(envs_.size()) {
+  for (int i = 0; i < static_cast<int>(envs_.size()); ++i) {
+    workers_.emplace_back([this, i] { Work(i); });
+  }
+}
+
+TuningQueue::~TuningQueue() { Shutdown(); }
+
+absl::StatusOr<std::shared_ptr<TuningJob>> TuningQueue::Submit(const TuneRequest& request,
+                                                               int gpu) {
+  if (gpu < 0 || gpu >= gpus()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu: ordinal ", gpu, " out of range; this daemon has ", gpus(), " GPU",
+                     gpus() == 1 ? "" : "s"));
+  }
+  const std::string key = DedupKey(request, gpu);
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the tuning queue is shutting down");
+  if (auto it = active_.find(key); it != active_.end()) return it->second;
+  int waiting = 0;
+  for (const auto& q : queues_) waiting += static_cast<int>(q.size());
+  if (waiting >= capacity_) {
+    return absl::ResourceExhaustedError(absl::StrCat("tuning queue is full (", waiting, " jobs)"));
+  }
+  std::shared_ptr<TuningJob> job(new TuningJob(next_id_++, gpu, request, key));
+  active_.emplace(key, job);
+  queues_[gpu].push_back(job);
+  return job;
+}
+
+int TuningQueue::queued() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& q : queues_) n += static_cast<int>(q.size());
+  return n;
+}
+
+void TuningQueue::Work(int gpu) {
+  for (;;) {
+    std::shared_ptr<TuningJob> job;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this, gpu]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queues_[gpu].empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      job = queues_[gpu].front();
+      queues_[gpu].pop_front();
+    }
+    auto progress = [this, &job](const TuneProgress& p) {
+      job->Publish(CopyProgress(job->id(), p));
+      absl::MutexLock lock(&mu_);
+      return !stopping_;  // false cancels: the job stops and stays resumable
+    };
+    absl::StatusOr<TuneResult> result = RunTuning(job->request(), envs_[gpu], progress);
+    {
+      // Off the active list first, so a request arriving after the result starts afresh
+      // (and finds the stored entry) rather than joining a finished job.
+      absl::MutexLock lock(&mu_);
+      active_.erase(job->key_);
+    }
+    job->Finish(std::move(result));
+  }
+}
+
+void TuningQueue::Shutdown() {
+  std::vector<std::shared_ptr<TuningJob>> cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ && workers_.empty()) return;
+    stopping_ = true;
+    for (auto& q : queues_) {
+      for (auto& job : q) {
+        active_.erase(job->key_);
+        cancelled.push_back(job);
+      }
+      q.clear();
+    }
+  }
+  for (auto& job : cancelled) {
+    job->Finish(absl::CancelledError(
+        absl::StrCat("tuning job ", job->id(), " cancelled: the daemon is shutting down")));
+  }
+  for (std::thread& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+  absl::MutexLock lock(&mu_);
+  workers_.clear();
+}
+
+}  // namespace ktune
