@@ -32,6 +32,8 @@ struct Command {
 Command AddTemplatesCommand(CLI::App& parent);
 Command AddCompileCommand(CLI::App& parent);
 Command AddTuneCommand(CLI::App& parent);
+// `ktune get`: GetKernel from ktuned (client/lib).
+Command AddGetCommand(CLI::App& parent);
 
 // Loads the templates under `dir` ("" = the default), warning on stderr about each one
 // that did not load. kNotFound if the folder cannot be read.

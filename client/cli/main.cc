@@ -1,4 +1,4 @@
-// ktune: the command-line tool (templates, compile, tune).
+// ktune: the command-line tool (templates, compile, tune, get).
 #include <iostream>
 #include <vector>
 
@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<ktune::cli::Command> commands = {ktune::cli::AddTemplatesCommand(app),
                                                ktune::cli::AddCompileCommand(app),
-                                               ktune::cli::AddTuneCommand(app)};
+                                               ktune::cli::AddTuneCommand(app),
+                                               ktune::cli::AddGetCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

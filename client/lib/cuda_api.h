@@ -1,0 +1,67 @@
+// The few CUDA driver entry points LoadedKernel needs, loaded at run time with
+// dlopen("libcuda.so.1"), declared WITHOUT <cuda.h>.
+//
+// Why not server/gpu/driver.h: it includes <cuda.h> (only server/gpu may), lives in
+// ktune_worker_lib with the worker's session code, and lacks cuCtxGetCurrent and
+// cuCtxPush/PopCurrent, which a library loading into its caller's context needs. The
+// handful of types below are the driver ABI's own: CUresult and CUdevice are int,
+// CUcontext/CUmodule/CUfunction/CUstream pointers to opaque structs, CUdeviceptr a 64-bit
+// integer; the enum values used are pinned here by name.
+//
+// Thread-safety: LoadCudaApi() is safe from any thread; the CudaApi it returns is
+// immutable and lives until the process exits.
+#ifndef KTUNE_CLIENT_LIB_CUDA_API_H_
+#define KTUNE_CLIENT_LIB_CUDA_API_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ktune::client {
+
+using CuResult = int;        // CUresult
+using CuContext = void*;     // CUcontext
+using CuModule = void*;      // CUmodule
+using CuFunction = void*;    // CUfunction
+using CuStream = void*;      // CUstream
+using CuDevicePtr = uint64_t;  // CUdeviceptr (unsigned long long)
+
+inline constexpr CuResult kCudaSuccess = 0;
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+inline constexpr int kFuncAttributeMaxDynamicSharedSizeBytes = 8;
+// Above this, a kernel must opt in to more dynamic shared memory.
+inline constexpr uint32_t kDefaultMaxDynamicSharedBytes = 48 * 1024;
+
+// Member names drop the `cu` prefix and are resolved by their exact (unversioned) symbols.
+struct CudaApi {
+  CuResult (*Init)(unsigned int flags);
+  CuResult (*CtxGetCurrent)(CuContext* context);
+  CuResult (*CtxPushCurrent)(CuContext context);  // _v2
+  CuResult (*CtxPopCurrent)(CuContext* context);  // _v2
+  CuResult (*ModuleLoadData)(CuModule* module, const void* image);
+  CuResult (*ModuleUnload)(CuModule module);
+  CuResult (*ModuleGetFunction)(CuFunction* function, CuModule module, const char* name);
+  CuResult (*FuncSetAttribute)(CuFunction function, int attribute, int value);
+  CuResult (*LaunchKernel)(CuFunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                           unsigned block_x, unsigned block_y, unsigned block_z,
+                           unsigned shared_bytes, CuStream stream, void** params, void** extra);
+  CuResult (*GetErrorName)(CuResult error, const char** name);
+  CuResult (*GetErrorString)(CuResult error, const char** text);
+};
+
+// Loads libcuda.so.1 once per process and calls cuInit(0). kUnavailable with the reason
+// ("no CUDA driver: dlopen libcuda.so.1: ...", a missing symbol, cuInit's error) otherwise;
+// the same answer every call.
+absl::StatusOr<const CudaApi*> LoadCudaApi();
+
+// OK for success; otherwise "<call>: CUDA_ERROR_X (text)" with the most specific code
+// (kResourceExhausted out of memory/resources, kInvalidArgument bad values and images,
+// kNotFound missing names, kFailedPrecondition wrong or missing context, kUnavailable no
+// device, kInternal the rest).
+absl::Status CheckCu(const CudaApi& api, CuResult result, absl::string_view call);
+
+}  // namespace ktune::client
+
+#endif  // KTUNE_CLIENT_LIB_CUDA_API_H_

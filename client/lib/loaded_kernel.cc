@@ -1,0 +1,273 @@
+#include "client/lib/loaded_kernel.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/lib/cuda_api.h"
+#include "server/base/status_macros.h"
+
+namespace ktune::client {
+
+// One CUmodule in one context, shared by every LoadedKernel of that (context, sha256).
+struct LoadedKernel::Module {
+  const CudaApi* api = nullptr;
+  CuContext context = nullptr;
+  CuModule module = nullptr;
+
+  absl::Mutex mu;
+  struct Function {
+    CuFunction handle = nullptr;
+    uint32_t max_dynamic_shared = kDefaultMaxDynamicSharedBytes;  // as raised so far
+  };
+  std::map<std::string, Function> functions ABSL_GUARDED_BY(mu);
+
+  // The function `name`, its dynamic shared memory limit raised to at least
+  // `shared_bytes` (never lowered: other LoadedKernels may rely on a higher one).
+  absl::StatusOr<CuFunction> GetFunction(const std::string& name, uint32_t shared_bytes) {
+    absl::MutexLock lock(&mu);
+    auto it = functions.find(name);
+    if (it == functions.end()) {
+      CuFunction f = nullptr;
+      absl::Status s = CheckCu(*api, api->ModuleGetFunction(&f, module, name.c_str()),
+                               absl::StrCat("cuModuleGetFunction(", name, ")"));
+      if (!s.ok()) {
+        return absl::Status(s.code() == absl::StatusCode::kNotFound
+                                ? absl::StatusCode::kNotFound
+                                : s.code(),
+                            absl::StrCat("the cubin has no kernel '", name, "': ", s.message()));
+      }
+      it = functions.emplace(name, Function{f}).first;
+    }
+    if (shared_bytes > it->second.max_dynamic_shared) {
+      KTUNE_RETURN_IF_ERROR(CheckCu(
+          *api,
+          api->FuncSetAttribute(it->second.handle, kFuncAttributeMaxDynamicSharedSizeBytes,
+                                static_cast<int>(shared_bytes)),
+          absl::StrCat("cuFuncSetAttribute(", name,
+                       ", MAX_DYNAMIC_SHARED_SIZE_BYTES, ", shared_bytes, ")")));
+      it->second.max_dynamic_shared = shared_bytes;
+    }
+    return it->second.handle;
+  }
+
+  ~Module() {
+    if (module == nullptr) return;
+    // cuModuleUnload acts in the current context: make the module's current if needed.
+    // Errors are dropped: a destructor has no one to tell.
+    CuContext current = nullptr;
+    const bool is_current =
+        api->CtxGetCurrent(&current) == kCudaSuccess && current == context;
+    if (is_current) {
+      api->ModuleUnload(module);
+    } else if (api->CtxPushCurrent(context) == kCudaSuccess) {
+      api->ModuleUnload(module);
+      CuContext popped = nullptr;
+      api->CtxPopCurrent(&popped);
+    }
+  }
+};
+
+namespace {
+
+// The process-wide memo of loaded modules.
+class ModuleCache {
+ public:
+  template <typename ModuleT>
+  absl::StatusOr<std::shared_ptr<ModuleT>> GetOrLoad(const CudaApi* api, CuContext context,
+                                                     const std::string& sha256,
+                                                     const std::string& cubin) {
+    absl::MutexLock lock(&mu_);
+    const auto key = std::make_pair(context, sha256);
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      if (std::shared_ptr<void> alive = it->second.lock()) {
+        return std::static_pointer_cast<ModuleT>(alive);
+      }
+    }
+    // Loads under the lock: two threads asking for one new cubin load it once.
+    CuModule handle = nullptr;
+    KTUNE_RETURN_IF_ERROR(
+        CheckCu(*api, api->ModuleLoadData(&handle, cubin.data()), "cuModuleLoadData"));
+    auto module = std::make_shared<ModuleT>();
+    module->api = api;
+    module->context = context;
+    module->module = handle;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      it = it->second.expired() ? entries_.erase(it) : std::next(it);
+    }
+    entries_[key] = module;
+    return module;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::pair<CuContext, std::string>, std::weak_ptr<void>> entries_
+      ABSL_GUARDED_BY(mu_);
+};
+
+ModuleCache& Cache() {
+  static ModuleCache* const cache = new ModuleCache();
+  return *cache;
+}
+
+absl::Status ValidateArtifact(const KernelArtifact& a) {
+  KTUNE_RETURN_IF_ERROR(VerifyArtifact(a));
+  if (a.cubin.empty()) return absl::InvalidArgumentError("artifact: empty cubin");
+  if (a.launches.empty()) return absl::InvalidArgumentError("artifact: no launches");
+  for (size_t i = 0; i < a.launches.size(); ++i) {
+    const KernelLaunch& l = a.launches[i];
+    const std::string where = absl::StrCat("launches[", i, "] (", l.lowered_name, ")");
+    if (l.lowered_name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": empty lowered_name"));
+    }
+    if (l.grid.size() != 3 || l.block.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": grid and block need 3 values, have ",
+                                                     l.grid.size(), " and ", l.block.size()));
+    }
+    for (int d = 0; d < 3; ++d) {
+      if (l.grid[d] == 0 || l.block[d] == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": zero grid or block dimension"));
+      }
+    }
+    for (int32_t arg : l.args) {
+      if (arg < 0 || static_cast<size_t>(arg) >= a.args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": arg index ", arg, " outside the artifact's ", a.args.size(), " args"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ScalarBytes(const KernelArg& arg) {
+  uint64_t bits = 0;
+  if (arg.scalar_type == "i32") {
+    const int32_t v = static_cast<int32_t>(arg.int_value);
+    std::memcpy(&bits, &v, sizeof(v));
+  } else if (arg.scalar_type == "i64") {
+    const int64_t v = arg.int_value;
+    std::memcpy(&bits, &v, sizeof(v));
+  } else if (arg.scalar_type == "f32") {
+    const float v = static_cast<float>(arg.number);
+    std::memcpy(&bits, &v, sizeof(v));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("args: scalar '", arg.name, "' has type '",
+                                                   arg.scalar_type,
+                                                   "'; expected i32, i64 or f32"));
+  }
+  return bits;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArtifact& artifact) {
+  KTUNE_RETURN_IF_ERROR(ValidateArtifact(artifact));
+  std::unique_ptr<LoadedKernel> kernel(new LoadedKernel());
+  kernel->args_ = artifact.args;
+  kernel->scalar_values_.assign(artifact.args.size(), 0);
+  for (size_t i = 0; i < artifact.args.size(); ++i) {
+    if (artifact.args[i].is_buffer) continue;
+    KTUNE_ASSIGN_OR_RETURN(kernel->scalar_values_[i], ScalarBytes(artifact.args[i]));
+  }
+
+  KTUNE_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
+  CuContext context = nullptr;
+  KTUNE_RETURN_IF_ERROR(CheckCu(*api, api->CtxGetCurrent(&context), "cuCtxGetCurrent"));
+  if (context == nullptr) {
+    return absl::FailedPreconditionError(
+        "no current CUDA context on this thread; make the inference server's context current "
+        "(cuCtxSetCurrent, or any CUDA runtime call after cudaSetDevice) before "
+        "LoadedKernel::Load");
+  }
+  KTUNE_ASSIGN_OR_RETURN(kernel->module_, Cache().GetOrLoad<Module>(
+                                              api, context, artifact.cubin_sha256,
+                                              artifact.cubin));
+  for (const KernelLaunch& l : artifact.launches) {
+    ResolvedLaunch r;
+    KTUNE_ASSIGN_OR_RETURN(r.function, kernel->module_->GetFunction(l.lowered_name,
+                                                                    l.shared_bytes));
+    for (int d = 0; d < 3; ++d) {
+      r.grid[d] = l.grid[d];
+      r.block[d] = l.block[d];
+    }
+    r.shared_bytes = l.shared_bytes;
+    r.args = l.args;
+    kernel->launches_.push_back(std::move(r));
+  }
+  return kernel;
+}
+
+LoadedKernel::~LoadedKernel() = default;
+
+void* LoadedKernel::context() const { return module_->context; }
+
+absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffers) const {
+  if (buffers.size() != args_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("buffers: ", buffers.size(),
+                                                   " given; the kernel has ", args_.size(),
+                                                   " args (nullptr for scalars)"));
+  }
+  std::vector<CuDevicePtr> addresses(args_.size(), 0);
+  for (size_t i = 0; i < args_.size(); ++i) {
+    if (!args_[i].is_buffer) continue;
+    if (buffers[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffers: '", args_[i].name, "' (arg ", i, ") is null"));
+    }
+    addresses[i] = reinterpret_cast<CuDevicePtr>(buffers[i]);
+  }
+  const CudaApi* api = module_->api;
+  CuContext current = nullptr;
+  KTUNE_RETURN_IF_ERROR(CheckCu(*api, api->CtxGetCurrent(&current), "cuCtxGetCurrent"));
+  if (current != module_->context) {
+    return absl::FailedPreconditionError(
+        "Launch: the kernel's CUDA context is not current on this thread");
+  }
+  std::vector<void*> params;
+  for (size_t n = 0; n < launches_.size(); ++n) {
+    const ResolvedLaunch& l = launches_[n];
+    params.clear();
+    for (int32_t a : l.args) {
+      // The driver only reads through these pointers.
+      params.push_back(args_[a].is_buffer ? static_cast<void*>(&addresses[a])
+                                          : const_cast<uint64_t*>(&scalar_values_[a]));
+    }
+    KTUNE_RETURN_IF_ERROR(CheckCu(
+        *api,
+        api->LaunchKernel(l.function, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
+                          l.block[2], l.shared_bytes, stream, params.data(), nullptr),
+        absl::StrCat("cuLaunchKernel(launch ", n, ")")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadedKernel::Launch(void* stream,
+                                  const std::map<std::string, void*>& buffers) const {
+  std::vector<void*> by_index(args_.size(), nullptr);
+  size_t used = 0;
+  for (size_t i = 0; i < args_.size(); ++i) {
+    if (!args_[i].is_buffer) continue;
+    auto it = buffers.find(args_[i].name);
+    if (it == buffers.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffers: no buffer named '", args_[i].name, "'"));
+    }
+    by_index[i] = it->second;
+    ++used;
+  }
+  if (used != buffers.size()) {
+    for (const auto& [name, ptr] : buffers) {
+      bool known = false;
+      for (const KernelArg& a : args_) known = known || (a.is_buffer && a.name == name);
+      if (!known) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("buffers: '", name, "' is not a buffer arg of this kernel"));
+      }
+    }
+  }
+  return Launch(stream, by_index);
+}
+
+}  // namespace ktune::client

@@ -1,0 +1,79 @@
+// LoadedKernel: a KernelArtifact's cubin loaded into the caller's current CUDA context,
+// its kernels looked up, ready to launch with the artifact's geometry and scalars.
+//
+//   // With the context current on this thread (cuCtxSetCurrent / cudaSetDevice):
+//   ASSIGN_OR_RETURN(auto kernel, LoadedKernel::Load(artifact));
+//   RETURN_IF_ERROR(kernel->Launch(stream, {{"x", x_ptr}, {"weight", w_ptr}, {"out", o_ptr}}));
+//
+// The driver is loaded at run time (cuda_api.h): a process without one gets kUnavailable
+// from Load, never a loader error at start. Modules are memoized per (context, cubin
+// sha256) in a process-wide cache guarded by a mutex, so loading the same artifact twice in
+// one context shares one CUmodule; the module is unloaded when its last LoadedKernel goes.
+//
+// REQUIRES: every LoadedKernel of a context is destroyed before that context is.
+// Thread-safety: Load is safe from any thread. Launch is const and safe from many threads
+// at once, each with the kernel's context current. The destructor never throws.
+#ifndef KTUNE_CLIENT_LIB_LOADED_KERNEL_H_
+#define KTUNE_CLIENT_LIB_LOADED_KERNEL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/lib/ktune_client.h"
+
+namespace ktune::client {
+
+class LoadedKernel {
+ public:
+  // Checks the cubin's sha256 (kDataLoss), the launches (kInvalidArgument naming the
+  // launch or arg: 3-value grid and block, arg indices in range, known scalar types), then
+  // loads the cubin into the calling thread's current context, gets every launch's
+  // function (kNotFound naming a missing one) and raises
+  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES where a launch wants above 48 KiB.
+  // kUnavailable without a driver; kFailedPrecondition without a current context.
+  static absl::StatusOr<std::unique_ptr<LoadedKernel>> Load(const KernelArtifact& artifact);
+
+  ~LoadedKernel();
+  LoadedKernel(const LoadedKernel&) = delete;
+  LoadedKernel& operator=(const LoadedKernel&) = delete;
+
+  // Runs the artifact's launches in order on `stream` (a CUstream; nullptr: the legacy
+  // default stream), asynchronously. `buffers` has one entry per artifact arg, by index:
+  // the device address (a CUdeviceptr cast to void*) of each buffer arg; entries of scalar
+  // args are ignored (pass nullptr). Scalars come from the artifact. kInvalidArgument for
+  // a wrong count or a null buffer; kFailedPrecondition unless the kernel's context is
+  // current on this thread. The caller owns zeroing SCRATCH buffers with a ZERO fill.
+  absl::Status Launch(void* stream, const std::vector<void*>& buffers) const;
+  // The same with buffers by arg name; every buffer arg must be named, and nothing else.
+  absl::Status Launch(void* stream, const std::map<std::string, void*>& buffers) const;
+
+  // The CUcontext it was loaded into.
+  void* context() const;
+  const std::vector<KernelArg>& args() const { return args_; }
+
+ private:
+  struct Module;
+  struct ResolvedLaunch {
+    void* function = nullptr;  // CUfunction
+    uint32_t grid[3] = {1, 1, 1};
+    uint32_t block[3] = {1, 1, 1};
+    uint32_t shared_bytes = 0;
+    std::vector<int32_t> args;
+  };
+  LoadedKernel() = default;
+
+  std::shared_ptr<Module> module_;
+  std::vector<ResolvedLaunch> launches_;
+  std::vector<KernelArg> args_;
+  // Per arg: the scalar's bytes as the kernel takes them (unused for buffers).
+  std::vector<uint64_t> scalar_values_;
+};
+
+}  // namespace ktune::client
+
+#endif  // KTUNE_CLIENT_LIB_LOADED_KERNEL_H_
