@@ -11,7 +11,7 @@ KTUNE_BUILD_DIR="$build" bash deploy/build.sh
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/share/ktune" "$out/tests"
-programs=(ktune ktune-worker compile_bench)
+programs=(ktune ktuned ktune-worker compile_bench)
 gpu_tests=$(cd "$build" && ctest -N -L gpu --show-only=json-v1 |
   python3 -c 'import json,sys,os; print("\n".join(sorted({os.path.basename(t["command"][0]) for t in json.load(sys.stdin)["tests"]})))')
 for p in "${programs[@]}" $gpu_tests; do
@@ -22,6 +22,10 @@ mkdir -p "$out/tests/gpu"
 cp -r tests/templates "$out/tests/"
 cp -r tests/gpu/testdata "$out/tests/gpu/"
 cp deploy/gpu-host/run.sh "$out/run.sh"
+# The Python client as generated in the build (no grpc_tools on the host), its example and tests.
+cp -r "$build/python" "$out/python"
+cp -r client/python/examples "$out/python/examples"
+cp -r tests/python "$out/tests/python"
 echo "$gpu_tests" > "$out/gpu_tests.txt"
 
 # Shared libraries from Debian's gRPC/protobuf/abseil/SQLite/OpenSSL stack that the host

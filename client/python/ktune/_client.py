@@ -1,0 +1,155 @@
+"""ktune.Client: the daemon's RPCs over grpcio, answering with ktune's dataclasses.
+
+Thread-safety: a Client may be shared by threads (a grpc.Channel is); close() it once, after
+every call has returned.
+"""
+
+import os
+
+import grpc
+
+from ktune import _errors, _types
+from ktune.v1 import ktune_pb2, ktune_pb2_grpc
+
+_POLICIES = {
+    "cache_only": ktune_pb2.CACHE_ONLY,
+    "tune": ktune_pb2.TUNE,
+    "fallback": ktune_pb2.FALLBACK,
+}
+
+# Above the largest cubin ktuned sends (grpcio's default receive limit is 4 MiB).
+_MAX_RECEIVE_BYTES = 256 << 20
+
+
+def default_target():
+    """Where ktuned listens by default, the rule of server/base/paths.cc: $KTUNE_DAEMON,
+    else unix://$XDG_RUNTIME_DIR/ktune/ktuned.sock, else unix://<cache dir>/ktuned.sock
+    with the cache dir $XDG_CACHE_HOME/ktune or ~/.cache/ktune."""
+    env = os.environ.get("KTUNE_DAEMON")
+    if env:
+        return env
+    run = os.environ.get("XDG_RUNTIME_DIR")
+    if run:
+        return f"unix://{run}/ktune/ktuned.sock"
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if cache:
+        return f"unix://{cache}/ktune/ktuned.sock"
+    home = os.environ.get("HOME")
+    if home:
+        return f"unix://{home}/.cache/ktune/ktuned.sock"
+    return f"unix:///tmp/ktune-{os.getuid()}/ktuned.sock"
+
+
+def _shape(shape):
+    if not isinstance(shape, dict):
+        raise _errors.InvalidArgumentError(
+            f"shape: expected a dict of dim name to int, got {type(shape).__name__}")
+    out = {}
+    for k, v in shape.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            # numpy/torch integers convert through index(); anything else is a caller bug.
+            try:
+                v = v.__index__()
+            except (AttributeError, TypeError):
+                raise _errors.InvalidArgumentError(
+                    f"shape: dim '{k}' is {v!r}, not an integer") from None
+        out[str(k)] = v
+    return out
+
+
+class Client:
+    """A client of the ktuned at `target` ("unix:///abs/path.sock" or "host:port"; None:
+    default_target()). `token`: sent as "authorization: Bearer TOKEN" on every call.
+    `timeout_s`: the deadline of each call unless the call gives its own; None: no deadline.
+
+    Failed calls raise ktune.Error subclasses (NotFoundError, InvalidArgumentError, ...) with
+    the daemon's message. Creating a Client does not connect; the first call does.
+    """
+
+    def __init__(self, target=None, token=None, timeout_s=None, options=None):
+        self.target = target if target is not None else default_target()
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self._timeout_s = timeout_s
+        channel_options = [("grpc.max_receive_message_length", _MAX_RECEIVE_BYTES)]
+        channel_options.extend(options or [])
+        self._channel = grpc.insecure_channel(self.target, options=channel_options)
+        self._stub = ktune_pb2_grpc.KtuneStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _timeout(self, timeout_s):
+        return self._timeout_s if timeout_s is None else timeout_s
+
+    def _call(self, method, request, timeout_s):
+        try:
+            return method(request, timeout=self._timeout(timeout_s), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise _errors.from_rpc_error(e) from None
+
+    def get_kernel(self, template, dtype, shape, policy="cache_only", gpu=0, timeout_s=None):
+        """The kernel for `template` (e.g. "rmsnorm"), `dtype` ("f32", "f16", "bf16") and
+        `shape` ({"tokens": 4096, "hidden": 8192}) on GPU ordinal `gpu` of the daemon.
+
+        policy: "cache_only" (a miss is NotFoundError), "tune" (tune now; give a deadline of
+        minutes) or "fallback" (a neighbour's or the default config now, tuning in the
+        background; see .provenance). Raises DataLossError if the cubin's sha256 is wrong."""
+        if policy not in _POLICIES:
+            raise _errors.InvalidArgumentError(
+                f"policy: '{policy}' is not one of {', '.join(_POLICIES)}")
+        request = ktune_pb2.GetKernelRequest(template_id=template, dtype=dtype,
+                                             shape=_shape(shape), policy=_POLICIES[policy],
+                                             gpu=gpu)
+        response = self._call(self._stub.GetKernel, request, timeout_s)
+        return _types.artifact_from_proto(response.artifact, response.tuning_job_id)
+
+    def tune(self, template, dtype, shape, gpu=0, strategy="", budget=0, force=False,
+             on_progress=None, timeout_s=None):
+        """Tunes one key (joining an identical running job), calling on_progress(TuneProgress)
+        for each progress event, and returns the winning KernelArtifact.
+
+        strategy: "exhaustive" ("") or "random"; budget: most candidates to measure (0: all);
+        force: re-tune even when a fresh entry exists. The deadline covers the whole job."""
+        request = ktune_pb2.TuneRequest(template_id=template, dtype=dtype, shape=_shape(shape),
+                                        gpu=gpu, strategy=strategy, budget=budget, force=force)
+        try:
+            stream = self._stub.Tune(request, timeout=self._timeout(timeout_s),
+                                     metadata=self._metadata)
+            for event in stream:
+                kind = event.WhichOneof("kind")
+                if kind == "progress":
+                    if on_progress is not None:
+                        on_progress(_types.progress_from_proto(event.progress))
+                elif kind == "artifact":
+                    artifact = _types.artifact_from_proto(event.artifact)
+                    stream.cancel()  # the artifact is the last event; don't wait for more
+                    return artifact
+        except grpc.RpcError as e:
+            raise _errors.from_rpc_error(e) from None
+        raise _errors.UnknownError(
+            f"Tune of {template} {dtype} {dict(shape)}: the stream ended without an artifact")
+
+    def list_templates(self, timeout_s=None):
+        """The daemon's templates (a TemplateList: iterate it; .errors for those that failed)."""
+        response = self._call(self._stub.ListTemplates, ktune_pb2.ListTemplatesRequest(),
+                              timeout_s)
+        return _types.templates_from_proto(response)
+
+    def get_devices(self, timeout_s=None):
+        """The daemon's GPUs (a Devices: iterate it; .compile_only when it has no usable GPU)."""
+        response = self._call(self._stub.GetDevices, ktune_pb2.GetDevicesRequest(), timeout_s)
+        return _types.devices_from_proto(response)
+
+    def list_entries(self, template="", dtype="", device_model="", stale_only=False,
+                     timeout_s=None):
+        """Summaries (no cubins) of the stored entries matching the filters; empty matches all."""
+        request = ktune_pb2.ListEntriesRequest(template_id=template, dtype=dtype,
+                                               device_model=device_model, stale_only=stale_only)
+        response = self._call(self._stub.ListEntries, request, timeout_s)
+        return _types.entries_from_proto(response)
