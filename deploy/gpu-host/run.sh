@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU host from the unpacked bundle (deploy/bundle.sh): every GPU test, then the
 # benchmarks, writing logs and the store under $OUT (default ./out), and a short table last.
-#   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile (default: all)
+#   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile daemon (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"
@@ -11,7 +11,7 @@ export KTUNE_TEMPLATES="$here/share/ktune/kernel_templates"
 export KTUNE_SOURCE_DIR="$here"  # where tests find their test data
 export XDG_CACHE_HOME="$out/cache"
 export KTUNE_WORKER="$here/bin/ktune-worker"
-stages="${*:-tests rmsnorm elementwise repeat compile}"
+stages="${*:-tests rmsnorm elementwise repeat compile daemon}"
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary="$out/summary.txt"
 : > "$summary"
@@ -54,5 +54,25 @@ if want compile; then
   "$here/bin/compile_bench" --template rmsnorm --dtype bf16 --shape tokens=4096,hidden=8192 \
     > "$out/compile_bench.txt" 2>&1
   tail -n 12 "$out/compile_bench.txt" >> "$summary"
+fi
+if want daemon; then
+  # ktuned on this GPU, then the C++ client (a GPU test) and the Python client (the torch
+  # example) each get a kernel it tunes, launch it and check its output.
+  sock="$out/ktuned.sock"
+  "$here/bin/ktuned" --listen "unix://$sock" --db "$out/daemon.db" --worker "$here/bin/ktune-worker" \
+    > "$out/ktuned.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+  KTUNE_DAEMON="unix://$sock" "$here/bin/client_gpu_test" --gtest_filter='DaemonGpuTest.*' \
+    > "$out/daemon_cpp.log" 2>&1
+  echo "daemon C++ client: exit $? | $(grep -E 'ktuned tuned|PASSED|FAILED|SKIPPED' "$out/daemon_cpp.log" | tr '\n' '|')" >> "$summary"
+  "$here/bin/ktune" get rmsnorm --dtype bf16 --shape tokens=4096,hidden=8192 --policy tune \
+    --daemon "unix://$sock" --timeout 600 > "$out/daemon_get.log" 2>&1
+  echo "ktune get: exit $? | $(grep -iE 'provenance|time' "$out/daemon_get.log" | tr -s ' ' | tr '\n' '|')" >> "$summary"
+  PYTHONPATH="$here/python" python3 "$here/python/examples/rmsnorm_torch.py" 4096 8192 \
+    --target "unix://$sock" > "$out/daemon_python.log" 2>&1
+  echo "daemon Python client: exit $? | $(tail -n 4 "$out/daemon_python.log" | tr '\n' '|')" >> "$summary"
+  kill -TERM "$daemon"; wait "$daemon"
+  echo "ktuned: exit $? after SIGTERM" >> "$summary"
 fi
 cat "$summary"
