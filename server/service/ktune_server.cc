@@ -218,8 +218,73 @@ bool SameToken(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// One GPU as the tuning loop sees it, recording whether its calls work: a call that fails
+// with kUnavailable or kInternal (the worker is gone, the driver or device failed) marks the
+// GPU unhealthy, the next call that succeeds (a job starts with Info()) healthy again.
+// Other errors are the request's, not the GPU's. A failing *candidate* is an OK Measurement
+// and says nothing about the GPU. Health is tracked at this seam rather than from job
+// results so that a job failing in the store or the registry does not blame the GPU.
+//
+// The Gpu calls come from the GPU's one queue thread (Gpu is not thread-safe); healthy()
+// and why() from any thread. `on_change` runs on the calling thread after a change.
+class HealthCheckedGpu final : public Gpu {
+ public:
+  HealthCheckedGpu(std::unique_ptr<Gpu> gpu, std::function<void()> on_change)
+      : gpu_(std::move(gpu)), on_change_(std::move(on_change)) {}
+
+  absl::StatusOr<v1::DeviceInfo> Info() override { return Record(gpu_->Info()); }
+  absl::StatusOr<v1::Ceiling> MeasureCeiling() override {
+    return Record(gpu_->MeasureCeiling());
+  }
+  absl::StatusOr<v1::ProblemReady> SetProblem(const v1::Problem& problem) override {
+    return Record(gpu_->SetProblem(problem));
+  }
+  absl::StatusOr<v1::Measurement> Measure(const v1::KernelBinary& candidate,
+                                          const v1::TimingOptions& timing) override {
+    return Record(gpu_->Measure(candidate, timing));
+  }
+
+  bool healthy() const {
+    absl::MutexLock lock(&mu_);
+    return healthy_;
+  }
+  // Why not healthy; empty when healthy.
+  std::string why() const {
+    absl::MutexLock lock(&mu_);
+    return why_;
+  }
+
+ private:
+  template <typename T>
+  absl::StatusOr<T> Record(absl::StatusOr<T> result) {
+    const absl::Status& s = result.status();
+    bool changed = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (s.ok()) {
+        changed = !healthy_;
+        healthy_ = true;
+        why_.clear();
+      } else if (s.code() == absl::StatusCode::kUnavailable ||
+                 s.code() == absl::StatusCode::kInternal) {
+        changed = healthy_;
+        healthy_ = false;
+        why_ = s.ToString();
+      }
+    }
+    if (changed && on_change_) on_change_();
+    return result;
+  }
+
+  const std::unique_ptr<Gpu> gpu_;
+  const std::function<void()> on_change_;
+  mutable absl::Mutex mu_;
+  bool healthy_ ABSL_GUARDED_BY(mu_) = true;  // it answered Info() at start
+  std::string why_ ABSL_GUARDED_BY(mu_);
+};
+
 struct GpuSlot {
-  std::unique_ptr<Gpu> gpu;
+  std::unique_ptr<HealthCheckedGpu> gpu;
   v1::DeviceInfo info;
   std::string model;
 };
@@ -431,7 +496,8 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
       if (auto stored = options_.store->GetDevice(g.model); stored.ok()) {
         d->set_copy_gbps(stored->copy_gbps);
       }
-      d->set_healthy(true);
+      d->set_healthy(g.gpu->healthy());
+      d->set_status(g.gpu->why());
     }
     if (gpus_.empty()) {
       v1::Device* d = response->add_devices();
@@ -627,6 +693,30 @@ class ServerImpl final : public KtuneServer {
   int port() const override { return port_; }
   bool compile_only() const override { return gpus_.empty(); }
   std::string compile_only_reason() const override { return compile_only_reason_; }
+  bool serving() const override {
+    if (gpus_.empty()) return true;
+    for (const GpuSlot& g : gpus_) {
+      if (g.gpu->healthy()) return true;
+    }
+    return false;
+  }
+
+  // Pushes serving() to gRPC health checking; called when a GPU's health changes (on its
+  // queue thread) and once the server is up.
+  void UpdateHealth() {
+    absl::MutexLock lock(&health_mu_);
+    if (health_ == nullptr) return;
+    const bool up = serving();
+    health_->SetServingStatus(up);
+    health_->SetServingStatus("ktune.v1.Ktune", up);
+  }
+  void SetHealthService(grpc::HealthCheckServiceInterface* health) {
+    {
+      absl::MutexLock lock(&health_mu_);
+      health_ = health;
+    }
+    UpdateHealth();
+  }
 
   void Shutdown() override {
     {
@@ -660,6 +750,8 @@ class ServerImpl final : public KtuneServer {
   std::unique_ptr<KtuneServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  absl::Mutex health_mu_;
+  grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
   absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
@@ -680,6 +772,22 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
     return absl::InvalidArgumentError("registry, store and compiler are required");
   }
   if (options.listen.empty()) return absl::InvalidArgumentError("listen: required");
+  const bool tls = !options.tls_cert_pem.empty() || !options.tls_key_pem.empty() ||
+                   !options.tls_client_ca_pem.empty();
+  if (tls && !UnixSocketPath(options.listen).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tls: ", options.listen,
+        " is a unix socket, which stays plaintext (its 0600 file mode guards it); TLS is "
+        "for a HOST:PORT listener"));
+  }
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "tls: the server certificate and its private key go together; one is missing");
+  }
+  if (!options.tls_client_ca_pem.empty() && options.tls_cert_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "tls: client certificates (mTLS) need the server's own certificate and key too");
+  }
   auto s = std::make_unique<ServerImpl>();
   s->options_ = std::move(options);
   const ServerOptions& o = s->options_;
@@ -695,7 +803,9 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
       break;
     }
     GpuSlot slot;
-    slot.gpu = *std::move(gpu);
+    ServerImpl* server = s.get();
+    slot.gpu = std::make_unique<HealthCheckedGpu>(*std::move(gpu),
+                                                  [server] { server->UpdateHealth(); });
     slot.info = *info;
     slot.model = DeviceModelKey(*info);
     s->gpus_.push_back(std::move(slot));
@@ -730,7 +840,16 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(o.max_message_bytes);
   builder.SetMaxSendMessageSize(o.max_message_bytes);
-  builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &s->port_);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (tls) {
+    grpc::SslServerCredentialsOptions ssl(
+        o.tls_client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                    : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = o.tls_client_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({o.tls_key_pem, o.tls_cert_pem});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(o.listen, credentials, &s->port_);
   builder.RegisterService(s->service_.get());
 
   const std::string socket = UnixSocketPath(o.listen);
@@ -758,12 +877,13 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
       absl::MutexLock lock(&s->mu_);
       s->shutting_down_ = s->shut_down_ = true;
     }
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", o.listen));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", o.listen,
+        tls ? " (or the TLS certificate and key are not a usable pair)" : ""));
   }
-  // SERVING: lookups work on any host; a GPU host whose GPUs all failed would have come up
-  // compile-only, which still serves lookups.
-  s->server_->GetHealthCheckService()->SetServingStatus(true);
-  s->server_->GetHealthCheckService()->SetServingStatus("ktune.v1.Ktune", true);
+  // SERVING compile-only (lookups work on any host) and while a GPU is healthy;
+  // NOT_SERVING on a GPU host whose GPUs all fail (UpdateHealth follows them).
+  s->SetHealthService(s->server_->GetHealthCheckService());
   return std::unique_ptr<KtuneServer>(std::move(s));
 }
 

@@ -48,6 +48,15 @@ struct ServerOptions {
   std::string token;
   int max_message_bytes = 64 << 20;
   bool reflection = false;
+  // TLS for a TCP listener: the server's certificate chain and private key, PEM text (not
+  // file names). Both or neither; empty: plaintext. A unix socket is always plaintext (its
+  // file mode guards it): TLS with a unix:// listen address is kInvalidArgument.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  // Mutual TLS: when not empty (REQUIRES the two above), every client must present a
+  // certificate that chains to one of these CA certificates (PEM); others fail the
+  // handshake.
+  std::string tls_client_ca_pem;
   // The target for DEFAULT compiles on a compile-only host whose store names no device.
   TargetInfo compile_only_target;
 };
@@ -61,6 +70,12 @@ class KtuneServer {
   virtual bool compile_only() const = 0;
   // Why there is no usable GPU; empty when there is one.
   virtual std::string compile_only_reason() const = 0;
+  // What gRPC health checking says (for "" and "ktune.v1.Ktune" alike): false on a GPU
+  // host while none of its GPUs is healthy; always true compile-only, where lookups serve.
+  // A GPU turns unhealthy when a call on it fails with kUnavailable or kInternal (a job
+  // that cannot start or goes on), healthy again on its next successful call (the next
+  // job's Info()). GetDevices reports each GPU's health and why not.
+  virtual bool serving() const = 0;
   // Stops accepting calls, cancels queued tuning jobs and stops the running ones (they stay
   // resumable), finishes the calls in flight, and returns. Idempotent.
   virtual void Shutdown() = 0;
@@ -69,7 +84,8 @@ class KtuneServer {
 };
 
 // Probes the GPUs, starts the tuning queue and the gRPC server. kInvalidArgument for
-// missing options; kUnavailable when it cannot listen on `listen`.
+// missing options or a TLS setting that does not fit (see ServerOptions); kUnavailable when
+// it cannot listen on `listen` (or the TLS key and certificate are not usable).
 absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions options);
 
 }  // namespace ktune

@@ -1,11 +1,20 @@
 // ktuned: the ktune daemon. Serves ktune.proto on a unix socket (default) or TCP, tunes on
 // this host's GPUs through ktune-worker processes, and keeps winners in the SQLite store.
 //
-//   ktuned [--listen unix:///PATH | HOST:PORT] [--db FILE] [--templates DIR] [--worker EXE]
-//          [--token T] [--max-message-bytes N] [--queue N] [--reflection]
+//   ktuned [--config FILE] [--listen unix:///PATH | HOST:PORT] [--db FILE] [--templates DIR]
+//          [--worker EXE] [--token T] [--max-message-bytes N] [--queue N] [--reflection]
+//          [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
+//
+// --config FILE: one `key = value` per line, keys the long flag names without dashes,
+// `#` comments, e.g. `listen = "127.0.0.1:50051"` (CLI11's TOML-like config format; an
+// unknown key is an error). Flags on the command line win over the file.
+// deploy/ktuned.conf.example lists every key with its default.
+//
+// TLS is for a HOST:PORT listener only: a unix socket stays plaintext (it is made 0600).
 //
 // Exit status: 0 after SIGTERM/SIGINT (the running tune is left resumable), 1 when the
-// store, the templates or the listener cannot be set up, 2 for bad flags.
+// store, the templates, a TLS file or the listener cannot be set up, 2 for bad flags (or a
+// config file that does not parse, or TLS flags with a unix socket).
 #include <pthread.h>
 #include <signal.h>
 
@@ -14,6 +23,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/base/file.h"
 #include "server/base/paths.h"
@@ -26,9 +36,32 @@
 
 namespace {
 
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
 int Fail(const std::string& what, const absl::Status& s) {
   std::fprintf(stderr, "ktuned: %s: %s\n", what.c_str(), s.ToString().c_str());
-  return 1;
+  return kExitFailed;
+}
+
+int Usage(const std::string& what) {
+  std::fprintf(stderr, "ktuned: %s\n", what.c_str());
+  return kExitUsage;
+}
+
+// Reads the PEM file a flag names into *pem; empty path: nothing to read.
+absl::Status ReadPem(const char* flag, const std::string& path, std::string* pem) {
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> text = ktune::ReadFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat(flag, " ", path, ": ", text.status().message()));
+  }
+  if (text->find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": not a PEM file"));
+  }
+  *pem = *std::move(text);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -43,6 +76,9 @@ int main(int argc, char** argv) {
   int max_message_bytes = 64 << 20;
   int queue = 64;
   bool reflection = false;
+  std::string tls_cert, tls_key, tls_client_ca;
+  app.set_config("--config", "", "Read flags from FILE (key = value lines; flags win)");
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--listen", listen, "unix:///PATH or HOST:PORT")->capture_default_str();
   app.add_option("--db", db, "SQLite store (default: " + ktune::DefaultDbPath() + ")");
   app.add_option("--templates", templates, "Kernel templates folder")->capture_default_str();
@@ -53,7 +89,36 @@ int main(int argc, char** argv) {
   app.add_option("--queue", queue, "Most tuning jobs waiting")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("--reflection", reflection, "Serve gRPC reflection");
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--tls-cert", tls_cert, "TLS server certificate chain (PEM; TCP only)");
+  app.add_option("--tls-key", tls_key, "TLS server private key (PEM)");
+  app.add_option("--tls-client-ca", tls_client_ca,
+                 "Require client certificates signed by this CA (PEM): mutual TLS");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 has its own exit codes per parse error; ktuned keeps one: 2 for bad usage.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+
+  const bool tls = !tls_cert.empty() || !tls_key.empty() || !tls_client_ca.empty();
+  if (tls && absl::StartsWith(listen, "unix:")) {
+    return Usage(absl::StrCat("--tls-cert/--tls-key/--tls-client-ca: ", listen,
+                              " is a unix socket, which stays plaintext (its 0600 mode guards "
+                              "it); TLS needs --listen HOST:PORT"));
+  }
+  if (tls_cert.empty() != tls_key.empty()) {
+    return Usage("--tls-cert and --tls-key go together: give both");
+  }
+  if (!tls_client_ca.empty() && tls_cert.empty()) {
+    return Usage("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key too");
+  }
+  std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;
+  for (absl::Status s : {ReadPem("--tls-cert", tls_cert, &tls_cert_pem),
+                         ReadPem("--tls-key", tls_key, &tls_key_pem),
+                         ReadPem("--tls-client-ca", tls_client_ca, &tls_client_ca_pem)}) {
+    if (!s.ok()) return Fail("tls", s);
+  }
 
   // Signals go to one thread that sigwaits; every other thread inherits them blocked.
   sigset_t signals;
@@ -98,6 +163,9 @@ int main(int argc, char** argv) {
   options.token = token;
   options.max_message_bytes = max_message_bytes;
   options.reflection = reflection;
+  options.tls_cert_pem = std::move(tls_cert_pem);
+  options.tls_key_pem = std::move(tls_key_pem);
+  options.tls_client_ca_pem = std::move(tls_client_ca_pem);
   absl::StatusOr<std::unique_ptr<ktune::KtuneServer>> server =
       ktune::StartKtuneServer(std::move(options));
   if (!server.ok()) return Fail("server", server.status());
@@ -105,7 +173,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ktuned: compile-only (lookups and FALLBACK compiles): %s\n",
                  (*server)->compile_only_reason().c_str());
   }
-  std::fprintf(stderr, "ktuned: serving on %s, store %s\n", listen.c_str(), db.c_str());
+  std::string where = listen;
+  if ((*server)->port() > 0 && absl::EndsWith(listen, ":0")) {
+    where = absl::StrCat(listen.substr(0, listen.size() - 1), (*server)->port());
+  }
+  std::fprintf(stderr, "ktuned: serving on %s%s, store %s\n", where.c_str(),
+               tls_client_ca.empty() ? (tls ? " (TLS)" : "") : " (mutual TLS)", db.c_str());
 
   std::thread waiter([&] {
     int sig = 0;

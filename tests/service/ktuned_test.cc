@@ -1,0 +1,237 @@
+// Runs the built ktuned program as an operator would: on a unix socket in a temporary
+// folder with the shipped templates, from a config file, with TLS on loopback; checks that
+// it serves, that its socket is 0600, that SIGTERM ends it with status 0, and the exit
+// status and message of flags that do not fit. The worker path is made not to exist, so
+// ktuned runs compile-only on any host (a GPU host included) and the test needs no GPU.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/lib/ktune_client.h"
+#include "server/base/file.h"
+#include "tests/service/ops_testing.h"
+#include "tests/templates/template_fixture.h"
+
+extern char** environ;
+
+namespace ktune {
+namespace {
+
+using ::testing::HasSubstr;
+
+// One ktuned process, its stderr in a file. The destructor kills it if still running.
+class Ktuned {
+ public:
+  Ktuned(const std::string& dir, const std::vector<std::string>& args) : err_(dir + "/stderr") {
+    const std::string binary = KTUNE_BINARY_DIR "/bin/ktuned";
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!absl::StartsWith(*e, "XDG_CACHE_HOME=") && !absl::StartsWith(*e, "KTUNE_")) {
+        env_strings.push_back(*e);
+      }
+    }
+    // The cubin cache (and a default db) go into the test's folder, not the user's.
+    env_strings.push_back(absl::StrCat("XDG_CACHE_HOME=", dir, "/xdg-cache"));
+    std::vector<char*> envp;
+    for (std::string& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> argv_strings = {binary};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& s : argv_strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, (dir + "/stdout").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int spawned =
+        posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    EXPECT_EQ(spawned, 0) << "cannot run " << binary << ": " << strerror(spawned);
+    if (spawned != 0) pid_ = 0;
+  }
+  ~Ktuned() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Its exit status once it exits within `timeout`; -1 if it does not (or died of a signal).
+  int Wait(absl::Duration timeout) {
+    const absl::Time end = absl::Now() + timeout;
+    while (Running()) {
+      if (absl::Now() > end) return -1;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return exit_code_;
+  }
+  // Reaps it if it has exited.
+  bool Running() {
+    if (pid_ <= 0) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return true;
+    pid_ = 0;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return false;
+  }
+  void Terminate() {
+    if (pid_ > 0) kill(pid_, SIGTERM);
+  }
+  std::string Stderr() const { return ReadFile(err_).value_or(""); }
+
+  // Waits until stderr says "serving on ..." (it is printed once the listener is up);
+  // returns the rest of that line ("" on timeout or exit).
+  std::string WaitServing(absl::Duration timeout = absl::Seconds(30)) {
+    const absl::Time end = absl::Now() + timeout;
+    while (absl::Now() < end && Running()) {
+      const std::string err = Stderr();
+      const size_t at = err.find("serving on ");
+      if (at != std::string::npos && err.find('\n', at) != std::string::npos) {
+        return err.substr(at + 11, err.find('\n', at) - at - 11);
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return "";
+  }
+
+ private:
+  std::string err_;
+  pid_t pid_ = 0;
+  int exit_code_ = -1;
+};
+
+class KtunedTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::NewTempDir(); }
+  // Flags every run gets: a db in the temp folder, the shipped templates, no worker.
+  std::vector<std::string> Base() const {
+    return {"--db",        dir_ + "/ktune.db",
+            "--templates", testing::ShippedTemplatesDir(),
+            "--worker",    dir_ + "/no-such-ktune-worker"};
+  }
+  std::vector<std::string> With(std::vector<std::string> more) const {
+    std::vector<std::string> args = Base();
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  }
+  static absl::StatusOr<client::TemplateList> Templates(const std::string& target,
+                                                        client::ClientOptions options = {}) {
+    options.default_deadline = absl::Seconds(10);
+    absl::StatusOr<std::unique_ptr<client::KtuneClient>> c = client::Connect(target, options);
+    if (!c.ok()) return c.status();
+    return (*c)->ListTemplates();
+  }
+  std::string dir_;
+};
+
+TEST_F(KtunedTest, ServesOnAUnixSocketAndStopsOnSigterm) {
+  const std::string socket = dir_ + "/run/ktuned.sock";
+  Ktuned d(dir_, With({"--listen", "unix://" + socket}));
+  ASSERT_THAT(d.WaitServing(), HasSubstr(socket)) << d.Stderr();
+  struct stat st;
+  ASSERT_EQ(stat(socket.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  absl::StatusOr<client::TemplateList> list = Templates("unix://" + socket);
+  ASSERT_TRUE(list.ok()) << list.status() << "\n" << d.Stderr();
+  EXPECT_GE(list->templates.size(), 1u);
+  EXPECT_TRUE(list->errors.empty());
+  bool has_rmsnorm = false;
+  for (const client::TemplateInfo& t : list->templates) has_rmsnorm |= t.name == "rmsnorm";
+  EXPECT_TRUE(has_rmsnorm);
+
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr("shutting down"));
+}
+
+TEST_F(KtunedTest, ConfigFileSetsFlagsAndTheCommandLineWins) {
+  const std::string from_file = dir_ + "/file.sock", from_flag = dir_ + "/flag.sock";
+  ASSERT_TRUE(AtomicWriteFile(dir_ + "/ktuned.conf",
+                              absl::StrCat("# test config\n"
+                                           "listen = \"unix://",
+                                           from_file, "\"\n", "db = \"", dir_, "/conf.db\"\n",
+                                           "templates = \"", testing::ShippedTemplatesDir(), "\"\n",
+                                           "worker = \"", dir_, "/no-such-worker\"\n",
+                                           "token = \"\"  # empty: no token\n"
+                                           "queue = 8\n"
+                                           "reflection = true\n"))
+                  .ok());
+  Ktuned d(dir_, {"--config", dir_ + "/ktuned.conf", "--listen", "unix://" + from_flag});
+  ASSERT_THAT(d.WaitServing(), HasSubstr(from_flag)) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr(dir_ + "/conf.db"));
+  EXPECT_TRUE(Templates("unix://" + from_flag).ok());
+  struct stat st;
+  EXPECT_NE(stat(from_file.c_str(), &st), 0);
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+}
+
+TEST_F(KtunedTest, ConfigFileWithAnUnknownKeyIsUsage) {
+  ASSERT_TRUE(AtomicWriteFile(dir_ + "/bad.conf", "lisen = \"unix:///tmp/x.sock\"\n").ok());
+  Ktuned d(dir_, With({"--config", dir_ + "/bad.conf"}));
+  EXPECT_EQ(d.Wait(absl::Seconds(10)), 2) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr("lisen"));
+}
+
+TEST_F(KtunedTest, TlsWithAUnixSocketIsUsage) {
+  Ktuned d(dir_, With({"--listen", "unix://" + dir_ + "/k.sock", "--tls-cert", "c.pem", "--tls-key",
+                       "k.pem"}));
+  EXPECT_EQ(d.Wait(absl::Seconds(10)), 2) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr("unix socket, which stays plaintext"));
+}
+
+TEST_F(KtunedTest, MissingPemNamesTheFlagAndTheFile) {
+  const std::string missing = dir_ + "/no-such-cert.pem";
+  ASSERT_TRUE(AtomicWriteFile(dir_ + "/key.pem", "-----BEGIN PRIVATE KEY-----\n").ok());
+  Ktuned d(dir_, With({"--listen", "127.0.0.1:0", "--tls-cert", missing, "--tls-key",
+                       dir_ + "/key.pem"}));
+  EXPECT_EQ(d.Wait(absl::Seconds(10)), 1) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr("--tls-cert " + missing));
+}
+
+TEST_F(KtunedTest, MutualTlsOnLoopback) {
+  testing::TestCerts certs = testing::MakeTestCerts(dir_);
+  if (!certs.skip_reason.empty()) GTEST_SKIP() << certs.skip_reason;
+  ASSERT_TRUE(certs.error.empty()) << certs.error;
+  Ktuned d(dir_, With({"--listen", "127.0.0.1:0", "--tls-cert", dir_ + "/server.pem", "--tls-key",
+                       dir_ + "/server.key", "--tls-client-ca", dir_ + "/ca.pem"}));
+  const std::string serving = d.WaitServing();
+  ASSERT_THAT(serving, HasSubstr("(mutual TLS)")) << d.Stderr();
+  const std::string target = serving.substr(0, serving.find(' '));
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(target.substr(target.rfind(':') + 1), &port)) << serving;
+  ASSERT_GT(port, 0);
+
+  client::ClientOptions no_cert;
+  no_cert.tls_root_certs_pem = certs.ca_pem;
+  EXPECT_FALSE(Templates(target, no_cert).ok());
+  EXPECT_FALSE(Templates(target, {}).ok());  // plaintext
+  client::ClientOptions with_cert = no_cert;
+  with_cert.tls_client_cert_chain_pem = certs.client_pem;
+  with_cert.tls_client_key_pem = certs.client_key;
+  absl::StatusOr<client::TemplateList> list = Templates(target, with_cert);
+  EXPECT_TRUE(list.ok()) << list.status() << "\n" << d.Stderr();
+
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+}
+
+}  // namespace
+}  // namespace ktune
