@@ -397,6 +397,7 @@ int Run(int argc, char** argv) {
               LoadAverage().c_str());
 
   std::vector<Cell> cells;
+  std::vector<std::string> floors;  // one Markdown row per transport
   Hit want;
   int64_t next_n = 1048576;
   bool setup_failed = false;
@@ -474,6 +475,29 @@ int Run(int argc, char** argv) {
         setup_failed = true;
         break;
       }
+    }
+
+    // The floor: the same client stack and transport calling ListTemplates, whose handler
+    // does next to nothing, so what is left is gRPC and the machine.
+    {
+      absl::StatusOr<std::unique_ptr<client::KtuneClient>> c = client::Connect(target, {});
+      std::vector<double> v;
+      int64_t floor_errors = 0;
+      if (c.ok()) {
+        for (int k = 0; k < 3; ++k) (*c)->ListTemplates().IgnoreError();
+        const Clock::time_point end =
+            Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(seconds));
+        while (Clock::now() < end) {
+          const Clock::time_point t0 = Clock::now();
+          if (!(*c)->ListTemplates().ok()) ++floor_errors;
+          v.push_back(Us(Clock::now() - t0));
+        }
+      }
+      std::sort(v.begin(), v.end());
+      floors.push_back(absl::StrFormat("| %s | ListTemplates | 1 | %.0f | %.0f | %.0f | %lld |",
+                                       transport, v.size() / seconds, Percentile(v, 0.5),
+                                       Percentile(v, 0.99), static_cast<long long>(floor_errors)));
     }
 
     for (const std::string load : {"idle", "tune"}) {
@@ -556,6 +580,11 @@ int Run(int argc, char** argv) {
                 met ? "met" : (c.p50 < 150 ? "**p99 missed**" : "**missed**"));
   }
   if (ended > 0) std::printf("\n%d cell(s) saw the background tune end early (see above).\n", ended);
+  std::printf("\nThe floor, idle, one client: a ListTemplates call through the same client library\n"
+              "and transport (its handler does next to nothing).\n\n");
+  std::printf("| transport | call | clients | calls/s | p50 (us) | p99 (us) | errors |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const std::string& f : floors) std::printf("%s\n", f.c_str());
   std::printf("\nerrors: %lld\n", static_cast<long long>(errors));
   return errors > 0 ? 1 : 0;
 }
