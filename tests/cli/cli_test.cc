@@ -20,9 +20,8 @@
 #include "absl/strings/string_view.h"
 #include "server/base/file.h"
 #include "tests/templates/template_fixture.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/status_matchers.h"
-
-extern char** environ;
 
 namespace ktune {
 namespace {
@@ -46,48 +45,14 @@ std::ostream& operator<<(std::ostream& os, const Result& r) {
   return os << "exit " << r.exit_code << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
 }
 
-// Runs ktune with `args`, stdout and stderr going to files in a fresh folder. The cache
-// defaults point into that folder too, so no test touches the user's cache.
+// Runs ktune with `args` to completion, hermetic (tests/testing/subprocess.h), in a fresh
+// folder.
 Result Ktune(const std::vector<std::string>& args) {
+  testing::Subprocess ktune(KTUNE_BINARY_DIR "/bin/ktune", args, NewTempDir());
   Result run;
-  const std::string dir = NewTempDir();
-  const std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
-  const std::string binary = KTUNE_BINARY_DIR "/bin/ktune";
-
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (!absl::StartsWith(*e, "XDG_CACHE_HOME=")) env_strings.push_back(*e);
-  }
-  env_strings.push_back(absl::StrCat("XDG_CACHE_HOME=", dir, "/xdg-cache"));
-  std::vector<char*> envp;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  std::vector<std::string> argv_strings = {binary};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  pid_t pid = 0;
-  const int spawned =
-      posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  EXPECT_EQ(spawned, 0) << "cannot run " << binary << ": " << strerror(spawned);
-  if (spawned != 0) return run;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
-  run.out = ReadFile(out_path).value_or("");
-  run.err = ReadFile(err_path).value_or("");
+  run.exit_code = ktune.Wait();
+  run.out = ktune.Stdout();
+  run.err = ktune.Stderr();
   return run;
 }
 

@@ -1,13 +1,14 @@
 // `ktune get` (client/cli/get_command.cc), the built program run against a fake ktuned.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "tests/client/fake_ktune_service.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/subprocess.h"
 
 namespace ktune::client {
 namespace {
@@ -17,19 +18,16 @@ using ::testing::HasSubstr;
 
 struct ProgramRun {
   int exit_code = -1;
-  std::string output;  // stdout and stderr
+  std::string output;  // stdout, then stderr
 };
 
-ProgramRun RunKtune(const std::string& args) {
-  const std::string command = std::string(KTUNE_BINARY_DIR) + "/bin/ktune " + args + " 2>&1";
+// Runs the built ktune with `args` to completion, hermetic (tests/testing/subprocess.h).
+ProgramRun RunKtune(const std::vector<std::string>& args) {
+  ::ktune::testing::Subprocess ktune(KTUNE_BINARY_DIR "/bin/ktune", args,
+                                     ::ktune::testing::NewTempDir());
   ProgramRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.exit_code = ktune.Wait();
+  run.output = ktune.Stdout() + ktune.Stderr();
   return run;
 }
 
@@ -75,8 +73,9 @@ TEST(GetCommandTest, PrintsTheArtifactAndWritesTheCubin) {
   };
   ASSERT_TRUE(daemon.Start());
   const std::string out = daemon.dir() + "/k.cubin";
-  ProgramRun run = RunKtune("get scale --dtype f32 --shape n=16384 --policy fallback --daemon " +
-                     daemon.target() + " --token tok --out " + out);
+  ProgramRun run = RunKtune({"get", "scale", "--dtype", "f32", "--shape", "n=16384", "--policy",
+                               "fallback", "--daemon", daemon.target(), "--token", "tok", "--out",
+                               out});
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("provenance:  exact"));
   EXPECT_THAT(run.output, HasSubstr("NVIDIA H200 scale f32 n=16384"));
@@ -102,20 +101,21 @@ TEST(GetCommandTest, ExitStatuses) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "no entry for scale f32 n=1");
   };
   ASSERT_TRUE(daemon.Start());
-  ProgramRun miss = RunKtune("get scale --dtype f32 --shape n=1 --daemon " + daemon.target());
+  ProgramRun miss = RunKtune({"get", "scale", "--dtype", "f32", "--shape", "n=1", "--daemon", daemon.target()});
   EXPECT_EQ(miss.exit_code, 2) << miss.output;
   EXPECT_THAT(miss.output, HasSubstr("ktune: no entry for scale f32 n=1"));
 
   ProgramRun bad_policy =
-      RunKtune("get scale --dtype f32 --shape n=1 --policy fast --daemon " + daemon.target());
+      RunKtune({"get", "scale", "--dtype", "f32", "--shape", "n=1", "--policy", "fast",
+                "--daemon", daemon.target()});
   EXPECT_EQ(bad_policy.exit_code, 2) << bad_policy.output;
   EXPECT_THAT(bad_policy.output, HasSubstr("--policy"));
 
-  ProgramRun bad_shape = RunKtune("get scale --dtype f32 --shape n --daemon " + daemon.target());
+  ProgramRun bad_shape = RunKtune({"get", "scale", "--dtype", "f32", "--shape", "n", "--daemon", daemon.target()});
   EXPECT_EQ(bad_shape.exit_code, 2) << bad_shape.output;
 
-  ProgramRun absent = RunKtune("get scale --dtype f32 --shape n=1 --daemon unix://" + daemon.dir() +
-                        "/absent.sock");
+  ProgramRun absent = RunKtune({"get", "scale", "--dtype", "f32", "--shape", "n=1", "--daemon",
+                                 "unix://" + daemon.dir() + "/absent.sock"});
   EXPECT_EQ(absent.exit_code, 1) << absent.output;
   EXPECT_THAT(absent.output, HasSubstr("is unavailable"));
 }

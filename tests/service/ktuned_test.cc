@@ -23,76 +23,19 @@
 #include "server/base/file.h"
 #include "tests/service/ops_testing.h"
 #include "tests/templates/template_fixture.h"
-
-extern char** environ;
+#include "tests/testing/subprocess.h"
 
 namespace ktune {
 namespace {
 
 using ::testing::HasSubstr;
 
-// One ktuned process, its stderr in a file. The destructor kills it if still running.
-class Ktuned {
+// One ktuned process (tests/testing/subprocess.h), hermetic, its output in `dir`.
+class Ktuned : public testing::Subprocess {
  public:
-  Ktuned(const std::string& dir, const std::vector<std::string>& args) : err_(dir + "/stderr") {
-    const std::string binary = KTUNE_BINARY_DIR "/bin/ktuned";
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (!absl::StartsWith(*e, "XDG_CACHE_HOME=") && !absl::StartsWith(*e, "KTUNE_")) {
-        env_strings.push_back(*e);
-      }
-    }
-    // The cubin cache (and a default db) go into the test's folder, not the user's.
-    env_strings.push_back(absl::StrCat("XDG_CACHE_HOME=", dir, "/xdg-cache"));
-    std::vector<char*> envp;
-    for (std::string& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> argv_strings = {binary};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& s : argv_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, (dir + "/stdout").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int spawned =
-        posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(spawned, 0) << "cannot run " << binary << ": " << strerror(spawned);
-    if (spawned != 0) pid_ = 0;
-  }
-  ~Ktuned() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  // Its exit status once it exits within `timeout`; -1 if it does not (or died of a signal).
-  int Wait(absl::Duration timeout) {
-    const absl::Time end = absl::Now() + timeout;
-    while (Running()) {
-      if (absl::Now() > end) return -1;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return exit_code_;
-  }
-  // Reaps it if it has exited.
-  bool Running() {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) != pid_) return true;
-    pid_ = 0;
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return false;
-  }
-  void Terminate() {
-    if (pid_ > 0) kill(pid_, SIGTERM);
-  }
-  std::string Stderr() const { return ReadFile(err_).value_or(""); }
+  Ktuned(const std::string& dir, const std::vector<std::string>& args)
+      : Subprocess(KTUNE_BINARY_DIR "/bin/ktuned", args, dir) {}
+  void Terminate() { Signal(SIGTERM); }
 
   // Waits until stderr says "serving on ..." (it is printed once the listener is up);
   // returns the rest of that line ("" on timeout or exit).
@@ -108,11 +51,6 @@ class Ktuned {
     }
     return "";
   }
-
- private:
-  std::string err_;
-  pid_t pid_ = 0;
-  int exit_code_ = -1;
 };
 
 class KtunedTest : public ::testing::Test {
