@@ -556,9 +556,7 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
 
   absl::StatusOr<v1::KernelArtifact> ArtifactFor(const KernelQuery& q, const store::Entry& e,
                                                  bool stale, v1::Provenance p) const {
-    KTUNE_ASSIGN_OR_RETURN(Instance bound,
-                           BindReference(q.tmpl, q.dtype, q.shape, TargetFor(q.gpu)));
-    return ToArtifact(e, stale, bound, p);
+    return ToArtifact(e, stale, q.reference, p);
   }
 
   absl::StatusOr<std::shared_ptr<TuningJob>> Submit(const KernelQuery& q,

@@ -42,13 +42,12 @@ absl::StatusOr<KernelQuery> ValidateKernelQuery(
   q.gpu = gpu;
   const v1::DeviceInfo* device = gpus > 0 ? &ctx.devices[gpu] : nullptr;
   KTUNE_ASSIGN_OR_RETURN(
-      Instance reference,
-      BindReference(q.tmpl, q.dtype, q.shape,
-                    device != nullptr ? TargetForDevice(*device) : ctx.target));
+      q.reference, BindReference(q.tmpl, q.dtype, q.shape,
+                                 device != nullptr ? TargetForDevice(*device) : ctx.target));
   if (device != nullptr && device->total_memory_bytes() > 0) {
     // Sum in double: a shape within every dim's bounds may still overflow int64 bytes.
     double bytes = 0;
-    for (const BoundArg& a : reference.args) {
+    for (const BoundArg& a : q.reference.args) {
       if (a.is_buffer) bytes += static_cast<double>(a.count) * DTypeSize(a.dtype);
     }
     const double room = ctx.memory_fraction * device->total_memory_bytes();

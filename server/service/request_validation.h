@@ -15,6 +15,7 @@
 #include "ktune/v1/ktune.pb.h"
 #include "ktune/v1/worker.pb.h"
 #include "server/base/dtype.h"
+#include "server/templates/instance.h"
 #include "server/templates/registry.h"
 #include "server/templates/shape.h"
 #include "server/templates/target.h"
@@ -27,6 +28,9 @@ struct KernelQuery {
   DType dtype = DType::kF32;
   Shape shape;
   int gpu = 0;
+  // The reference bound for this shape on the GPU's target: validation needs its buffers'
+  // sizes, and every answer takes its argument list from it, so it is bound once.
+  Instance reference;
 };
 
 // What the checks need to know of the daemon.
