@@ -21,10 +21,10 @@
 #include "server/base/paths.h"
 #include "server/base/sha256.h"
 #include "server/compile/compile_pool.h"
+#include "server/compile/cubin_sections.h"
 #include "server/compile/nvrtc_compiler.h"
 #include "server/templates/search_space.h"
 #include "server/tuning/compile_request.h"
-#include "tests/compile/cubin_testing.h"
 
 namespace ktune {
 namespace {
@@ -68,7 +68,7 @@ PassResult CompileAll(Compiler* compiler, int threads, const std::vector<Compile
     // The machine code only: a cubin also records the ptxas command line, so any change of
     // options changes its bytes even when the code is the same.
     Sha256Builder code;
-    if (auto text = testing::TextSections(r->cubin); text.ok()) {
+    if (auto text = TextSections(r->cubin); text.ok()) {
       for (const auto& [name, bytes] : *text) code.AddField(name).AddField(bytes);
     }
     pass.cubin_sha.push_back(code.Finish());

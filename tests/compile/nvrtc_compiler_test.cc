@@ -16,7 +16,7 @@
 #include "server/templates/registry.h"
 #include "server/templates/search_space.h"
 #include "server/tuning/compile_request.h"
-#include "tests/compile/cubin_testing.h"
+#include "server/compile/cubin_sections.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/status_matchers.h"
 
@@ -99,8 +99,8 @@ TEST_F(NvrtcCompilerTest, Sm90aCubinDiffersFromSm90) {
   EXPECT_NE(a.key, b.key);
   // Beside the recorded ptxas command line, the arch-specific target is marked in the
   // compatibility attributes; the machine code itself may well be the same.
-  ASSERT_OK_AND_ASSIGN(auto sections_a, testing::ElfSections(a.cubin));
-  ASSERT_OK_AND_ASSIGN(auto sections_b, testing::ElfSections(b.cubin));
+  ASSERT_OK_AND_ASSIGN(auto sections_a, ElfSections(a.cubin));
+  ASSERT_OK_AND_ASSIGN(auto sections_b, ElfSections(b.cubin));
   ASSERT_THAT(sections_a, ::testing::Contains(::testing::Key(".nv.compat")));
   ASSERT_THAT(sections_b, ::testing::Contains(::testing::Key(".nv.compat")));
   EXPECT_TRUE(sections_a.at(".nv.compat") != sections_b.at(".nv.compat"));
@@ -292,7 +292,7 @@ class KnobsTest : public NvrtcCompilerTest {
   // records its ptxas command line: two cubins compiled with different options always
   // differ in bytes, so only a difference here says the option changed the code.
   static std::map<std::string, std::string> Code(const CompileResult& r) {
-    absl::StatusOr<std::map<std::string, std::string>> text = testing::TextSections(r.cubin);
+    absl::StatusOr<std::map<std::string, std::string>> text = TextSections(r.cubin);
     EXPECT_OK(text.status());
     EXPECT_THAT(text.value_or(std::map<std::string, std::string>{}), SizeIs(1));
     return text.value_or(std::map<std::string, std::string>{});

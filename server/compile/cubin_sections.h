@@ -1,9 +1,10 @@
-// Test helpers that look inside a cubin (an ELF64 file, little-endian) without the CUDA
-// binary utilities, which a host without the full toolkit lacks.
+// A look inside a cubin (an ELF64 file, little-endian) without the CUDA binary utilities,
+// which a host without the full toolkit lacks: the tests compare kernels' machine code with
+// it, and compile_bench checks that a faster option kept the code the same.
 //
 // Pure functions; thread-safe.
-#ifndef KTUNE_TESTS_COMPILE_CUBIN_TESTING_H_
-#define KTUNE_TESTS_COMPILE_CUBIN_TESTING_H_
+#ifndef KTUNE_SERVER_COMPILE_CUBIN_SECTIONS_H_
+#define KTUNE_SERVER_COMPILE_CUBIN_SECTIONS_H_
 
 #include <cstdint>
 #include <cstring>
@@ -14,7 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
-namespace ktune::testing {
+namespace ktune {
 
 namespace internal {
 template <typename T>
@@ -78,6 +79,6 @@ inline absl::StatusOr<std::map<std::string, std::string>> TextSections(const std
   return text;
 }
 
-}  // namespace ktune::testing
+}  // namespace ktune
 
-#endif  // KTUNE_TESTS_COMPILE_CUBIN_TESTING_H_
+#endif  // KTUNE_SERVER_COMPILE_CUBIN_SECTIONS_H_
