@@ -39,6 +39,9 @@ Command AddGetCommand(CLI::App& parent);
 // that did not load. kNotFound if the folder cannot be read.
 absl::StatusOr<std::unique_ptr<TemplateRegistry>> LoadRegistryOrWarn(const std::string& dir);
 
+// The --dtype flag: kInvalidArgument naming the flag for anything but f32, f16, bf16.
+absl::StatusOr<DType> ParseDTypeFlag(const std::string& dtype);
+
 // A template, dtype and shape named on the command line, checked against each other.
 struct TemplateRequest {
   std::unique_ptr<TemplateRegistry> registry;

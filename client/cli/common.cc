@@ -20,6 +20,15 @@ absl::StatusOr<std::unique_ptr<TemplateRegistry>> LoadRegistryOrWarn(const std::
   return registry;
 }
 
+absl::StatusOr<DType> ParseDTypeFlag(const std::string& dtype) {
+  std::optional<DType> d = ParseDType(dtype);
+  if (!d) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype: unknown dtype '", dtype, "'; expected f32, f16 or bf16"));
+  }
+  return *d;
+}
+
 absl::StatusOr<TemplateRequest> ResolveTemplateRequest(const std::string& templates_dir,
                                                        const std::string& template_name,
                                                        const std::string& dtype,
@@ -27,12 +36,7 @@ absl::StatusOr<TemplateRequest> ResolveTemplateRequest(const std::string& templa
   TemplateRequest r;
   KTUNE_ASSIGN_OR_RETURN(r.registry, LoadRegistryOrWarn(templates_dir));
   KTUNE_ASSIGN_OR_RETURN(r.tmpl, r.registry->Get(template_name));
-  std::optional<DType> d = ParseDType(dtype);
-  if (!d) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dtype: unknown dtype '", dtype, "'; expected f32, f16 or bf16"));
-  }
-  r.dtype = *d;
+  KTUNE_ASSIGN_OR_RETURN(r.dtype, ParseDTypeFlag(dtype));
   KTUNE_ASSIGN_OR_RETURN(r.shape, ParseShape(shape));
   KTUNE_RETURN_IF_ERROR(ValidateRequest(*r.tmpl, r.dtype, r.shape));
   return r;

@@ -27,6 +27,12 @@ int RunTemplates(const TemplatesArgs& args) {
     if (!s.ok()) return Fail(s.status());
     given = *s;
   }
+  std::optional<DType> wanted;
+  if (!args.dtype.empty()) {
+    absl::StatusOr<DType> d = ParseDTypeFlag(args.dtype);
+    if (!d.ok()) return Fail(d.status());
+    wanted = *d;
+  }
   absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry =
       LoadRegistryOrWarn(args.templates_dir);
   if (!registry.ok()) return Fail(registry.status());
@@ -47,11 +53,9 @@ int RunTemplates(const TemplatesArgs& args) {
       shape[d.name()] = it != given.end() ? it->second : d.example();
     }
     DType dtype = tmpl->dtypes().front();
-    if (!args.dtype.empty()) {
-      std::optional<DType> d = ParseDType(args.dtype);
-      if (!d) return Fail(absl::InvalidArgumentError(absl::StrCat("--dtype: unknown dtype '", args.dtype, "'")));
-      if (!tmpl->SupportsDType(*d)) continue;
-      dtype = *d;
+    if (wanted) {
+      if (!tmpl->SupportsDType(*wanted)) continue;
+      dtype = *wanted;
     }
     Row row{name, absl::StrJoin(m.dtypes(), ","), absl::StrJoin(dims, ","),
             std::string(DTypeName(dtype)), ShapeString(shape), "", ""};
