@@ -2,6 +2,7 @@
 # Runs on the GPU host from the unpacked bundle (deploy/bundle.sh): every GPU test, then the
 # benchmarks, writing logs and the store under $OUT (default ./out), and a short table last.
 #   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile daemon (default: all)
+#                       and peers (not in the default: it fills a 10-minute call; flags in $PEERS_ARGS)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"
@@ -74,5 +75,24 @@ if want daemon; then
   echo "daemon Python client: exit $? | $(tail -n 4 "$out/daemon_python.log" | tr '\n' '|')" >> "$summary"
   kill -TERM "$daemon"; wait "$daemon"
   echo "ktuned: exit $? after SIGTERM" >> "$summary"
+fi
+if want peers; then
+  # bench/peers.py: ktuned tunes each op and shape, then the winner and its peers (torch
+  # eager, torch.compile, Triton, cuBLAS) are timed by one timer and checked against torch.
+  # $PEERS_ARGS replaces the defaults, e.g. PEERS_ARGS="--quick --ops gemv,rmsnorm". The
+  # full set (60 keys) outlasts one 10-minute call: --deadline-s stops starting keys (the
+  # rest are listed as skipped); split it over calls with --ops.
+  sock="$out/ktuned-peers.sock"
+  "$here/bin/ktuned" --listen "unix://$sock" --db "$out/peers.db" --worker "$here/bin/ktune-worker" \
+    > "$out/ktuned-peers.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+  # shellcheck disable=SC2086  # PEERS_ARGS is a list of flags
+  PYTHONPATH="$here/python" python3 "$here/bench/peers.py" --target "unix://$sock" --out "$out" \
+    ${PEERS_ARGS:---budget 32 --deadline-s 480} > "$out/peers.log" 2>&1
+  rc=$?
+  kill -TERM "$daemon"; wait "$daemon"
+  echo "peers: exit $rc (0: every goal met) | ktuned exit $? after SIGTERM" >> "$summary"
+  if [ -s "$out/peers.md" ]; then cat "$out/peers.md" >> "$summary"; else tail -n 20 "$out/peers.log" >> "$summary"; fi
 fi
 cat "$summary"

@@ -218,6 +218,15 @@ class CudaWorkerSession final : public WorkerSession {
     return forced_poison_ || (driver_ != nullptr && driver_->poisoned());
   }
 
+  std::vector<WorkerOutput> LastOutputs() const override {
+    std::vector<WorkerOutput> out;
+    if (problem_ == nullptr) return out;
+    for (const ProblemBuffer& b : problem_->buffers) {
+      if (b.checked()) out.push_back({b.name, std::string(DTypeName(b.dtype)), b.got});
+    }
+    return out;
+  }
+
  private:
   absl::StatusOr<v1::DeviceInfo> Hello(const v1::Hello& hello);
   absl::StatusOr<v1::Ceiling> Ceiling(const v1::MeasureCeiling& request);
@@ -674,6 +683,9 @@ absl::StatusOr<v1::Measurement> CudaWorkerSession::Measure(const v1::MeasureCand
   const v1::KernelBinary& candidate = request.candidate();
   KTUNE_RETURN_IF_ERROR(
       ValidateBinary(candidate, static_cast<int>(problem_->values.size()), "measure.candidate"));
+
+  // LastOutputs() shows this candidate's results or nothing, never an earlier run's.
+  for (ProblemBuffer& b : problem_->buffers) b.got.clear();  // keeps the capacity
 
   v1::Measurement m;
   // Sets the candidate's outcome from a failed step. A sticky error (or any error once the

@@ -19,10 +19,19 @@
 #define KTUNE_SERVER_GPU_WORKER_SESSION_H_
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ktune/v1/worker.pb.h"
 
 namespace ktune {
+
+// One output (OUTPUT or INOUT) buffer of the current problem, as a run left it.
+struct WorkerOutput {
+  std::string name;   // the argument's name
+  std::string dtype;  // "f32", "f16", "bf16", "i32"
+  std::string bytes;  // count elements of dtype; empty when the last run never read it back
+};
 
 class WorkerSession {
  public:
@@ -35,6 +44,14 @@ class WorkerSession {
 
   // Whether the CUDA context is unusable; the worker must exit after its last response.
   virtual bool poisoned() const = 0;
+
+  // The current problem's output buffers, in argument order, as the last checked run read
+  // them back: after a Problem, the reference's results; after a MeasureCandidate, the
+  // candidate's (outcome ok or wrong_result; empty bytes when it failed before its outputs
+  // were read). Empty without a problem. The worker protocol never carries outputs (the
+  // worker compares them itself); this is for tests that check the kernels themselves
+  // against a host reference (tests/kernels).
+  virtual std::vector<WorkerOutput> LastOutputs() const = 0;
 };
 
 // `ordinal` >= 0 pins the GPU (ktune-worker --ordinal N): a Hello for another ordinal is

@@ -134,6 +134,7 @@ class Validator {
   const v1::TemplateManifest& m_;
   absl::flat_hash_map<std::string, Expression>* expressions_;
   std::set<std::string> identifiers_;
+  std::set<std::string> dim_names_;  // buffer sizes may name these only
   std::set<std::string> params_;
   std::set<std::string> args_;
 };
@@ -230,6 +231,7 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
       return Fail({{"dims", i}}, field + ".name",
                   absl::StrCat("'", d.name(), "' is not a lower-case name [a-z][a-z0-9_]*"));
     }
+    dim_names_.insert(d.name());
     if (!identifiers_.insert(d.name()).second) {
       return Fail({{"dims", i}}, field + ".name", absl::StrCat("'", d.name(), "' declared twice"));
     }
@@ -294,6 +296,17 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
       }
       KTUNE_RETURN_IF_ERROR(
           CheckExpr({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count", b.count()));
+      // The worker allocates a problem's buffers once, from the reference's binding, and a
+      // client allocates them from the artifact's: a size that moved with a param (say a
+      // split-K scratch of SPLIT_K * n) would be the reference's size for every candidate,
+      // and a candidate would write past it. Sizes follow the shape only.
+      for (const std::string& id : expressions_->at(b.count()).identifiers()) {
+        if (!dim_names_.count(id)) {
+          return Fail({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count",
+                      absl::StrCat("'", id, "' is not a dim: a buffer's size may depend on the "
+                                   "shape only (size scratch for the largest param value)"));
+        }
+      }
       if (b.role() == v1::Buffer::ROLE_UNSPECIFIED) {
         return Fail({{"args", i}, {"buffer"}}, field + ".buffer.role",
                     "missing: INPUT, OUTPUT, INOUT or SCRATCH");

@@ -259,8 +259,9 @@ INSTANTIATE_TEST_SUITE_P(
     All, CliCompileBadInputTest,
     ::testing::Values(
         BadCase{"UnknownTemplate",
-                {"layernorm", "--dtype", "bf16", "--shape", "n=1"},
-                "unknown template 'layernorm'; known: elementwise, rmsnorm"},
+                {"groupnorm", "--dtype", "bf16", "--shape", "n=1"},
+                "unknown template 'groupnorm'; known: add_rmsnorm, elementwise, gemv, layernorm, "
+                "rmsnorm, rope, silu_and_mul, softmax"},
         BadCase{"UnknownDtype",
                 {"rmsnorm", "--dtype", "f64", "--shape", "tokens=16,hidden=4096"},
                 "unknown dtype 'f64'"},

@@ -23,6 +23,7 @@
 #include "server/compile/nvrtc_compiler.h"
 #include "server/gpu/device_info.h"
 #include "server/gpu/framing.h"
+#include "server/gpu/host_buffers.h"
 #include "server/gpu/worker_session.h"
 #include "tests/gpu/worker_process.h"
 #include "tests/testing/status_matchers.h"
@@ -302,6 +303,41 @@ TEST_F(WorkerGpuTest, BlockOverLaunchBoundsIsResourceLimit) {
   const v1::Measurement m = Measure(Binary("twice_small_blocks", (kN + 255) / 256, 256));
   EXPECT_EQ(m.outcome(), "resource_limit");
   EXPECT_THAT(m.detail(), HasSubstr("256 threads"));
+}
+
+// LastOutputs: the reference's results after a Problem, the candidate's after a check that
+// read them back, nothing from an earlier run after one that did not.
+TEST_F(WorkerGpuTest, LastOutputsAreTheLastCheckedRunsResults) {
+  constexpr int kSmall = 1000;
+  SetProblem(TwiceProblem(kSmall, /*seed=*/5));
+  const v1::Problem problem = TwiceProblem(kSmall, 5);
+  ASSERT_OK_AND_ASSIGN(std::string x, GenerateFill(DType::kF32, kSmall, problem.args(0).fill(),
+                                                   BufferSeed(5, 0)));
+  auto element = [](const std::string& bytes, int i) {
+    return DecodeElement(DType::kF32, bytes.data() + 4 * i);
+  };
+  std::vector<WorkerOutput> outputs = session_->LastOutputs();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].name, "out");
+  EXPECT_EQ(outputs[0].dtype, "f32");
+  ASSERT_EQ(outputs[0].bytes.size(), 4u * kSmall);
+  for (int i = 0; i < kSmall; ++i) {
+    ASSERT_EQ(element(outputs[0].bytes, i), 2 * element(x, i)) << i;
+  }
+
+  EXPECT_EQ(Measure(Binary("twice_off_by_one_at_77", (kSmall + 255) / 256, 256)).outcome(),
+            "wrong_result");
+  outputs = session_->LastOutputs();
+  ASSERT_EQ(outputs.size(), 1u);
+  ASSERT_EQ(outputs[0].bytes.size(), 4u * kSmall);
+  EXPECT_EQ(element(outputs[0].bytes, 77), 2 * element(x, 77) + 1);
+  EXPECT_EQ(element(outputs[0].bytes, 78), 2 * element(x, 78));
+
+  EXPECT_EQ(Measure(Binary("twice_small_blocks", (kSmall + 255) / 256, 256)).outcome(),
+            "resource_limit");
+  outputs = session_->LastOutputs();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].bytes, "");  // never ran: not the previous candidate's results
 }
 
 TEST_F(WorkerGpuTest, TooMuchSharedMemoryIsResourceLimit) {

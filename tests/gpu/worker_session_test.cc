@@ -78,5 +78,12 @@ TEST(WorkerSessionTest, HelloForAnotherOrdinalThanPinnedIsInvalid) {
   ExpectError(session->Handle(HelloRequest(0)), absl::StatusCode::kInvalidArgument, "--ordinal");
 }
 
+TEST(WorkerSessionTest, NoOutputsWithoutAProblem) {
+  std::unique_ptr<WorkerSession> session = NewWorkerSession();
+  EXPECT_TRUE(session->LastOutputs().empty());
+  session->Handle(HelloRequest(0));
+  EXPECT_TRUE(session->LastOutputs().empty());
+}
+
 }  // namespace
 }  // namespace ktune

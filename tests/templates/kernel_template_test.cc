@@ -59,6 +59,9 @@ struct BrokenCase {
 // One defect each; `error` is the whole message after the file name, so a change in
 // wording or in the line reported shows up here.
 const BrokenCase kBrokenCases[] = {
+    {"buffer_count_names_a_param", "count: \"n\" role: OUTPUT", "count: \"n * VEC\" role: OUTPUT",
+     ":10: args[1].buffer.count: 'VEC' is not a dim: a buffer's size may depend on the shape "
+     "only (size scratch for the largest param value)"},
     {"syntax", "min: 1 max: 1048576", "min: one max: 1048576",
      ":5:23: Expected integer, got: one"},
     {"unknown_field", "description:", "summary:",

@@ -1,0 +1,135 @@
+// silu_and_mul (SwiGLU): out[t, i] = silu(x[t, i]) * x[t, inter + i] for a row-major
+// x [tokens, 2 * inter] and out [tokens, inter], silu(a) = a / (1 + exp(-a)), float math for
+// every element type. The candidate kernel and its reference; the manifest
+// (silu_and_mul.textproto) gives their launch geometry and arguments.
+//
+// Device code only, compiled by NVRTC with -DKTUNE_MAX_THREADS=... -DKTUNE_MIN_BLOCKS=...
+#include "ktune/common.cuh"
+
+namespace ktune_silu_and_mul {
+
+// silu(a) * b in float, in the reference's order. expf and the division are the accurate
+// ones unless the candidate is compiled with --use_fast_math (then __expf and an
+// approximate division: fewer instructions per element, which matters when the stream runs
+// at the copy bandwidth and the ALUs are half busy).
+__device__ __forceinline__ float SiluMul(float a, float b) {
+  return a / (1.0f + expf(-a)) * b;
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ ktune::AlignedVector<T, VEC> SiluMulVector(
+    const ktune::AlignedVector<T, VEC>& gate, const ktune::AlignedVector<T, VEC>& up) {
+  float g[VEC];
+  float u[VEC];
+  ktune::VectorToFloat(gate, g);
+  ktune::VectorToFloat(up, u);
+  float o[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) o[k] = SiluMul(g[k], u[k]);
+  return ktune::FloatToVector<T>(o);
+}
+
+// One tile: output vectors first + u * BLOCK (u < UNROLL) of one row, those below num_vec.
+// All 2 * UNROLL loads are issued before the first use, so each thread keeps
+// 2 * UNROLL * VEC * sizeof(T) bytes in flight. A whole tile (every tile but a row's last
+// when BLOCK * UNROLL does not divide num_vec) takes no bounds checks.
+template <int BLOCK, int VEC, int UNROLL, typename T>
+__device__ __forceinline__ void Tile(const T* __restrict__ x_row, T* __restrict__ out_row,
+                                     int first, int num_vec, int inter) {
+  using Vec = ktune::AlignedVector<T, VEC>;
+  Vec gate[UNROLL];
+  Vec up[UNROLL];
+  const bool whole = first - static_cast<int>(threadIdx.x) + BLOCK * UNROLL <= num_vec;
+  if (whole) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int idx = (first + u * BLOCK) * VEC;
+      gate[u] = ktune::LoadVector<VEC>(x_row + idx);
+      up[u] = ktune::LoadVector<VEC>(x_row + inter + idx);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      ktune::StoreVector<VEC>(out_row + (first + u * BLOCK) * VEC, SiluMulVector(gate[u], up[u]));
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int v = first + u * BLOCK;
+      gate[u] = v < num_vec ? ktune::LoadVector<VEC>(x_row + v * VEC) : Vec{};
+      up[u] = v < num_vec ? ktune::LoadVector<VEC>(x_row + inter + v * VEC) : Vec{};
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int v = first + u * BLOCK;
+      if (v < num_vec) ktune::StoreVector<VEC>(out_row + v * VEC, SiluMulVector(gate[u], up[u]));
+    }
+  }
+}
+
+}  // namespace ktune_silu_and_mul
+
+/// SwiGLU: out[t, i] = silu(x[t, i]) * x[t, inter + i], float math.
+///   T:           float, __half or __nv_bfloat16.
+///   BLOCK:       threads per block (== blockDim.x); a multiple of 32, at most
+///                KTUNE_MAX_THREADS.
+///   VEC_BYTES:   bytes per vector access, 2, 4, 8 or 16 and at least sizeof(T); a vector
+///                holds VEC = VEC_BYTES / sizeof(T) elements.
+///   UNROLL:      output vectors per thread per tile (a tile is BLOCK * UNROLL vectors of
+///                one row); 1 to 16.
+///   GRID_STRIDE: 0: one tile per block, grid = [tokens, tiles per row] (blockIdx.x is the
+///                row, blockIdx.y the tile); 1: each block walks the tokens * tiles-per-row
+///                tiles (row-major) with stride gridDim.x, grid.y = 1.
+/// REQUIRES: inter % VEC == 0 (so the up half and every row start are VEC-aligned); x and
+/// out aligned to VEC * sizeof(T) bytes; out does not overlap x; tokens * 2 * inter
+/// elements in x, tokens * inter in out.
+template <typename T, int BLOCK, int VEC_BYTES, int UNROLL, int GRID_STRIDE>
+__global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
+                                                        T* __restrict__ out, int tokens,
+                                                        int inter) {
+  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
+  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
+  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
+  static_assert(VEC_BYTES == 2 || VEC_BYTES == 4 || VEC_BYTES == 8 || VEC_BYTES == 16,
+                "VEC_BYTES must be 2, 4, 8 or 16");
+  static_assert(VEC_BYTES >= sizeof(T), "VEC_BYTES must hold at least one element");
+  constexpr int VEC = VEC_BYTES / static_cast<int>(sizeof(T));
+  static_assert(UNROLL >= 1 && UNROLL <= 16, "UNROLL must be from 1 to 16");
+  static_assert(GRID_STRIDE == 0 || GRID_STRIDE == 1, "GRID_STRIDE must be 0 or 1");
+
+  constexpr int kTile = BLOCK * UNROLL;
+  const int num_vec = inter / VEC;
+  if constexpr (GRID_STRIDE == 0) {
+    const long long row = blockIdx.x;
+    ktune_silu_and_mul::Tile<BLOCK, VEC, UNROLL>(x + row * 2 * inter, out + row * inter,
+                                                 blockIdx.y * kTile + threadIdx.x, num_vec,
+                                                 inter);
+  } else {
+    const int tiles_per_row = (num_vec + kTile - 1) / kTile;
+    const long long tiles = static_cast<long long>(tokens) * tiles_per_row;
+#pragma unroll 1
+    for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
+      const long long row = id / tiles_per_row;
+      const int tile = static_cast<int>(id - row * tiles_per_row);
+      ktune_silu_and_mul::Tile<BLOCK, VEC, UNROLL>(x + row * 2 * inter, out + row * inter,
+                                                   tile * kTile + threadIdx.x, num_vec, inter);
+    }
+  }
+}
+
+/// The reference: one row per 32-thread block, each thread a strided slice of the row;
+/// silu and the product in double, rounded to T once. Launched with grid = tokens,
+/// block = 32 (manifest), so it fits under any KTUNE_MAX_THREADS.
+///   T: float, __half or __nv_bfloat16.
+template <typename T>
+__global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_reference(const T* __restrict__ x,
+                                                           T* __restrict__ out, int tokens,
+                                                           int inter) {
+  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
+  const long long row = blockIdx.x;
+  if (row >= tokens) return;
+  for (int i = threadIdx.x; i < inter; i += blockDim.x) {
+    const double a = ktune::ToFloat(x[row * 2 * inter + i]);
+    const double b = ktune::ToFloat(x[row * 2 * inter + inter + i]);
+    out[row * inter + i] = ktune::FromFloat<T>(static_cast<float>(a / (1.0 + exp(-a)) * b));
+  }
+}

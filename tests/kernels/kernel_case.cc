@@ -1,0 +1,154 @@
+#include "tests/kernels/kernel_case.h"
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/base/status_macros.h"
+#include "server/gpu/host_buffers.h"
+#include "server/templates/search_space.h"
+
+namespace ktune::testing {
+namespace {
+
+bool IsOutput(const BoundArg &a) {
+  return a.is_buffer &&
+         (a.role == v1::Buffer::OUTPUT || a.role == v1::Buffer::INOUT);
+}
+
+bool IsFilled(const BoundArg &a) {
+  return a.is_buffer &&
+         (a.role == v1::Buffer::INPUT || a.role == v1::Buffer::INOUT);
+}
+
+} // namespace
+
+std::string CaseName(const std::string &template_name, DType dtype,
+                     const Shape &shape) {
+  return absl::StrCat(template_name, " ", DTypeName(dtype), " ",
+                      ShapeString(shape));
+}
+
+absl::StatusOr<HostProblem> MakeHostProblem(const Instance &reference,
+                                            uint64_t seed) {
+  HostProblem p;
+  p.dtype = reference.dtype;
+  p.shape = reference.shape;
+  for (size_t i = 0; i < reference.args.size(); ++i) {
+    const BoundArg &a = reference.args[i];
+    if (!a.is_buffer) {
+      if (a.scalar_type == "f32") {
+        p.scalars[a.name] = static_cast<double>(static_cast<float>(a.number));
+      } else if (a.scalar_type == "i32" || a.scalar_type == "i64") {
+        p.scalars[a.name] = static_cast<double>(a.int_value);
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("argument '", a.name, "': scalar type '",
+                         a.scalar_type, "' is not i32, i64 or f32"));
+      }
+      continue;
+    }
+    if (!IsFilled(a))
+      continue;
+    absl::StatusOr<std::string> bytes = GenerateFill(
+        a.dtype, a.count, a.fill, BufferSeed(seed, static_cast<int>(i)));
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("argument '", a.name, "': ", bytes.status().message()));
+    }
+    const int64_t size = DTypeSize(a.dtype);
+    std::vector<double> &values = p.inputs[a.name];
+    values.resize(static_cast<size_t>(a.count));
+    for (int64_t k = 0; k < a.count; ++k) {
+      values[static_cast<size_t>(k)] =
+          DecodeElement(a.dtype, bytes->data() + k * size);
+    }
+  }
+  return p;
+}
+
+absl::StatusOr<std::map<std::string, std::string>>
+EncodeExpected(const Instance &reference, const HostOutputs &outputs) {
+  std::map<std::string, std::string> encoded;
+  std::set<std::string> output_names;
+  for (const BoundArg &a : reference.args) {
+    if (!IsOutput(a))
+      continue;
+    output_names.insert(a.name);
+    auto it = outputs.find(a.name);
+    if (it == outputs.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the host reference gives no values for output buffer '",
+                       a.name, "'"));
+    }
+    if (static_cast<int64_t>(it->second.size()) != a.count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the host reference gives ", it->second.size(),
+                       " values for output buffer '", a.name,
+                       "'; the manifest says ", a.count));
+    }
+    const int64_t size = DTypeSize(a.dtype);
+    std::string &bytes = encoded[a.name];
+    bytes.resize(static_cast<size_t>(a.count * size));
+    for (int64_t k = 0; k < a.count; ++k) {
+      EncodeElement(a.dtype, it->second[static_cast<size_t>(k)],
+                    bytes.data() + k * size);
+    }
+  }
+  for (const auto &[name, values] : outputs) {
+    if (!output_names.count(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the host reference gives values for '", name,
+                       "', which is no output buffer"));
+    }
+  }
+  return encoded;
+}
+
+absl::StatusOr<ChosenCandidate>
+ChooseCandidate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
+                const Shape &shape, const TargetInfo &target) {
+  const Config default_config = DefaultConfig(*tmpl, target);
+  KTUNE_ASSIGN_OR_RETURN(BindResult bound,
+                         Bind(tmpl, dtype, shape, default_config, target));
+  if (bound.instance) {
+    return ChosenCandidate{default_config, *std::move(bound.instance), ""};
+  }
+  KTUNE_ASSIGN_OR_RETURN(
+      SearchSpace space,
+      EnumerateParams(tmpl, dtype, shape, target, default_config.knobs));
+  const Config *best = nullptr;
+  int best_differing = 0;
+  for (const Config &c : space.configs) {
+    int differing = 0;
+    for (const auto &[name, value] : c.params) {
+      auto it = default_config.params.find(name);
+      differing += it == default_config.params.end() || it->second != value;
+    }
+    if (best == nullptr || differing < best_differing) {
+      best = &c;
+      best_differing = differing;
+    }
+  }
+  if (best == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(CaseName(tmpl->name(), dtype, shape),
+                     ": no valid config (the default is "
+                     "rejected: ",
+                     bound.rejected_because, ")"));
+  }
+  KTUNE_ASSIGN_OR_RETURN(BindResult chosen,
+                         Bind(tmpl, dtype, shape, *best, target));
+  if (!chosen.instance) {
+    return absl::InternalError(absl::StrCat(
+        "config ", ConfigString(*best),
+        " from the search space does not bind: ", chosen.rejected_because));
+  }
+  return ChosenCandidate{*best, *std::move(chosen.instance),
+                         bound.rejected_because};
+}
+
+} // namespace ktune::testing

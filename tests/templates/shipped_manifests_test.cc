@@ -1,0 +1,167 @@
+// The shipped norm and softmax templates (add_rmsnorm, layernorm, softmax) load, have
+// candidates at decode (one row) and prefill (16384 rows) shapes for every dtype, serve
+// their default config there (what FALLBACK answers before tuning), and reject bad shapes
+// naming the dim. No GPU, no compiling.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/templates/instance.h"
+#include "server/templates/registry.h"
+#include "server/templates/search_space.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+struct Case {
+  std::string name;
+  std::vector<Shape> shapes;  // decode and prefill
+  Shape zero;                 // a dim at 0
+  Shape over;                 // a dim past its max
+  std::string over_dim;
+};
+
+std::vector<Case> Cases() {
+  return {
+      {"add_rmsnorm",
+       {{{"tokens", 1}, {"hidden", 4096}},
+        {{"tokens", 1}, {"hidden", 8192}},
+        {{"tokens", 16384}, {"hidden", 4096}},
+        {{"tokens", 16384}, {"hidden", 8192}}},
+       {{"tokens", 16}, {"hidden", 0}},
+       {{"tokens", 16}, {"hidden", 65537}},
+       "hidden"},
+      {"layernorm",
+       {{{"tokens", 1}, {"hidden", 4096}, {"affine", 2}},
+        {{"tokens", 1}, {"hidden", 8192}, {"affine", 1}},
+        {{"tokens", 16384}, {"hidden", 4096}, {"affine", 1}},
+        {{"tokens", 16384}, {"hidden", 8192}, {"affine", 2}}},
+       {{"tokens", 16}, {"hidden", 0}, {"affine", 2}},
+       {{"tokens", 16}, {"hidden", 4096}, {"affine", 3}},
+       "affine"},
+      {"softmax",
+       {{{"rows", 1}, {"cols", 32000}, {"out_bytes", 4}},
+        {{"rows", 1}, {"cols", 128256}, {"out_bytes", 4}},
+        {{"rows", 16384}, {"cols", 32000}, {"out_bytes", 4}},
+        {{"rows", 16384}, {"cols", 128256}, {"out_bytes", 4}},
+        {{"rows", 4096}, {"cols", 262144}, {"out_bytes", 4}},
+        {{"rows", 7}, {"cols", 1}, {"out_bytes", 4}}},
+       {{"rows", 16}, {"cols", 0}, {"out_bytes", 4}},
+       {{"rows", 16}, {"cols", 262145}, {"out_bytes", 4}},
+       "cols"},
+  };
+}
+
+class ShippedManifestsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto registry = LoadTemplateRegistry(testing::ShippedTemplatesDir());
+    ASSERT_OK(registry.status());
+    registry_ = *std::move(registry);
+    for (const absl::Status& e : registry_->errors()) ADD_FAILURE() << e;
+  }
+  std::unique_ptr<TemplateRegistry> registry_;
+};
+
+TEST_F(ShippedManifestsTest, SearchSpacesAtDecodeAndPrefillShapes) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
+  for (const Case& c : Cases()) {
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get(c.name));
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (Shape shape : c.shapes) {
+        // f16/bf16 softmax also with its own-type output.
+        std::vector<Shape> variants = {shape};
+        if (shape.count("out_bytes") && dtype != DType::kF32) {
+          variants.push_back(shape);
+          variants.back()["out_bytes"] = 2;
+        }
+        for (const Shape& s : variants) {
+          SCOPED_TRACE(absl::StrCat(c.name, " ", DTypeName(dtype), " ", ShapeString(s)));
+          ASSERT_OK(ValidateRequest(*tmpl, dtype, s));
+          ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(tmpl, dtype, s, target));
+          EXPECT_GT(space.configs.size(), 0u);
+          ASSERT_OK(BindReference(tmpl, dtype, s, target).status());
+          // The default config binds wherever the row is a multiple of 4 and >= 1024 long.
+          const int64_t len = s.count("hidden") ? s.at("hidden") : s.at("cols");
+          if (len % 4 == 0 && len >= 1024) {
+            ASSERT_OK_AND_ASSIGN(BindResult bound,
+                                 Bind(tmpl, dtype, s, DefaultConfig(*tmpl, target), target));
+            EXPECT_TRUE(bound.instance) << bound.rejected_because;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ShippedManifestsTest, BadShapesNameTheDim) {
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get(c.name));
+    const std::string zero_dim = c.zero.count("hidden") ? "hidden" : "cols";
+    EXPECT_THAT(ValidateRequest(*tmpl, DType::kBF16, c.zero),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("dim '", zero_dim, "' = 0 is outside"))));
+    EXPECT_THAT(ValidateRequest(*tmpl, DType::kBF16, c.over),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("dim '", c.over_dim, "'"))));
+    Shape missing = c.shapes.front();
+    missing.erase(missing.begin());
+    EXPECT_THAT(ValidateRequest(*tmpl, DType::kBF16, missing),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing dim")));
+  }
+}
+
+// out_bytes other than the dtype's size or 4 passes the dim's range but no candidate: the
+// search space is empty and says why.
+TEST_F(ShippedManifestsTest, SoftmaxOutBytesMustNameATypeSize) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get("softmax"));
+  for (auto [dtype, out_bytes] : {std::pair{DType::kBF16, 3}, std::pair{DType::kF32, 2}}) {
+    const Shape shape = {{"rows", 16}, {"cols", 4096}, {"out_bytes", out_bytes}};
+    ASSERT_OK(ValidateRequest(*tmpl, dtype, shape));
+    ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(tmpl, dtype, shape, target));
+    EXPECT_THAT(space.configs, IsEmpty());
+    EXPECT_EQ(space.rejected.count("constraint 'out_bytes == sizeof(dtype) || out_bytes == N'"),
+              1u);
+  }
+}
+
+// The split variants bind as the manifest says: a cluster (one launch) when the slices are
+// cached, two launches sharing the scratch buffer when not; the scratch size depends on the
+// shape alone, so candidate and reference agree on it.
+TEST_F(ShippedManifestsTest, SoftmaxSplitLaunches) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get("softmax"));
+  const Shape shape = {{"rows", 4}, {"cols", 128256}, {"out_bytes", 2}};
+  Config config = DefaultConfig(*tmpl, target);
+  config.params = {{"BLOCK", 512}, {"VEC", 8}, {"ROWS_PER_WARP", 0}, {"CACHE", 0}, {"SPLIT", 16}};
+  ASSERT_OK_AND_ASSIGN(BindResult split, Bind(tmpl, DType::kBF16, shape, config, target));
+  ASSERT_TRUE(split.instance) << split.rejected_because;
+  ASSERT_EQ(split.instance->launches.size(), 2u);
+  EXPECT_EQ(split.instance->launches[0].grid[0], 4 * 16);
+  ASSERT_OK_AND_ASSIGN(Instance reference, BindReference(tmpl, DType::kBF16, shape, target));
+  for (size_t i = 0; i < reference.args.size(); ++i) {
+    EXPECT_EQ(reference.args[i].count, split.instance->args[i].count) << reference.args[i].name;
+  }
+
+  config.params = {{"BLOCK", 1024}, {"VEC", 8}, {"ROWS_PER_WARP", 0}, {"CACHE", 2}, {"SPLIT", 8}};
+  ASSERT_OK_AND_ASSIGN(BindResult cluster, Bind(tmpl, DType::kBF16, shape, config, target));
+  ASSERT_TRUE(cluster.instance) << cluster.rejected_because;
+  ASSERT_EQ(cluster.instance->launches.size(), 1u);
+  EXPECT_THAT(cluster.instance->launches[0].name_expression,
+              HasSubstr("softmax_cluster_kernel<__nv_bfloat16, 1024, 8, 2, 8>"));
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,168 @@
+// The shipped silu_and_mul, rope and gemv templates: they load, their search spaces at
+// decode and prefill shapes are non-empty and hold their default config, out-of-range
+// shapes are rejected naming the dim, and gemv's split-K is two launches. No GPU or
+// compiler needed (tests/compile/shipped_templates_test.cc compiles them).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/templates/instance.h"
+#include "server/templates/registry.h"
+#include "server/templates/search_space.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::StatusIs;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Key;
+
+class ShippedRopeSiluGemvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto registry = LoadTemplateRegistry(testing::ShippedTemplatesDir());
+    ASSERT_OK(registry.status());
+    registry_ = *std::move(registry);
+    for (const absl::Status& e : registry_->errors()) ADD_FAILURE() << e;
+  }
+
+  std::shared_ptr<const KernelTemplate> Get(const std::string& name) {
+    auto it = registry_->templates().find(name);
+    EXPECT_NE(it, registry_->templates().end()) << name << " did not load";
+    return it == registry_->templates().end() ? nullptr : it->second;
+  }
+
+  // Every dtype of `name` at `shape`: a valid request, a non-empty search space on sm_90,
+  // and the default config (what FALLBACK serves) among its points.
+  void ExpectSearchable(const std::string& name, const Shape& shape) {
+    std::shared_ptr<const KernelTemplate> t = Get(name);
+    ASSERT_NE(t, nullptr);
+    const TargetInfo target = *TargetFromArch("sm_90");
+    for (DType dtype : t->dtypes()) {
+      SCOPED_TRACE(absl::StrCat(name, " ", DTypeName(dtype), " ", ShapeString(shape)));
+      ASSERT_OK(ValidateRequest(*t, dtype, shape));
+      ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(t, dtype, shape, target));
+      EXPECT_GT(space.configs.size(), 0u);
+      const Config d = DefaultConfig(*t, target);
+      EXPECT_THAT(space.configs, Contains(d)) << ConfigString(d);
+      ASSERT_OK_AND_ASSIGN(Instance reference, BindReference(t, dtype, shape, target));
+      EXPECT_EQ(reference.launches.size(), 1u);
+    }
+  }
+
+  std::unique_ptr<TemplateRegistry> registry_;
+};
+
+TEST_F(ShippedRopeSiluGemvTest, AllThreeLoad) {
+  EXPECT_THAT(registry_->templates(), Contains(Key("silu_and_mul")));
+  EXPECT_THAT(registry_->templates(), Contains(Key("rope")));
+  EXPECT_THAT(registry_->templates(), Contains(Key("gemv")));
+}
+
+TEST_F(ShippedRopeSiluGemvTest, SiluAndMulSearchSpaces) {
+  for (int64_t tokens : {1, 16, 256, 4096, 16384}) {
+    ExpectSearchable("silu_and_mul", {{"tokens", tokens}, {"inter", 14336}});
+  }
+  ExpectSearchable("silu_and_mul", {{"tokens", 4096}, {"inter", 11008}});
+}
+
+TEST_F(ShippedRopeSiluGemvTest, RopeSearchSpacesForBothStyles) {
+  for (int64_t tokens : {1, 16, 256, 4096, 16384}) {
+    for (int64_t style : {1, 2}) {
+      ExpectSearchable("rope", {{"tokens", tokens}, {"heads", 32}, {"kv_heads", 8},
+                                {"head_dim", 128}, {"style", style}});
+    }
+  }
+  ExpectSearchable("rope", {{"tokens", 4096}, {"heads", 64}, {"kv_heads", 8}, {"head_dim", 64},
+                            {"style", 2}});
+}
+
+TEST_F(ShippedRopeSiluGemvTest, GemvSearchSpaces) {
+  for (int64_t batch : {1, 2, 3, 8}) {
+    ExpectSearchable("gemv", {{"n", 4096}, {"k", 4096}, {"batch", batch}});
+    ExpectSearchable("gemv", {{"n", 14336}, {"k", 4096}, {"batch", batch}});
+    ExpectSearchable("gemv", {{"n", 4096}, {"k", 14336}, {"batch", batch}});
+    ExpectSearchable("gemv", {{"n", 128256}, {"k", 4096}, {"batch", batch}});
+  }
+}
+
+TEST_F(ShippedRopeSiluGemvTest, GemvSplitKIsTwoLaunches) {
+  std::shared_ptr<const KernelTemplate> t = Get("gemv");
+  ASSERT_NE(t, nullptr);
+  const TargetInfo target = *TargetFromArch("sm_90");
+  const Shape shape = {{"n", 4096}, {"k", 4096}, {"batch", 1}};
+  ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(t, DType::kBF16, shape, target));
+  bool saw_split = false;
+  for (const Config& c : space.configs) {
+    ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(t, DType::kBF16, shape, c, target));
+    ASSERT_TRUE(bound.instance) << bound.rejected_because;
+    const Instance& inst = *bound.instance;
+    const int64_t split = c.params.at("SPLIT_K");
+    ASSERT_EQ(inst.launches.size(), split > 1 ? 2u : 1u) << ConfigString(c);
+    EXPECT_EQ(inst.launches[0].grid[1], split);
+    if (split > 1) {
+      saw_split = true;
+      EXPECT_THAT(inst.launches[1].name_expression, HasSubstr("gemv_splitk_reduce"));
+      auto partial = std::find_if(inst.args.begin(), inst.args.end(),
+                                  [](const BoundArg& a) { return a.name == "partial"; });
+      ASSERT_NE(partial, inst.args.end());
+      // Sized for the largest SPLIT_K whatever the candidate's: buffers follow the shape.
+      EXPECT_EQ(partial->count, 4 * 4096);
+    }
+  }
+  EXPECT_TRUE(saw_split) << "no split-K point at n = k = 4096, batch 1";
+}
+
+TEST_F(ShippedRopeSiluGemvTest, BadShapesAreRejectedNamingTheDim) {
+  auto silu = Get("silu_and_mul");
+  auto rope = Get("rope");
+  auto gemv = Get("gemv");
+  ASSERT_TRUE(silu && rope && gemv);
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_THAT(ValidateRequest(*silu, DType::kBF16, {{"tokens", 4}, {"inter", 0}}),
+              StatusIs(kInvalid, HasSubstr("dim 'inter'")));
+  EXPECT_THAT(ValidateRequest(*silu, DType::kBF16, {{"tokens", 4}}),
+              StatusIs(kInvalid, HasSubstr("missing dim 'inter'")));
+  const Shape rope_shape = {{"tokens", 4}, {"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}};
+  Shape bad_style = rope_shape;
+  bad_style["style"] = 3;
+  EXPECT_THAT(ValidateRequest(*rope, DType::kF16, bad_style),
+              StatusIs(kInvalid, HasSubstr("dim 'style'")));
+  EXPECT_THAT(ValidateRequest(*rope, DType::kF16, rope_shape),
+              StatusIs(kInvalid, HasSubstr("missing dim 'style'")));
+  EXPECT_THAT(ValidateRequest(*gemv, DType::kBF16, {{"n", 4096}, {"k", 4096}, {"batch", 9}}),
+              StatusIs(kInvalid, HasSubstr("dim 'batch'")));
+  EXPECT_THAT(ValidateRequest(*gemv, DType::kBF16, {{"n", 0}, {"k", 4096}, {"batch", 1}}),
+              StatusIs(kInvalid, HasSubstr("dim 'n'")));
+}
+
+TEST_F(ShippedRopeSiluGemvTest, OddSizesPruneToWhatFits) {
+  // An odd head_dim has no pairs to rotate: no point fits (rather than one that rotates
+  // head_dim - 1 elements). An odd inter is served, by one-element vectors only.
+  const TargetInfo target = *TargetFromArch("sm_90");
+  ASSERT_OK_AND_ASSIGN(
+      SearchSpace odd,
+      EnumerateSearchSpace(Get("rope"), DType::kBF16,
+                           {{"tokens", 4}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 63},
+                            {"style", 1}},
+                           target));
+  EXPECT_THAT(odd.configs, IsEmpty());
+  ASSERT_OK_AND_ASSIGN(
+      SearchSpace odd_inter,
+      EnumerateSearchSpace(Get("silu_and_mul"), DType::kBF16, {{"tokens", 4}, {"inter", 4097}},
+                           target));
+  EXPECT_GT(odd_inter.configs.size(), 0u);
+  for (const Config& c : odd_inter.configs) EXPECT_EQ(c.params.at("VEC_BYTES"), 2);
+}
+
+}  // namespace
+}  // namespace ktune
