@@ -34,6 +34,8 @@ Command AddCompileCommand(CLI::App& parent);
 Command AddTuneCommand(CLI::App& parent);
 // `ktune get`: GetKernel from ktuned (client/lib).
 Command AddGetCommand(CLI::App& parent);
+// `ktune cache`: ls, show, stats, export, import, prune, diff, report on the SQLite store.
+Command AddCacheCommand(CLI::App& parent);
 
 // Loads the templates under `dir` ("" = the default), warning on stderr about each one
 // that did not load. kNotFound if the folder cannot be read.

@@ -11,7 +11,8 @@ int main(int argc, char** argv) {
   std::vector<ktune::cli::Command> commands = {ktune::cli::AddTemplatesCommand(app),
                                                ktune::cli::AddCompileCommand(app),
                                                ktune::cli::AddTuneCommand(app),
-                                               ktune::cli::AddGetCommand(app)};
+                                               ktune::cli::AddGetCommand(app),
+                                               ktune::cli::AddCacheCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

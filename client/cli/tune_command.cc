@@ -1,5 +1,6 @@
 // `ktune tune`: one tuning job in this process, with a live progress line, then the winner
-// and the best candidates with their metrics.
+// and the best candidates with their metrics; or, with --spec, every key of a tuning spec
+// (spec_tune.h).
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
+#include "client/cli/spec_tune.h"
 #include "server/base/file.h"
 #include "server/base/paths.h"
 #include "server/compile/compile_pool.h"
@@ -37,6 +39,12 @@ struct TuneArgs {
   int threads = 0;
   int top = 10;
   bool quiet = false;
+  // --spec mode (spec_tune.h):
+  std::string spec;
+  std::string daemon;
+  std::string token;
+  bool json = false;
+  bool force = false;
 };
 
 std::string Us(double ns) { return absl::StrFormat("%.2f", ns / 1000.0); }
@@ -166,15 +174,74 @@ int RunTune(const TuneArgs& args) {
   return kExitOk;
 }
 
+
+// TEMPLATE --dtype --shape, or --spec FILE: exactly one; kInvalidArgument naming the flag.
+absl::Status CheckMode(const TuneArgs& args) {
+  if (!args.spec.empty()) {
+    for (const auto& [given, flag] : {std::pair{!args.template_name.empty(), "TEMPLATE"},
+                                      {!args.dtype.empty(), "--dtype"},
+                                      {!args.shape.empty(), "--shape"}}) {
+      if (given) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": not with --spec (the spec names templates, dtypes and shapes)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  for (const auto& [given, flag] : {std::pair{!args.daemon.empty(), "--daemon"},
+                                    {args.json, "--json"}, {args.force, "--force"}}) {
+    if (given) return absl::InvalidArgumentError(absl::StrCat(flag, ": only with --spec"));
+  }
+  if (args.template_name.empty()) {
+    return absl::InvalidArgumentError("TEMPLATE: required (or --spec FILE)");
+  }
+  if (args.dtype.empty()) return absl::InvalidArgumentError("--dtype: required with TEMPLATE");
+  if (args.shape.empty()) return absl::InvalidArgumentError("--shape: required with TEMPLATE");
+  return absl::OkStatus();
+}
+
+int RunTuneCommand(const TuneArgs& args) {
+  if (absl::Status s = CheckMode(args); !s.ok()) return Fail(s);
+  if (args.spec.empty()) return RunTune(args);
+  SpecTuneArgs spec;
+  spec.spec = args.spec;
+  spec.daemon = args.daemon;
+  spec.token = args.token;
+  spec.json = args.json;
+  spec.force = args.force;
+  spec.quiet = args.quiet;
+  spec.strategy = args.strategy;
+  spec.budget = args.budget;
+  spec.time_s = args.time_s;
+  spec.seed = args.seed;
+  spec.db = args.db;
+  spec.templates_dir = args.templates_dir;
+  spec.cache_dir = args.cache_dir;
+  spec.worker = args.worker;
+  spec.ordinal = args.ordinal;
+  spec.threads = args.threads;
+  return RunSpecTune(spec);
+}
+
 }  // namespace
 
 Command AddTuneCommand(CLI::App& parent) {
   auto args = std::make_shared<TuneArgs>();
   CLI::App* app = parent.add_subcommand(
-      "tune", "Tune one template for a dtype and shape on this host's GPU, store the winner");
-  app->add_option("template", args->template_name, "Template name")->required();
-  app->add_option("--dtype", args->dtype, "f32, f16 or bf16")->required();
-  app->add_option("--shape", args->shape, "Dims, e.g. tokens=4096,hidden=8192")->required();
+      "tune",
+      "Tune one template for a dtype and shape on this host's GPU, store the winner; or, with "
+      "--spec FILE, every key of a model's tuning spec (here or through --daemon)");
+  app->add_option("template", args->template_name, "Template name (or --spec)");
+  app->add_option("--dtype", args->dtype, "f32, f16 or bf16");
+  app->add_option("--shape", args->shape, "Dims, e.g. tokens=4096,hidden=8192");
+  app->add_option("--spec", args->spec,
+                  "Tuning spec file (proto/ktune/v1/spec.proto), e.g. specs/llama-3-8b.textproto");
+  app->add_option("--daemon", args->daemon,
+                  "With --spec: tune through the ktuned at this target (unix:///PATH or "
+                  "HOST:PORT) instead of in this process");
+  app->add_option("--token", args->token, "With --daemon: bearer token, if ktuned wants one");
+  app->add_flag("--json", args->json, "With --spec: print the summary as JSON");
+  app->add_flag("--force", args->force, "With --spec: re-tune keys already fresh in the store");
   app->add_option("--strategy", args->strategy, "exhaustive or random")->capture_default_str();
   app->add_option("--budget", args->budget, "Most candidates to measure (0 = all)");
   app->add_option("--time", args->time_s, "Stop starting candidates after this many seconds");
@@ -186,8 +253,8 @@ Command AddTuneCommand(CLI::App& parent) {
   app->add_option("--gpu", args->ordinal, "GPU ordinal")->capture_default_str();
   app->add_option("--threads", args->threads, "Compile threads (0 = one per core)");
   app->add_option("--top", args->top, "Candidates to list")->capture_default_str();
-  app->add_flag("--quiet", args->quiet, "No progress line");
-  return {app, [args] { return RunTune(*args); }};
+  app->add_flag("--quiet", args->quiet, "No progress display");
+  return {app, [args] { return RunTuneCommand(*args); }};
 }
 
 }  // namespace ktune::cli

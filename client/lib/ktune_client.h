@@ -88,6 +88,9 @@ struct KernelMetrics {
   double gbps = 0;
   double gflops = 0;
   double ceiling_fraction = 0;
+  // The template's default config's time in the same job (ns): the speed-up's baseline;
+  // 0 when not measured.
+  double default_time_ns = 0;
 };
 
 // ktune.v1.KernelArtifact as a plain value.

@@ -69,6 +69,7 @@ KernelArtifact ArtifactFromProto(const v1::KernelArtifact& p) {
   a.metrics.gbps = m.gbps();
   a.metrics.gflops = m.gflops();
   a.metrics.ceiling_fraction = m.ceiling_fraction();
+  a.metrics.default_time_ns = m.default_time_ns();
   a.provenance = static_cast<Provenance>(p.provenance());
   a.device_model = p.device_model();
   a.template_id = p.template_id();

@@ -135,6 +135,7 @@ absl::StatusOr<v1::KernelArtifact> ToArtifact(const store::Entry& e, bool stale,
   a.mutable_params()->insert(e.config.params.begin(), e.config.params.end());
   *a.mutable_knobs() = ToProto(e.config.knobs);
   *a.mutable_metrics() = ToProto(e.metrics);
+  a.mutable_metrics()->set_default_time_ns(e.default_time_ns);
   a.set_provenance(provenance);
   a.set_device_model(e.key.device_model);
   a.set_template_id(e.key.template_id);

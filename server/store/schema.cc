@@ -140,6 +140,13 @@ ALTER TABLE entries ADD COLUMN batch INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE entries ADD COLUMN l2_flushed INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// v4: a winner's speed-up means little without the baseline it beat: v3 kept the default
+// config's time only as one trial among many (and not at all when the search skipped it).
+// Rows from older builds read 0: not measured.
+constexpr absl::string_view kV4 = R"sql(
+ALTER TABLE entries ADD COLUMN default_time_ns REAL NOT NULL DEFAULT 0;
+)sql";
+
 // Wraps the first read of a file: SQLite only finds out there that it is not a database.
 absl::Status NotSqliteOr(const absl::Status& s, const std::string& path) {
   if (s.code() == absl::StatusCode::kDataLoss) {
@@ -156,6 +163,7 @@ const std::vector<Migration>& Migrations() {
       {1, "devices, templates, jobs, trials and entries", kV1},
       {2, "jobs.strategy, jobs.error, jobs_by_state, entries.tuning_seconds", kV2},
       {3, "last_wave, batch and l2_flushed on trials and entries", kV3},
+      {4, "entries.default_time_ns", kV4},
   };
   return *kMigrations;
 }

@@ -7,6 +7,7 @@
 // private to its connection, and the shared-cache alternative has no WAL (readers would
 // get SQLITE_LOCKED during writes), so a second connection would buy nothing.
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -227,7 +228,8 @@ const std::string& EntryColumns() {
   static const std::string* const kColumns = new std::string(absl::StrCat(
       "id, device_model, template_id, dtype, shape, source_hash, nvrtc_version, config, "
       "cubin, cubin_sha256, launches, ",
-      kMetricColumns, ", job_id, trials_total, trials_ok, tuning_seconds, created_unix_ms"));
+      kMetricColumns,
+      ", job_id, trials_total, trials_ok, tuning_seconds, created_unix_ms, default_time_ns"));
   return *kColumns;
 }
 
@@ -254,6 +256,7 @@ absl::StatusOr<Entry> ReadEntry(Row& r) {
   e.trials_ok = r.Int();
   e.tuning_seconds = r.Double();
   e.created_unix_ms = r.Int();
+  e.default_time_ns = r.Double();
   return e;
 }
 
@@ -272,7 +275,7 @@ absl::Status VerifyCubin(const Entry& e) {
 const std::string& SummaryColumns() {
   static const std::string* const kColumns = new std::string(absl::StrCat(
       "id, device_model, template_id, dtype, shape, source_hash, nvrtc_version, config, ",
-      kMetricColumns, ", length(cubin), created_unix_ms"));
+      kMetricColumns, ", length(cubin), job_id, created_unix_ms"));
   return *kColumns;
 }
 
@@ -293,9 +296,75 @@ absl::StatusOr<std::vector<EntrySummary>> ReadSummaries(Stmt& st) {
     KTUNE_ASSIGN_OR_RETURN(s.config, ParseConfig(r.Text(), absl::StrCat("entry ", s.id)));
     s.metrics = ReadMetrics(r);
     s.cubin_bytes = r.Int();
+    s.job_id = r.Int();  // NULL (job pruned) reads as 0
     s.created_unix_ms = r.Int();
     out.push_back(std::move(s));
   }
+}
+
+absl::StatusOr<int64_t> InsertJob(Db& db, const Job& job) {
+  KTUNE_ASSIGN_OR_RETURN(
+      Stmt st,
+      db.Prepare("INSERT INTO jobs (device_model, template_id, dtype, shape, source_hash, "
+                 "nvrtc_version, strategy, state, done, total, error, created_unix_ms, "
+                 "updated_unix_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+  const int64_t created = OrNow(job.created_unix_ms);
+  st.Bind(job.key.device_model).Bind(job.key.template_id).Bind(job.key.dtype);
+  st.Bind(job.key.shape).Bind(job.source_hash).Bind(job.nvrtc_version).Bind(job.strategy);
+  st.Bind(JobStateName(job.state)).Bind(job.done).Bind(job.total).Bind(job.error);
+  st.Bind(created).Bind(std::max(created, job.updated_unix_ms));
+  KTUNE_RETURN_IF_ERROR(st.Run());
+  return db.LastInsertRowid();
+}
+
+// Inserts `entry` under `job_id`; the caller has removed any entry for its key.
+absl::StatusOr<int64_t> InsertEntry(Db& db, const Entry& entry, int64_t job_id) {
+  static const std::string* const kInsert = new std::string(absl::StrCat(
+      "INSERT INTO entries (device_model, template_id, dtype, shape, source_hash, "
+      "nvrtc_version, config, cubin, cubin_sha256, launches, ",
+      kMetricColumns,
+      ", job_id, trials_total, trials_ok, tuning_seconds, created_unix_ms, default_time_ns) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ",
+      kMetricPlaceholders, ", ?, ?, ?, ?, ?, ?)"));
+  KTUNE_ASSIGN_OR_RETURN(Stmt st, db.Prepare(*kInsert));
+  st.Bind(entry.key.device_model).Bind(entry.key.template_id).Bind(entry.key.dtype);
+  st.Bind(entry.key.shape).Bind(entry.source_hash).Bind(entry.nvrtc_version);
+  st.Bind(ConfigToJson(entry.config)).BindBlob(entry.cubin).Bind(entry.cubin_sha256);
+  st.Bind(LaunchesToJson(entry.launches));
+  BindMetrics(st, entry.metrics);
+  st.Bind(job_id).Bind(entry.trials_total).Bind(entry.trials_ok);
+  st.Bind(entry.tuning_seconds).Bind(OrNow(entry.created_unix_ms)).Bind(entry.default_time_ns);
+  KTUNE_RETURN_IF_ERROR(st.Run());
+  return db.LastInsertRowid();
+}
+
+absl::Status DeleteEntryForKey(Db& db, const EntryKey& key) {
+  KTUNE_ASSIGN_OR_RETURN(Stmt st, db.Prepare("DELETE FROM entries WHERE device_model = ? AND "
+                                             "template_id = ? AND dtype = ? AND shape = ?"));
+  st.Bind(key.device_model).Bind(key.template_id).Bind(key.dtype).Bind(key.shape);
+  return st.Run();
+}
+
+// The id and median time of the entry for `key`, if there is one.
+struct ExistingEntry {
+  int64_t id = 0;
+  double time_ns = 0;
+};
+absl::StatusOr<std::optional<ExistingEntry>> FindEntry(Db& db, const EntryKey& key) {
+  KTUNE_ASSIGN_OR_RETURN(Stmt st,
+                         db.Prepare("SELECT id, time_ns FROM entries WHERE device_model = ? AND "
+                                    "template_id = ? AND dtype = ? AND shape = ?"));
+  st.Bind(key.device_model).Bind(key.template_id).Bind(key.dtype).Bind(key.shape);
+  KTUNE_ASSIGN_OR_RETURN(bool found, st.Step());
+  if (!found) return std::optional<ExistingEntry>();
+  return std::optional<ExistingEntry>(ExistingEntry{st.Int(0), st.Double(1)});
+}
+
+absl::StatusOr<int64_t> QueryCount(Db& db, absl::string_view sql, int64_t arg) {
+  KTUNE_ASSIGN_OR_RETURN(Stmt st, db.Prepare(sql));
+  st.Bind(arg);
+  KTUNE_ASSIGN_OR_RETURN(bool row, st.Step());
+  return row ? st.Int(0) : 0;
 }
 
 constexpr absl::string_view kKeyOrder = " ORDER BY device_model, template_id, dtype, shape";
@@ -378,20 +447,7 @@ class SqliteStore final : public Store {
 
   absl::StatusOr<int64_t> CreateJob(const Job& job) override {
     KTUNE_RETURN_IF_ERROR(ValidateKey(job.key));
-    return Write([&](Db& db) -> absl::StatusOr<int64_t> {
-      KTUNE_ASSIGN_OR_RETURN(
-          Stmt st,
-          db.Prepare("INSERT INTO jobs (device_model, template_id, dtype, shape, source_hash, "
-                     "nvrtc_version, strategy, state, done, total, error, created_unix_ms, "
-                     "updated_unix_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-      const int64_t created = OrNow(job.created_unix_ms);
-      st.Bind(job.key.device_model).Bind(job.key.template_id).Bind(job.key.dtype);
-      st.Bind(job.key.shape).Bind(job.source_hash).Bind(job.nvrtc_version).Bind(job.strategy);
-      st.Bind(JobStateName(job.state)).Bind(job.done).Bind(job.total).Bind(job.error);
-      st.Bind(created).Bind(std::max(created, job.updated_unix_ms));
-      KTUNE_RETURN_IF_ERROR(st.Run());
-      return db.LastInsertRowid();
-    });
+    return Write([&](Db& db) -> absl::StatusOr<int64_t> { return InsertJob(db, job); });
   }
 
   absl::Status UpdateJob(int64_t job_id, JobState state, int64_t done, int64_t total,
@@ -486,9 +542,6 @@ class SqliteStore final : public Store {
             absl::StrCat("winner of job ", entry.job_id, " comes with a trial of job ", t.job_id));
       }
     }
-    const std::string config = ConfigToJson(entry.config);
-    const std::string launches = LaunchesToJson(entry.launches);
-
     return Write([&](Db& db) -> absl::StatusOr<int64_t> {
       KTUNE_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(&db));
       {
@@ -505,31 +558,8 @@ class SqliteStore final : public Store {
       for (const Trial& t : trials) {
         KTUNE_RETURN_IF_ERROR(InsertTrial(db, t, entry.job_id).status());
       }
-      {
-        KTUNE_ASSIGN_OR_RETURN(Stmt st, db.Prepare("DELETE FROM entries WHERE device_model = ? AND "
-                                                   "template_id = ? AND dtype = ? AND shape = ?"));
-        st.Bind(entry.key.device_model).Bind(entry.key.template_id).Bind(entry.key.dtype);
-        st.Bind(entry.key.shape);
-        KTUNE_RETURN_IF_ERROR(st.Run());
-      }
-      {
-        static const std::string* const kInsert = new std::string(absl::StrCat(
-            "INSERT INTO entries (device_model, template_id, dtype, shape, source_hash, "
-            "nvrtc_version, config, cubin, cubin_sha256, launches, ",
-            kMetricColumns,
-            ", job_id, trials_total, trials_ok, tuning_seconds, created_unix_ms) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ",
-            kMetricPlaceholders, ", ?, ?, ?, ?, ?)"));
-        KTUNE_ASSIGN_OR_RETURN(Stmt st, db.Prepare(*kInsert));
-        st.Bind(entry.key.device_model).Bind(entry.key.template_id).Bind(entry.key.dtype);
-        st.Bind(entry.key.shape).Bind(entry.source_hash).Bind(entry.nvrtc_version);
-        st.Bind(config).BindBlob(entry.cubin).Bind(entry.cubin_sha256).Bind(launches);
-        BindMetrics(st, entry.metrics);
-        st.Bind(entry.job_id).Bind(entry.trials_total).Bind(entry.trials_ok);
-        st.Bind(entry.tuning_seconds).Bind(OrNow(entry.created_unix_ms));
-        KTUNE_RETURN_IF_ERROR(st.Run());
-      }
-      const int64_t id = db.LastInsertRowid();
+      KTUNE_RETURN_IF_ERROR(DeleteEntryForKey(db, entry.key));
+      KTUNE_ASSIGN_OR_RETURN(const int64_t id, InsertEntry(db, entry, entry.job_id));
       KTUNE_RETURN_IF_ERROR(txn.Commit());
       return id;
     });
@@ -621,6 +651,157 @@ class SqliteStore final : public Store {
     });
   }
 
+  absl::StatusOr<StoreStats> Stats() override {
+    return Read([&](Db& db) -> absl::StatusOr<StoreStats> {
+      StoreStats stats;
+      KTUNE_ASSIGN_OR_RETURN(stats.entries, db.QueryInt("SELECT count(*) FROM entries"));
+      KTUNE_ASSIGN_OR_RETURN(stats.jobs, db.QueryInt("SELECT count(*) FROM jobs"));
+      KTUNE_ASSIGN_OR_RETURN(stats.trials, db.QueryInt("SELECT count(*) FROM trials"));
+      KTUNE_ASSIGN_OR_RETURN(
+          Stmt st, db.Prepare("SELECT outcome, count(*) FROM trials GROUP BY outcome "
+                              "ORDER BY outcome"));
+      while (true) {
+        KTUNE_ASSIGN_OR_RETURN(bool row, st.Step());
+        if (!row) break;
+        stats.trials_by_outcome.emplace_back(st.Text(0), st.Int(1));
+      }
+      KTUNE_ASSIGN_OR_RETURN(int64_t pages, db.QueryInt("PRAGMA page_count"));
+      KTUNE_ASSIGN_OR_RETURN(int64_t page_size, db.QueryInt("PRAGMA page_size"));
+      stats.file_bytes = pages * page_size;
+      return stats;
+    });
+  }
+
+  absl::StatusOr<std::vector<ImportResult>> ImportEntries(const std::vector<Device>& devices,
+                                                          const std::vector<EntryBundle>& bundles,
+                                                          ConflictRule rule) override {
+    for (const Device& d : devices) {
+      if (d.model_key.empty()) return absl::InvalidArgumentError("device model_key is empty");
+    }
+    // Every check before the transaction: a refused import leaves the file as it was.
+    for (size_t i = 0; i < bundles.size(); ++i) {
+      const Entry& e = bundles[i].entry;
+      KTUNE_RETURN_IF_ERROR(ValidateKey(e.key));
+      if (!(bundles[i].job.key == e.key)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("imported entry ", KeyString(e.key), " comes with a job for ",
+                         KeyString(bundles[i].job.key)));
+      }
+      const std::string actual = Sha256Hex(e.cubin);
+      if (actual != e.cubin_sha256) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("imported entry %s: cubin sha256 is %s, not the recorded %s",
+                            KeyString(e.key), actual, e.cubin_sha256));
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if (bundles[j].entry.key == e.key) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("imported entry ", KeyString(e.key), " is there twice"));
+        }
+      }
+    }
+    return Write([&](Db& db) -> absl::StatusOr<std::vector<ImportResult>> {
+      KTUNE_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(&db));
+      for (const Device& d : devices) {
+        KTUNE_ASSIGN_OR_RETURN(
+            Stmt st,
+            db.Prepare("INSERT INTO devices (model_key, name, cc_major, cc_minor, sm_count, "
+                       "l2_bytes, memory_bus_bits, memory_clock_khz, copy_gbps, uuid, "
+                       "driver_version, updated_unix_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                       "?, ?) ON CONFLICT (model_key) DO NOTHING"));
+        st.Bind(d.model_key).Bind(d.name).Bind(d.cc_major).Bind(d.cc_minor).Bind(d.sm_count);
+        st.Bind(d.l2_bytes).Bind(d.memory_bus_bits).Bind(d.memory_clock_khz).Bind(d.copy_gbps);
+        st.Bind(d.uuid).Bind(d.driver_version).Bind(NowUnixMs());
+        KTUNE_RETURN_IF_ERROR(st.Run());
+      }
+      std::vector<ImportResult> results;
+      for (const EntryBundle& b : bundles) {
+        ImportResult r;
+        KTUNE_ASSIGN_OR_RETURN(std::optional<ExistingEntry> existing, FindEntry(db, b.entry.key));
+        if (existing.has_value()) {
+          r.existing_time_ns = existing->time_ns;
+          const bool take =
+              rule == ConflictRule::kReplace ||
+              (rule == ConflictRule::kKeepFaster && b.entry.metrics.time_ns < existing->time_ns);
+          if (!take) {
+            r.action = ImportResult::Action::kKeptExisting;
+            r.entry_id = existing->id;
+            results.push_back(r);
+            continue;
+          }
+          r.action = ImportResult::Action::kReplaced;
+          KTUNE_RETURN_IF_ERROR(DeleteEntryForKey(db, b.entry.key));
+        }
+        KTUNE_ASSIGN_OR_RETURN(const int64_t job_id, InsertJob(db, b.job));
+        for (const Trial& t : b.trials) {
+          KTUNE_RETURN_IF_ERROR(InsertTrial(db, t, job_id).status());
+        }
+        KTUNE_ASSIGN_OR_RETURN(r.entry_id, InsertEntry(db, b.entry, job_id));
+        results.push_back(r);
+      }
+      KTUNE_RETURN_IF_ERROR(txn.Commit());
+      return results;
+    });
+  }
+
+  absl::StatusOr<DeleteResult> DeleteEntries(const std::vector<int64_t>& entry_ids) override {
+    return Write([&](Db& db) -> absl::StatusOr<DeleteResult> {
+      KTUNE_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(&db));
+      DeleteResult out;
+      for (int64_t id : entry_ids) {
+        bool has_job = false;
+        int64_t job_id = 0;
+        {  // the SELECT is reset (its Stmt destroyed) before the DELETEs
+          KTUNE_ASSIGN_OR_RETURN(Stmt find, db.Prepare("SELECT job_id FROM entries WHERE id = ?"));
+          find.Bind(id);
+          KTUNE_ASSIGN_OR_RETURN(bool found, find.Step());
+          if (!found) return absl::NotFoundError(absl::StrCat("no entry ", id));
+          has_job = !find.IsNull(0);
+          job_id = find.Int(0);
+        }
+        KTUNE_ASSIGN_OR_RETURN(Stmt del, db.Prepare("DELETE FROM entries WHERE id = ?"));
+        del.Bind(id);
+        KTUNE_RETURN_IF_ERROR(del.Run());
+        out.entries += db.Changes();
+        if (!has_job) continue;
+        // A job whose winner another entry still is (not made by ktune, but possible) stays.
+        KTUNE_ASSIGN_OR_RETURN(
+            int64_t others, QueryCount(db, "SELECT count(*) FROM entries WHERE job_id = ?", job_id));
+        if (others > 0) continue;
+        KTUNE_ASSIGN_OR_RETURN(
+            int64_t trials, QueryCount(db, "SELECT count(*) FROM trials WHERE job_id = ?", job_id));
+        // Trials go by ON DELETE CASCADE (foreign_keys is on for the writer).
+        KTUNE_ASSIGN_OR_RETURN(Stmt job, db.Prepare("DELETE FROM jobs WHERE id = ?"));
+        job.Bind(job_id);
+        KTUNE_RETURN_IF_ERROR(job.Run());
+        if (db.Changes() > 0) {
+          out.jobs += 1;
+          out.trials += trials;
+        }
+      }
+      KTUNE_RETURN_IF_ERROR(txn.Commit());
+      return out;
+    });
+  }
+
+  absl::StatusOr<int64_t> ChangeCounter() override {
+    if (in_memory_) return own_writes_.load();
+    absl::MutexLock lock(&version_mu_);
+    if (version_db_ == nullptr) {
+      KTUNE_ASSIGN_OR_RETURN(version_db_,
+                             Db::Open(path_, OpenMode::kReadOnly, options_.busy_timeout_ms));
+    }
+    // data_version moves when any other connection commits, this store's writer and other
+    // processes alike; only the value asked on one connection is comparable, hence its own.
+    KTUNE_ASSIGN_OR_RETURN(const int64_t data_version,
+                           version_db_->QueryInt("PRAGMA data_version"));
+    if (data_version != last_data_version_) {
+      last_data_version_ = data_version;
+      ++external_changes_;
+    }
+    return external_changes_ + own_writes_.load();
+  }
+
  private:
   // Runs fn(Db&) on a read connection; on the writer for ":memory:".
   template <typename Fn>
@@ -644,6 +825,8 @@ class SqliteStore final : public Store {
           absl::StrCat("the store ", path_, " was opened read-only"));
     }
     absl::MutexLock lock(&write_mu_);
+    // Counted whether or not fn commits: a spurious change only costs a cache its entry.
+    own_writes_.fetch_add(1);
     return fn(*writer_);
   }
 
@@ -676,6 +859,13 @@ class SqliteStore final : public Store {
 
   absl::Mutex pool_mu_;
   std::vector<std::unique_ptr<Db>> idle_readers_ ABSL_GUARDED_BY(pool_mu_);
+
+  // ChangeCounter's state: a connection of its own, opened on first use.
+  std::atomic<int64_t> own_writes_{0};
+  absl::Mutex version_mu_;
+  std::unique_ptr<Db> version_db_ ABSL_GUARDED_BY(version_mu_);
+  int64_t last_data_version_ ABSL_GUARDED_BY(version_mu_) = -1;
+  int64_t external_changes_ ABSL_GUARDED_BY(version_mu_) = 0;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -80,6 +81,10 @@ struct Entry {
   int64_t trials_ok = 0;
   double tuning_seconds = 0;
   int64_t created_unix_ms = 0;
+  // Median time (ns) of the template's default config in the job that chose this winner:
+  // the baseline of its speed-up. 0 when not measured (the default config is not in the
+  // space for this shape, or failed, or the entry predates schema v4).
+  double default_time_ns = 0;
 };
 
 // An entry as listed (no cubin bytes).
@@ -91,6 +96,7 @@ struct EntrySummary {
   Config config;
   TrialMetrics metrics;
   int64_t cubin_bytes = 0;
+  int64_t job_id = 0;  // 0 when the job was pruned
   int64_t created_unix_ms = 0;
 };
 
@@ -122,6 +128,47 @@ struct EntryFilter {
   std::optional<std::string> device_model;
   std::optional<std::string> template_id;
   std::optional<std::string> dtype;
+};
+
+// An entry with the evidence behind it, as `ktune cache export` writes and `import` reads:
+// the job that tuned it and every trial of that job. Ids are the source store's.
+struct EntryBundle {
+  Entry entry;
+  Job job;
+  std::vector<Trial> trials;
+};
+
+// What ImportEntries does when the store already has an entry for an imported key.
+enum class ConflictRule {
+  kKeepFaster,    // the one with the lower median time stays (a tie keeps the existing)
+  kKeepExisting,  // the existing entry stays
+  kReplace,       // the imported entry replaces it
+};
+
+// What happened to one imported entry.
+struct ImportResult {
+  enum class Action { kAdded, kReplaced, kKeptExisting };
+  Action action = Action::kAdded;
+  int64_t entry_id = 0;           // the entry now stored for the key
+  double existing_time_ns = 0;    // the entry that was there before; 0 when none was
+};
+
+// What DeleteEntries removed.
+struct DeleteResult {
+  int64_t entries = 0;
+  int64_t jobs = 0;
+  int64_t trials = 0;
+};
+
+// Counts over the whole store, for `ktune cache stats`.
+struct StoreStats {
+  int64_t entries = 0;
+  int64_t jobs = 0;
+  int64_t trials = 0;
+  // Trials per outcome name ("ok", "compile_failed", ...); outcomes with none are absent.
+  std::vector<std::pair<std::string, int64_t>> trials_by_outcome;
+  // The main file's size as SQLite counts it (pages x page size); a WAL comes on top.
+  int64_t file_bytes = 0;
 };
 
 class Store {
@@ -166,6 +213,12 @@ class Store {
   virtual absl::StatusOr<Lookup> LookupEntry(const EntryKey& key,
                                              const std::string& source_hash,
                                              const std::string& nvrtc_version) = 0;
+  // A number that changes whenever anything may have been committed to the store, by this
+  // Store or by any other connection or process (`ktune tune`, `ktune cache import`): equal
+  // answers mean nothing changed in between, so a caller may keep what it read (ktuned's
+  // artifact cache). Cheap: no table is read.
+  virtual absl::StatusOr<int64_t> ChangeCounter() = 0;
+
   // By id, same checks as LookupEntry (stale is computed against the templates table).
   virtual absl::StatusOr<Lookup> GetEntry(int64_t entry_id) = 0;
   virtual absl::StatusOr<std::vector<EntrySummary>> ListEntries(const EntryFilter& filter) = 0;
@@ -173,6 +226,24 @@ class Store {
   // differs from `nvrtc_version`.
   virtual absl::StatusOr<std::vector<EntrySummary>> ListStale(
       const std::string& nvrtc_version) = 0;
+
+  // Counts of entries, jobs and trials, and the file's size.
+  virtual absl::StatusOr<StoreStats> Stats() = 0;
+
+  // In one transaction: `devices` whose model the store has no row for (a host's own
+  // measurement of its ceiling wins over an imported one); then for each bundle, unless
+  // `rule` keeps the store's own entry for the key, a new job (its state, strategy,
+  // progress and times as given) holding its trials, and the entry under that job.
+  // Entries, jobs and trials get this store's ids. Results are in the order of `bundles`.
+  // kInvalidArgument (nothing written) for an incomplete key, a cubin that does not match
+  // its sha256, or one key twice.
+  virtual absl::StatusOr<std::vector<ImportResult>> ImportEntries(
+      const std::vector<Device>& devices, const std::vector<EntryBundle>& bundles,
+      ConflictRule rule) = 0;
+
+  // In one transaction: deletes the entries with these ids, the jobs that made them and
+  // those jobs' trials. kNotFound (nothing deleted) if an id names no entry.
+  virtual absl::StatusOr<DeleteResult> DeleteEntries(const std::vector<int64_t>& entry_ids) = 0;
 };
 
 struct StoreOptions {

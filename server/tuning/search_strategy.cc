@@ -56,12 +56,11 @@ absl::StatusOr<std::unique_ptr<SearchStrategy>> NewStrategy(const std::string& n
                                                            int64_t budget, uint64_t seed,
                                                            const Config& default_config) {
   if (name == "exhaustive") {
-    if (budget > 0) {
-      // A budget on an exhaustive search keeps the space's order, default first.
-      auto d = std::find(space.begin(), space.end(), default_config);
-      if (d != space.end()) std::rotate(space.begin(), d, d + 1);
-      if (static_cast<int64_t>(space.size()) > budget) space.resize(budget);
-    }
+    // The space's order with the default config first: it is the baseline every winner's
+    // speed-up is measured against, so a budget or a time limit must not skip it.
+    auto d = std::find(space.begin(), space.end(), default_config);
+    if (d != space.end()) std::rotate(space.begin(), d, d + 1);
+    if (budget > 0 && static_cast<int64_t>(space.size()) > budget) space.resize(budget);
     return NewExhaustiveStrategy(std::move(space));
   }
   if (name == "random") return NewRandomStrategy(std::move(space), budget, seed, default_config);

@@ -39,6 +39,7 @@ std::unique_ptr<SearchStrategy> NewRandomStrategy(std::vector<Config> space, int
                                                   uint64_t seed, const Config& default_config);
 
 // "exhaustive" or "random" -> a strategy; kInvalidArgument naming the strategy otherwise.
+// Either hands out `default_config` first when the space has it (the speed-up baseline).
 absl::StatusOr<std::unique_ptr<SearchStrategy>> NewStrategy(const std::string& name,
                                                            std::vector<Config> space,
                                                            int64_t budget, uint64_t seed,

@@ -97,6 +97,17 @@ bool Faster(const store::Trial& a, const store::Trial& b) {
   return a.metrics.time_ns < b.metrics.time_ns;
 }
 
+// The default config's time in this job (the winner's own, re-measured, when the default
+// won); 0 when it was not measured or did not pass.
+double DefaultTime(const std::vector<store::Trial>& trials, const Config& default_config,
+                   const store::Trial& winner) {
+  if (winner.config == default_config) return winner.metrics.time_ns;
+  for (const store::Trial& t : trials) {
+    if (t.config == default_config && t.outcome == Outcome::kOk) return t.metrics.time_ns;
+  }
+  return 0;
+}
+
 }  // namespace
 
 TrialMetrics DeriveMetrics(const CompileResult& compiled, int64_t dynamic_smem,
@@ -364,6 +375,7 @@ absl::StatusOr<TuneResult> RunTuning(const TuneRequest& request, const TuningEnv
   e.cubin_sha256 = Sha256Hex(e.cubin);
   e.launches = LaunchSpecs(*winner_instance, *binary);
   e.metrics = best->metrics;
+  e.default_time_ns = DefaultTime(trials, default_config, *best);
   e.job_id = job.id;
   e.trials_total = static_cast<int64_t>(trials.size());
   e.trials_ok = std::count_if(trials.begin(), trials.end(),

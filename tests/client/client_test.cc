@@ -98,6 +98,7 @@ v1::KernelArtifact FullArtifact() {
   m->set_gbps(3900.5);
   m->set_gflops(77.25);
   m->set_ceiling_fraction(0.82);
+  m->set_default_time_ns(9100);
   a.set_provenance(v1::NEAREST);
   a.set_device_model("NVIDIA H200|sm_90|132");
   a.set_template_id("rmsnorm");
@@ -205,6 +206,7 @@ TEST_F(ClientTest, GetKernelRoundTripsEveryField) {
   EXPECT_DOUBLE_EQ(a.metrics.gbps, 3900.5);
   EXPECT_DOUBLE_EQ(a.metrics.gflops, 77.25);
   EXPECT_DOUBLE_EQ(a.metrics.ceiling_fraction, 0.82);
+  EXPECT_DOUBLE_EQ(a.metrics.default_time_ns, 9100);
   EXPECT_EQ(a.provenance, Provenance::kNearest);
   EXPECT_EQ(a.device_model, "NVIDIA H200|sm_90|132");
   EXPECT_EQ(a.template_id, "rmsnorm");

@@ -28,6 +28,9 @@
 //   FAKE_WORKER_NO_DRIVER=1        Hello answers WorkerError UNAVAILABLE "no CUDA driver: ..."
 //   FAKE_WORKER_HELLO_DELAY_MS=N   sleeps N ms before answering Hello
 //   FAKE_WORKER_IGNORE_EOF=1       on end of stdin, hangs instead of exiting
+//   FAKE_WORKER_ANY_OK=1           a name without a script (a real compile's mangled name)
+//                                  measures ok, 1000-1999 ns by a hash of the name
+//   FAKE_WORKER_MEASURE_MS=N       with FAKE_WORKER_ANY_OK, sleeps N ms per such measurement
 //   FAKE_WORKER_LOG=path           appends "<pid> <request>" per request (hello,
 //                                  ceiling, set_problem <seed>, measure <name>)
 #include <signal.h>
@@ -38,6 +41,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -177,6 +181,13 @@ void Measure(const ktune::v1::MeasureCandidate& request) {
     r.mutable_measurement()->set_detail("out[3] = 1.5, reference 2.5");
     r.mutable_measurement()->set_mismatches(1);
     Send(r);
+  } else if (Env("FAKE_WORKER_ANY_OK") != nullptr) {
+    // A real compiler's mangled names: ok, at a time that differs per candidate but is the
+    // same on every run, so a winner is reproducible.
+    if (const char* delay = Env("FAKE_WORKER_MEASURE_MS"); delay != nullptr) {
+      ::usleep(static_cast<useconds_t>(std::atoi(delay) * 1000));
+    }
+    Send(Ok(1000.0 + static_cast<double>(std::hash<std::string>{}(name) % 1000)));
   } else {
     Response r;
     r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));

@@ -43,12 +43,12 @@ TEST(Schema, MatchesGolden) {
 }
 
 TEST(Schema, VersionsAreConsecutiveFromOne) {
-  ASSERT_THAT(Migrations(), SizeIs(3));
+  ASSERT_THAT(Migrations(), SizeIs(4));
   for (size_t i = 0; i < Migrations().size(); ++i) {
     EXPECT_EQ(Migrations()[i].version, static_cast<int>(i) + 1);
     EXPECT_FALSE(Migrations()[i].summary.empty());
   }
-  EXPECT_EQ(CurrentSchemaVersion(), 3);
+  EXPECT_EQ(CurrentSchemaVersion(), 4);
 }
 
 TEST(Schema, NewFileIsCreatedAtTheCurrentVersion) {
@@ -233,7 +233,7 @@ TEST(Schema, MigratesFromV2WithDataIntact) {
   EXPECT_TRUE(ReadBytes(path) == before);
 
   ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(path));
-  EXPECT_THAT(ReadSchemaVersion(path), IsOkAndHolds(3));
+  EXPECT_THAT(ReadSchemaVersion(path), IsOkAndHolds(CurrentSchemaVersion()));
   EXPECT_THAT(CheckIntegrity(path), IsOkAndHolds("ok"));
 
   ASSERT_OK_AND_ASSIGN(Job done, store->GetJob(1));

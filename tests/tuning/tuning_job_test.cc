@@ -134,6 +134,30 @@ TEST_F(TuningJobTest, FailuresAreRecordedAndTheJobGoesOn) {
   EXPECT_EQ(gpu_.measures, 108 - 6 + 3 * 3);
 }
 
+// The default config is the speed-up's baseline: measured first, even by an exhaustive
+// search with a budget that would not reach it in the space's order, and stored with the
+// winner.
+TEST_F(TuningJobTest, DefaultConfigIsMeasuredFirstAndItsTimeStored) {
+  request_.budget = 2;
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  EXPECT_EQ(gpu_.measured.front(), "tiny<float, 128, 1>");  // the manifest's defaults
+  EXPECT_EQ(r.entry.default_time_ns, Landscape("tiny<float, 128, 1>").time_ns());
+  EXPECT_LE(r.entry.metrics.time_ns, r.entry.default_time_ns);
+  ASSERT_OK_AND_ASSIGN(store::Lookup hit,
+                       store_->LookupEntry(r.entry.key, r.entry.source_hash, "13.0"));
+  EXPECT_EQ(hit.entry.default_time_ns, r.entry.default_time_ns);
+}
+
+TEST_F(TuningJobTest, DefaultTimeIsZeroWhenTheDefaultFails) {
+  gpu_.script = [](const std::string& n) {
+    if (n == "tiny<float, 128, 1>") return FailedMeasurement("wrong_result", "planted");
+    return Landscape(n);
+  };
+  request_.budget = 4;
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  EXPECT_EQ(r.entry.default_time_ns, 0);
+}
+
 TEST_F(TuningJobTest, RandomWithBudgetStartsWithTheDefault) {
   request_.strategy = "random";
   request_.budget = 10;

@@ -73,6 +73,7 @@ class KernelMetrics:
     gbps: float = 0.0
     gflops: float = 0.0
     ceiling_fraction: float = 0.0
+    default_time_ns: float = 0.0  # the default config's time in the same job; 0: not measured
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,87 @@
+#include "client/cli/cache/cache_common.h"
+
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "server/base/paths.h"
+#include "server/compile/nvrtc_compiler.h"
+#include "server/base/status_macros.h"
+#include "client/cli/commands.h"
+
+namespace ktune::cli {
+
+std::string CacheDbPath(const std::string& db_flag) {
+  return db_flag.empty() ? DefaultDbPath() : db_flag;
+}
+
+absl::StatusOr<std::unique_ptr<store::Store>> OpenCacheReadOnly(const std::string& path) {
+  store::StoreOptions options;
+  options.read_only = true;
+  return store::OpenSqliteStore(path, options);
+}
+
+int FailOpen(const absl::Status& status) {
+  std::cerr << "ktune: --db: " << status.message() << "\n";
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kInvalidArgument:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+std::string NvrtcVersionOr(const std::string& flag) {
+  return flag.empty() ? NvrtcVersionString() : flag;
+}
+
+absl::StatusOr<std::set<int64_t>> StaleIds(store::Store& store, const std::string& nvrtc_version) {
+  KTUNE_ASSIGN_OR_RETURN(std::vector<store::EntrySummary> stale, store.ListStale(nvrtc_version));
+  std::set<int64_t> ids;
+  for (const store::EntrySummary& s : stale) ids.insert(s.id);
+  return ids;
+}
+
+std::string KeyText(const store::EntryKey& key) {
+  return absl::StrCat(key.template_id, "/", key.dtype, "/", key.shape);
+}
+
+std::string ParamsText(const Config& config) {
+  return absl::StrJoin(config.params, ",", absl::PairFormatter("="));
+}
+
+std::string KnobsText(const Knobs& k) {
+  return absl::StrCat(k.target, k.maxrregcount ? absl::StrCat(" rreg", k.maxrregcount) : "",
+                      k.min_blocks > 1 ? absl::StrCat(" minb", k.min_blocks) : "",
+                      k.fast_math ? " fast" : "");
+}
+
+std::string Us(double ns) { return absl::StrFormat("%.2f", ns / 1000.0); }
+
+std::string UtcTime(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(unix_ms),
+                          absl::UTCTimeZone());
+}
+
+absl::StatusOr<absl::Duration> ParseAge(const std::string& text, const std::string& flag) {
+  absl::Duration d;
+  int64_t n = 0;
+  const char unit = text.empty() ? '\0' : text.back();
+  if ((unit == 'd' || unit == 'w') && absl::SimpleAtoi(text.substr(0, text.size() - 1), &n)) {
+    d = absl::Hours(24) * n * (unit == 'w' ? 7 : 1);
+  } else if (!absl::ParseDuration(text, &d)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": '", text, "' is not a duration; e.g. 30d, 2w, 12h or 90m"));
+  }
+  if (d <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": '", text, "' must be positive"));
+  }
+  return d;
+}
+
+}  // namespace ktune::cli

@@ -1,0 +1,79 @@
+// What the `ktune cache` subcommands share: opening the store file, the text of keys,
+// configs and times, staleness, and the runners that live outside cache_command.cc.
+//
+// Plain functions; thread-compatible (the CLI is single-threaded).
+#ifndef KTUNE_CLIENT_CLI_CACHE_CACHE_COMMON_H_
+#define KTUNE_CLIENT_CLI_CACHE_CACHE_COMMON_H_
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/base/candidate.h"
+#include "server/store/store.h"
+
+namespace ktune::cli {
+
+// --db: "" means the daemon's default file.
+std::string CacheDbPath(const std::string& db_flag);
+
+// Opens the store at `path` read-only: never creates, migrates or writes it, and works
+// while ktuned writes (WAL). Errors name the path.
+absl::StatusOr<std::unique_ptr<store::Store>> OpenCacheReadOnly(const std::string& path);
+
+// Reports a store that could not be opened: a missing, non-SQLite, corrupt or newer-schema
+// file is bad input (exit 2); anything else (a lock held too long) is a failure (exit 1).
+int FailOpen(const absl::Status& status);
+
+// --nvrtc-version: "" means this build's NVRTC, the one ktuned and `ktune tune` stamp.
+std::string NvrtcVersionOr(const std::string& flag);
+
+// Ids of entries stale against the templates table and `nvrtc_version`.
+absl::StatusOr<std::set<int64_t>> StaleIds(store::Store& store, const std::string& nvrtc_version);
+
+// "rmsnorm/f16/hidden=4096,tokens=16": what `show` accepts (with "@DEVICE_MODEL" appended
+// when more than one device model has the key).
+std::string KeyText(const store::EntryKey& key);
+std::string ParamsText(const Config& config);         // "BLOCK=256,VEC=4"
+std::string KnobsText(const Knobs& knobs);            // "sm_90a rreg64 minb2 fast"
+std::string Us(double ns);                            // "12.35"
+std::string UtcTime(int64_t unix_ms);                 // "2023-11-14 22:13:21"
+
+// "30d", "2w", or anything absl::ParseDuration takes ("12h", "90m"); kInvalidArgument
+// naming `flag` otherwise or for a duration <= 0.
+absl::StatusOr<absl::Duration> ParseAge(const std::string& text, const std::string& flag);
+
+struct CacheExportArgs {
+  std::string db;
+  std::string file;
+  std::string template_id, dtype, device_model;
+};
+int RunCacheExport(const CacheExportArgs& args);
+
+struct CacheImportArgs {
+  std::string db;
+  std::string file;
+  std::string on_conflict = "keep-faster";
+  std::string nvrtc_version;
+  bool allow_nvrtc_mismatch = false;
+  bool allow_other_device = false;
+  bool dry_run = false;
+};
+int RunCacheImport(const CacheImportArgs& args);
+
+struct CachePruneArgs {
+  std::string db;
+  std::string nvrtc_version;
+  bool stale = false;
+  std::string older_than;
+  bool dry_run = false;
+};
+int RunCachePrune(const CachePruneArgs& args);
+
+}  // namespace ktune::cli
+
+#endif  // KTUNE_CLIENT_CLI_CACHE_CACHE_COMMON_H_

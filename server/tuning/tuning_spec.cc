@@ -1,0 +1,333 @@
+#include "server/tuning/tuning_spec.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ktune/v1/spec.pb.h"
+#include "server/base/file.h"
+#include "server/templates/search_space.h"
+
+namespace ktune {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::TextFormat;
+
+// The text-format parser's first error, with its position counted from 1.
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (error_.empty()) error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string error_;
+};
+
+// A field on the way down from TuningSpec: its name and, for repeated fields, the index.
+struct Step {
+  const char* field;
+  int index = -1;
+};
+
+// Turns defects into "FILE:LINE: field: reason", finding lines in the parser's location
+// tree. A field that is absent is reported at its deepest written ancestor.
+class Reporter {
+ public:
+  Reporter(const std::string& path, const TextFormat::ParseInfoTree* tree)
+      : path_(path), tree_(tree) {}
+
+  int LineOf(std::initializer_list<Step> steps) const {
+    const Descriptor* d = v1::TuningSpec::descriptor();
+    const TextFormat::ParseInfoTree* tree = tree_;
+    int line = 0;
+    for (const Step& s : steps) {
+      const FieldDescriptor* f = d->FindFieldByName(s.field);
+      if (f == nullptr || tree == nullptr) break;
+      const int idx = f->is_repeated() ? s.index : -1;
+      auto loc = tree->GetLocation(f, idx);
+      // List syntax (`values: [1, 2]`) records only where the list starts.
+      if (loc.line < 0 && idx > 0) loc = tree->GetLocation(f, 0);
+      if (loc.line < 0) break;
+      line = loc.line + 1;
+      if (f->type() != FieldDescriptor::TYPE_MESSAGE) break;
+      tree = tree->GetTreeForNested(f, idx);
+      d = f->message_type();
+    }
+    return line;
+  }
+
+  absl::Status Fail(int line, absl::string_view field, absl::string_view reason) const {
+    return absl::InvalidArgumentError(
+        line > 0 ? absl::StrCat(path_, ":", line, ": ", field, ": ", reason)
+                 : absl::StrCat(path_, ": ", field, ": ", reason));
+  }
+  absl::Status Fail(std::initializer_list<Step> steps, absl::string_view field,
+                    absl::string_view reason) const {
+    return Fail(LineOf(steps), field, reason);
+  }
+
+ private:
+  const std::string& path_;
+  const TextFormat::ParseInfoTree* tree_;
+};
+
+bool IsModelName(absl::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// Appends the values of `r` to `out`; `field` names the range in errors.
+absl::Status ExpandRange(const v1::SpecRange& r, const Reporter& rep, int line,
+                         const std::string& field, std::vector<int64_t>* out) {
+  if (r.first() < 1) return rep.Fail(line, field + ".first", "must be >= 1");
+  if (r.last() < r.first()) {
+    return rep.Fail(line, field + ".last",
+                    absl::StrCat(r.last(), " is below first (", r.first(), ")"));
+  }
+  if ((r.step() != 0) == (r.factor() != 0)) {
+    return rep.Fail(line, field,
+                    "set exactly one of step (arithmetic) and factor (geometric)");
+  }
+  if (r.step() < 0) return rep.Fail(line, field + ".step", "must be >= 1");
+  if (r.factor() < 0 || r.factor() == 1) return rep.Fail(line, field + ".factor", "must be >= 2");
+  size_t added = 0;
+  for (int64_t v = r.first(); v <= r.last();) {
+    if (++added > static_cast<size_t>(kMaxSpecDimValues)) {
+      return rep.Fail(line, field,
+                      absl::StrCat("gives more than ", kMaxSpecDimValues, " values"));
+    }
+    out->push_back(v);
+    // Stop before the next value would overflow: it would be past any last anyway.
+    if (r.step() != 0) {
+      if (v > std::numeric_limits<int64_t>::max() - r.step()) break;
+      v += r.step();
+    } else {
+      if (v > std::numeric_limits<int64_t>::max() / r.factor()) break;
+      v *= r.factor();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckEntry(const v1::SpecEntry& e, int i, const Reporter& rep, SpecEntry* out) {
+  const std::string at = absl::StrCat("entries[", i, "]");
+  out->line = rep.LineOf({{"entries", i}});
+  out->template_name = e.template_();
+  if (e.template_().empty()) {
+    return rep.Fail({{"entries", i}}, at + ".template", "required, e.g. template: \"rmsnorm\"");
+  }
+  if (e.dtypes().empty()) {
+    return rep.Fail({{"entries", i}}, at + ".dtypes", "at least one, e.g. dtypes: [\"bf16\"]");
+  }
+  for (int d = 0; d < e.dtypes_size(); ++d) {
+    const std::optional<DType> t = ParseDType(e.dtypes(d));
+    if (!t || *t == DType::kI32) {
+      return rep.Fail({{"entries", i}, {"dtypes", d}}, absl::StrCat(at, ".dtypes"),
+                      absl::StrCat("unknown dtype '", e.dtypes(d), "'; expected f32, f16 or bf16"));
+    }
+    if (std::find(out->dtypes.begin(), out->dtypes.end(), *t) != out->dtypes.end()) {
+      return rep.Fail({{"entries", i}, {"dtypes", d}}, absl::StrCat(at, ".dtypes"),
+                      absl::StrCat("'", e.dtypes(d), "' is listed twice"));
+    }
+    out->dtypes.push_back(*t);
+  }
+  if (e.dims().empty()) {
+    return rep.Fail({{"entries", i}}, at + ".dims",
+                    "at least one, e.g. dims { name: \"tokens\" values: [1, 16] }");
+  }
+  std::set<std::string> names;
+  for (int d = 0; d < e.dims_size(); ++d) {
+    const v1::SpecDim& dim = e.dims(d);
+    const std::string dat = absl::StrCat(at, ".dims[", d, "]");
+    const int line = rep.LineOf({{"entries", i}, {"dims", d}});
+    if (dim.name().empty()) return rep.Fail(line, dat + ".name", "required");
+    if (!names.insert(dim.name()).second) {
+      return rep.Fail(line, dat + ".name", absl::StrCat("dim '", dim.name(), "' is given twice"));
+    }
+    SpecDim sd;
+    sd.name = dim.name();
+    sd.line = line;
+    for (int64_t v : dim.values()) {
+      if (v < 1) {
+        return rep.Fail(rep.LineOf({{"entries", i}, {"dims", d}, {"values", 0}}), dat + ".values",
+                        absl::StrCat(v, " is below 1"));
+      }
+      sd.values.push_back(v);
+    }
+    for (int r = 0; r < dim.range_size(); ++r) {
+      const int rline = rep.LineOf({{"entries", i}, {"dims", d}, {"range", r}});
+      if (absl::Status s = ExpandRange(dim.range(r), rep, rline,
+                                       absl::StrCat(dat, ".range[", r, "]"), &sd.values);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (sd.values.empty()) {
+      return rep.Fail(line, dat, absl::StrCat("dim '", dim.name(), "' has no values; give values "
+                                              "or a range"));
+    }
+    std::sort(sd.values.begin(), sd.values.end());
+    sd.values.erase(std::unique(sd.values.begin(), sd.values.end()), sd.values.end());
+    if (sd.values.size() > static_cast<size_t>(kMaxSpecDimValues)) {
+      return rep.Fail(line, dat, absl::StrCat("has more than ", kMaxSpecDimValues, " values"));
+    }
+    out->dims.push_back(std::move(sd));
+  }
+  return absl::OkStatus();
+}
+
+// "FILE:LINE: field: reason" for a key the template rejects, at the dim at fault when
+// there is one.
+absl::Status KeyError(const TuningSpec& spec, const SpecEntry& e, size_t index,
+                      absl::string_view field, absl::string_view reason, int line = 0) {
+  return absl::InvalidArgumentError(absl::StrCat(spec.path, ":", line > 0 ? line : e.line,
+                                                 ": entries[", index, "].", field, ": ", reason));
+}
+
+}  // namespace
+
+std::string SpecKeyString(const SpecKey& key) {
+  return absl::StrCat(key.template_name, " ", DTypeName(key.dtype), " ", ShapeString(key.shape));
+}
+
+absl::StatusOr<TuningSpec> ParseTuningSpec(absl::string_view text, const std::string& path) {
+  v1::TuningSpec proto;
+  FirstError errors;
+  TextFormat::ParseInfoTree tree;
+  TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&tree);
+  if (!parser.ParseFromString(std::string(text), &proto)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ":", errors.error().empty() ? "text format parse error" : errors.error()));
+  }
+  const Reporter rep(path, &tree);
+  TuningSpec spec;
+  spec.path = path;
+  spec.model = proto.model();
+  spec.description = proto.description();
+  if (proto.model().empty()) {
+    return rep.Fail(1, "model", "required, e.g. model: \"llama-3-8b\"");
+  }
+  if (!IsModelName(proto.model())) {
+    return rep.Fail({{"model"}}, "model",
+                    absl::StrCat("'", proto.model(), "' may hold only letters, digits and . _ -"));
+  }
+  if (proto.entries().empty()) {
+    return rep.Fail(1, "entries", "at least one, e.g. entries { template: \"rmsnorm\" ... }");
+  }
+  for (int i = 0; i < proto.entries_size(); ++i) {
+    SpecEntry e;
+    if (absl::Status s = CheckEntry(proto.entries(i), i, rep, &e); !s.ok()) return s;
+    spec.entries.push_back(std::move(e));
+  }
+  return spec;
+}
+
+absl::StatusOr<TuningSpec> LoadTuningSpec(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("--spec: cannot read ", path, ": ", text.status().message()));
+  }
+  return ParseTuningSpec(*text, path);
+}
+
+absl::StatusOr<std::vector<SpecKey>> ExpandTuningSpec(const TuningSpec& spec,
+                                                      const TemplateRegistry& registry) {
+  std::vector<SpecKey> keys;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < spec.entries.size(); ++i) {
+    const SpecEntry& e = spec.entries[i];
+    absl::StatusOr<std::shared_ptr<const KernelTemplate>> tmpl = registry.Get(e.template_name);
+    if (!tmpl.ok()) return KeyError(spec, e, i, "template", tmpl.status().message());
+    const v1::TemplateManifest& m = (*tmpl)->manifest();
+
+    // Dims first, each against the manifest, so the message points at the dim's line.
+    std::set<std::string> manifest_dims;
+    for (const v1::Dim& d : m.dims()) manifest_dims.insert(d.name());
+    for (const SpecDim& d : e.dims) {
+      if (!manifest_dims.count(d.name)) {
+        return KeyError(spec, e, i, "dims",
+                        absl::StrCat("unknown dim '", d.name, "'; template ", e.template_name,
+                                     " has ", absl::StrJoin(manifest_dims, ", ")),
+                        d.line);
+      }
+    }
+    for (const v1::Dim& md : m.dims()) {
+      auto it = std::find_if(e.dims.begin(), e.dims.end(),
+                             [&](const SpecDim& d) { return d.name == md.name(); });
+      if (it == e.dims.end()) {
+        return KeyError(spec, e, i, "dims",
+                        absl::StrCat("missing dim '", md.name(), "' of template ", e.template_name));
+      }
+      const int64_t max = md.max() != 0 ? md.max() : std::numeric_limits<int32_t>::max();
+      for (int64_t v : it->values) {
+        if (v < md.min() || v > max) {
+          return KeyError(spec, e, i, "dims",
+                          absl::StrCat("dim '", md.name(), "' = ", v, " is outside [", md.min(),
+                                       ", ", max, "] of template ", e.template_name),
+                          it->line);
+        }
+      }
+    }
+    for (DType t : e.dtypes) {
+      if (!(*tmpl)->SupportsDType(t)) {
+        return KeyError(spec, e, i, "dtypes",
+                        absl::StrCat("template ", e.template_name, " has no dtype ", DTypeName(t),
+                                     "; it has ", absl::StrJoin(m.dtypes(), ", ")));
+      }
+    }
+
+    // The cross product, first dim slowest: an odometer over the dims' value indices.
+    int64_t count = 1;
+    for (const SpecDim& d : e.dims) {
+      count *= static_cast<int64_t>(d.values.size());
+      if (count * static_cast<int64_t>(e.dtypes.size()) + static_cast<int64_t>(keys.size()) >
+          kMaxSpecKeys) {
+        return absl::OutOfRangeError(absl::StrCat(spec.path, ":", e.line, ": entries[", i,
+                                                  "]: the spec gives more than ", kMaxSpecKeys,
+                                                  " keys"));
+      }
+    }
+    for (DType t : e.dtypes) {
+      std::vector<size_t> at(e.dims.size(), 0);
+      for (int64_t n = 0; n < count; ++n) {
+        SpecKey key;
+        key.template_name = e.template_name;
+        key.dtype = t;
+        key.line = e.line;
+        for (size_t d = 0; d < e.dims.size(); ++d) key.shape[e.dims[d].name] = e.dims[d].values[at[d]];
+        // The template's own check too, so a spec never lets through what a request would not.
+        if (absl::Status s = ValidateRequest(**tmpl, t, key.shape); !s.ok()) {
+          return KeyError(spec, e, i, "dims", s.message());
+        }
+        if (seen.insert(SpecKeyString(key)).second) keys.push_back(std::move(key));
+        for (size_t d = e.dims.size(); d-- > 0;) {
+          if (++at[d] < e.dims[d].values.size()) break;
+          at[d] = 0;
+        }
+      }
+    }
+  }
+  return keys;
+}
+
+}  // namespace ktune

@@ -1,0 +1,285 @@
+// Runs the built `ktune tune --spec` as a user would, with NVRTC compiling for real and the
+// GPU played by fake_ktune_worker (FAKE_WORKER_ANY_OK: every candidate measures ok, at a
+// time fixed by its name): the summary and --json, skipping fresh keys, exit statuses, a
+// SIGKILL in the middle of a spec and the rerun that resumes it, and the same spec through
+// a ktuned on a unix socket.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/base/file.h"
+#include "server/store/store.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/subprocess.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::NewTempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+bool FileExists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+constexpr char kKtune[] = KTUNE_BINARY_DIR "/bin/ktune";
+constexpr char kKtuned[] = KTUNE_BINARY_DIR "/bin/ktuned";
+constexpr char kFakeWorker[] = KTUNE_BINARY_DIR "/bin/fake_ktune_worker";
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::ostream& operator<<(std::ostream& os, const Result& r) {
+  return os << "exit " << r.exit_code << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
+}
+
+class SpecTuneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = NewTempDir();
+    testing::WriteTiny(dir_ + "/templates");
+    // Inherited by ktune's (and ktuned's) worker child.
+    setenv("FAKE_WORKER_ANY_OK", "1", 1);
+    unsetenv("FAKE_WORKER_MEASURE_MS");
+  }
+
+  // A spec over tiny with the given n values (f32).
+  std::string WriteSpec(const std::string& values, const std::string& extra = "") {
+    const std::string path = dir_ + "/spec.textproto";
+    EXPECT_TRUE(AtomicWriteFile(path, absl::StrCat("model: \"toy\"\nentries {\n  template: \"tiny\"\n"
+                                                   "  dtypes: [\"f32\"]\n  dims { name: \"n\" values: [",
+                                                   values, "] }\n}\n", extra))
+                    .ok());
+    return path;
+  }
+
+  // ktune tune --spec with this test's templates, store, cache and the fake worker; the
+  // same folder every run, so reruns see the store and the cubin cache.
+  std::vector<std::string> Args(const std::string& spec, std::vector<std::string> more = {}) {
+    std::vector<std::string> args = {"tune",     "--spec",      spec,
+                                     "--db",     dir_ + "/ktune.db", "--templates",
+                                     dir_ + "/templates",       "--worker",
+                                     kFakeWorker, "--budget",   "3", "--threads", "2"};
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  }
+
+  Result Run(const std::vector<std::string>& args) {
+    const std::string out = NewTempDir();
+    testing::Subprocess p(kKtune, args, out);
+    Result r;
+    r.exit_code = p.Wait(absl::Seconds(120));
+    r.out = p.Stdout();
+    r.err = p.Stderr();
+    return r;
+  }
+
+  static std::map<std::string, nlohmann::json> ByShape(const nlohmann::json& j) {
+    std::map<std::string, nlohmann::json> out;
+    for (const nlohmann::json& k : j["keys"]) {
+      out[absl::StrCat(k["dtype"].get<std::string>(), " n=", k["shape"]["n"].get<int64_t>())] = k;
+    }
+    return out;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(SpecTuneTest, TunesEveryKeyThenFindsThemFresh) {
+  const std::string spec = WriteSpec("64, 128");
+  const Result first = Run(Args(spec));
+  ASSERT_EQ(first.exit_code, 0) << first;
+  // The table: a header, one row per key with its winner, default time and speed-up.
+  EXPECT_THAT(first.out, HasSubstr("key"));
+  EXPECT_THAT(first.out, HasSubstr("speedup"));
+  EXPECT_THAT(first.out, HasSubstr("tiny f32 n=64"));
+  EXPECT_THAT(first.out, HasSubstr("tiny f32 n=128"));
+  EXPECT_THAT(first.out, HasSubstr("toy: 2 keys: 2 tuned, 0 fresh in the store, 0 failed"));
+  // Not a terminal: plain lines, one per finished key.
+  EXPECT_THAT(first.err, HasSubstr("[1/2] tiny f32 n=64: tuned in"));
+  EXPECT_THAT(first.err, HasSubstr("[2/2] tiny f32 n=128: tuned in"));
+  EXPECT_THAT(first.err, Not(HasSubstr("\033[")));
+
+  const Result again = Run(Args(spec, {"--json"}));
+  ASSERT_EQ(again.exit_code, 0) << again;
+  const nlohmann::json j = nlohmann::json::parse(again.out);
+  EXPECT_EQ(j["model"], "toy");
+  EXPECT_EQ(j["where"], "local");
+  EXPECT_EQ(j["total"], 2);
+  EXPECT_EQ(j["cached"], 2);
+  EXPECT_EQ(j["tuned"], 0);
+  EXPECT_EQ(j["failed"], 0);
+  for (const nlohmann::json& k : j["keys"]) {
+    EXPECT_EQ(k["status"], "cached");
+    EXPECT_EQ(k["template"], "tiny");
+    EXPECT_EQ(k["trials"], 3);
+    EXPECT_GT(k["time_ns"].get<double>(), 0);
+    // The default config is always measured (first), so its time and the speed-up are known.
+    ASSERT_TRUE(k["default_time_ns"].is_number()) << k;
+    EXPECT_GE(k["default_time_ns"].get<double>(), k["time_ns"].get<double>());
+    EXPECT_NEAR(k["speedup"].get<double>(),
+                k["default_time_ns"].get<double>() / k["time_ns"].get<double>(), 1e-9);
+    EXPECT_TRUE(k["params"].contains("BLOCK"));
+    EXPECT_GT(k["entry_id"].get<int64_t>(), 0);
+  }
+
+  // --force tunes them again.
+  const Result forced = Run(Args(spec, {"--json", "--force", "--quiet"}));
+  ASSERT_EQ(forced.exit_code, 0) << forced;
+  EXPECT_EQ(nlohmann::json::parse(forced.out)["tuned"], 2);
+  EXPECT_EQ(forced.err, "");
+}
+
+TEST_F(SpecTuneTest, BadSpecIsExit2NamingLineAndFieldBeforeAnyTuning) {
+  const std::string spec = WriteSpec("64, 2000000");  // tiny's n stops at 1048576
+  const Result r = Run(Args(spec));
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_THAT(r.err, HasSubstr("spec.textproto:5: entries[0].dims: dim 'n' = 2000000 is outside"));
+  EXPECT_FALSE(FileExists(dir_ + "/ktune.db")) << "nothing may be tuned for a bad spec";
+
+  EXPECT_EQ(Run(Args(dir_ + "/missing.textproto")).exit_code, 2);
+  const Result both = Run({"tune", "tiny", "--spec", spec});
+  EXPECT_EQ(both.exit_code, 2) << both;
+  EXPECT_THAT(both.err, HasSubstr("TEMPLATE: not with --spec"));
+  const Result json_alone = Run({"tune", "tiny", "--dtype", "f32", "--shape", "n=64", "--json"});
+  EXPECT_EQ(json_alone.exit_code, 2);
+  EXPECT_THAT(json_alone.err, HasSubstr("--json: only with --spec"));
+}
+
+TEST_F(SpecTuneTest, AFailingKeyIsReportedAndTheOthersStillRun) {
+  // A template whose source does not compile: its key fails when its job starts (the
+  // reference), and the keys after it still run.
+  const std::string broken = dir_ + "/templates/broken";
+  ASSERT_TRUE(MakeDirs(broken).ok());
+  std::string manifest = *ReadFile(dir_ + "/templates/tiny/tiny.textproto");
+  manifest.replace(manifest.find("name: \"tiny\""), 12, "name: \"broken\"");
+  ASSERT_TRUE(AtomicWriteFile(broken + "/broken.textproto", manifest).ok());
+  ASSERT_TRUE(AtomicWriteFile(broken + "/broken.cu", "this is not CUDA\n").ok());
+  const std::string spec = WriteSpec(
+      "64", "entries { template: \"broken\" dtypes: [\"f32\"] dims { name: \"n\" values: [64] } }\n"
+            "entries { template: \"tiny\" dtypes: [\"f32\"] dims { name: \"n\" values: [128] } }\n");
+  const Result r = Run(Args(spec, {"--json"}));
+  EXPECT_EQ(r.exit_code, 1) << r;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tuned"], 2);
+  EXPECT_EQ(j["failed"], 1);
+  EXPECT_EQ(j["keys"][1]["status"], "failed");
+  EXPECT_THAT(j["keys"][1]["error"].get<std::string>(), HasSubstr("reference does not compile"));
+  EXPECT_EQ(j["keys"][2]["status"], "tuned");
+}
+
+// The number of entries and the progress of the running job, read from the store while
+// ktune writes it.
+struct StoreView {
+  size_t entries = 0;
+  int64_t running_done = 0;
+};
+StoreView Look(const std::string& db) {
+  StoreView v;
+  if (!FileExists(db)) return v;
+  store::StoreOptions options;
+  options.read_only = true;
+  absl::StatusOr<std::unique_ptr<store::Store>> s = store::OpenSqliteStore(db, options);
+  if (!s.ok()) return v;
+  if (auto e = (*s)->ListEntries({}); e.ok()) v.entries = e->size();
+  if (auto jobs = (*s)->ListJobs(store::JobState::kRunning); jobs.ok()) {
+    for (const store::Job& j : *jobs) v.running_done = std::max(v.running_done, j.done);
+  }
+  return v;
+}
+
+TEST_F(SpecTuneTest, KilledInTheMiddleResumesWithoutRedoingFinishedKeys) {
+  // Slow enough to be caught mid-job: 3 candidates of ~150 ms per key.
+  setenv("FAKE_WORKER_MEASURE_MS", "150", 1);
+  const std::string spec = WriteSpec("64, 128, 256, 512");
+  const std::string db = dir_ + "/ktune.db";
+  std::map<std::string, int64_t> first_ids;
+  {
+    testing::Subprocess p(kKtune, Args(spec, {"--json"}), NewTempDir());
+    // Kill once two keys are stored and the third key's job has a trial recorded.
+    const absl::Time end = absl::Now() + absl::Seconds(120);
+    StoreView v;
+    while (absl::Now() < end && p.Running()) {
+      v = Look(db);
+      if (v.entries >= 2 && v.running_done >= 1) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_TRUE(p.Running()) << "finished before it could be killed:\n" << p.Stderr();
+    ASSERT_EQ(v.entries, 2u) << p.Stderr();
+    p.Signal(SIGKILL);
+    EXPECT_EQ(p.Wait(absl::Seconds(10)), -1);  // died of the signal
+  }
+  unsetenv("FAKE_WORKER_MEASURE_MS");
+  const Result rerun = Run(Args(spec, {"--json"}));
+  ASSERT_EQ(rerun.exit_code, 0) << rerun;
+  const nlohmann::json j = nlohmann::json::parse(rerun.out);
+  EXPECT_EQ(j["cached"], 2);  // the two finished keys: found, not tuned again
+  EXPECT_EQ(j["tuned"], 2);
+  auto keys = ByShape(j);
+  EXPECT_EQ(keys["f32 n=64"]["status"], "cached");
+  EXPECT_EQ(keys["f32 n=128"]["status"], "cached");
+  EXPECT_EQ(keys["f32 n=256"]["status"], "tuned");
+  EXPECT_EQ(keys["f32 n=512"]["status"], "tuned");
+  // The killed job resumed from its recorded trials: it measured only what was left, and
+  // no key has more trials than its budget.
+  EXPECT_GE(keys["f32 n=256"]["resumed_trials"].get<int64_t>(), 1);
+  EXPECT_EQ(keys["f32 n=512"]["resumed_trials"], 0);
+  for (const auto& [name, k] : keys) EXPECT_EQ(k["trials"], 3) << name;
+}
+
+TEST_F(SpecTuneTest, ThroughADaemonOnAUnixSocket) {
+  const std::string socket = dir_ + "/run/ktuned.sock";
+  const std::string daemon_dir = NewTempDir();
+  testing::Subprocess ktuned(kKtuned,
+                             {"--listen", "unix://" + socket, "--db", dir_ + "/daemon.db",
+                              "--templates", dir_ + "/templates", "--worker", kFakeWorker},
+                             daemon_dir);
+  const absl::Time end = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < end && ktuned.Running() &&
+         ktuned.Stderr().find("serving on") == std::string::npos) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(ktuned.Stderr(), HasSubstr("serving on"));
+
+  const std::string spec = WriteSpec("64, 128");
+  const std::vector<std::string> daemon = {"--daemon", "unix://" + socket, "--json"};
+  const Result first = Run(Args(spec, daemon));
+  ASSERT_EQ(first.exit_code, 0) << first << "--- ktuned\n" << ktuned.Stderr();
+  nlohmann::json j = nlohmann::json::parse(first.out);
+  EXPECT_EQ(j["where"], "unix://" + socket);
+  EXPECT_EQ(j["tuned"], 2);
+  for (const nlohmann::json& k : j["keys"]) {
+    EXPECT_GT(k["time_ns"].get<double>(), 0);
+    EXPECT_TRUE(k["default_time_ns"].is_number()) << k;
+  }
+  EXPECT_FALSE(FileExists(dir_ + "/ktune.db")) << "daemon mode must not write a local store";
+
+  // Asked again: the daemon has them (GetKernel CACHE_ONLY), nothing is tuned.
+  const Result again = Run(Args(spec, daemon));
+  ASSERT_EQ(again.exit_code, 0) << again;
+  j = nlohmann::json::parse(again.out);
+  EXPECT_EQ(j["cached"], 2);
+  EXPECT_EQ(j["tuned"], 0);
+
+  // No daemon there: exit 1, naming the target.
+  const Result none = Run(Args(spec, {"--daemon", "unix://" + dir_ + "/nobody.sock"}));
+  EXPECT_EQ(none.exit_code, 1) << none;
+  EXPECT_THAT(none.err, HasSubstr("nobody.sock"));
+  ktuned.Signal(SIGTERM);
+  EXPECT_EQ(ktuned.Wait(absl::Seconds(30)), 0);
+}
+
+}  // namespace
+}  // namespace ktune
