@@ -21,6 +21,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <stdlib.h>
@@ -232,11 +233,22 @@ struct Cell {
   int clients = 0;
   int64_t calls = 0, errors = 0;
   double wall_s = 0, p50 = 0, p99 = 0, max = 0;
+  // Process CPU time (user + system, every thread: the clients and the daemon) over the
+  // cell, per call. Unlike latency it hardly moves with what else the machine runs, so it
+  // compares daemon and client builds on a busy machine; idle cells only (a tune adds its
+  // compiles).
+  double cpu_us_per_call = 0;
   int connections = -1;
   std::string tune;         // the background tune across the cell; empty when idle
   bool tune_ended = false;  // it ended during the cell
   std::string first_error;
 };
+
+double ProcessCpuSeconds() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
 
 struct Hit {
   std::string sha256;
@@ -300,6 +312,7 @@ Cell RunCell(const std::string& target, const std::string& socket_path, int port
   std::vector<std::thread> threads;
   for (int i = 0; i < clients; ++i) threads.emplace_back(worker, i);
   while (ready.load() < clients) absl::SleepFor(absl::Milliseconds(1));
+  const double cpu_start_s = ProcessCpuSeconds();
   const Clock::time_point start = Clock::now();
   const auto length = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   end_rep.store((start + length).time_since_epoch().count());
@@ -308,6 +321,7 @@ Cell RunCell(const std::string& target, const std::string& socket_path, int port
   std::this_thread::sleep_for(length / 2);
   cell.connections = CountServerConnections(socket_path, port);
   for (std::thread& t : threads) t.join();
+  const double cpu_s = ProcessCpuSeconds() - cpu_start_s;
 
   std::vector<double> all;
   Clock::time_point last = start;
@@ -323,6 +337,7 @@ Cell RunCell(const std::string& target, const std::string& socket_path, int port
   cell.p50 = Percentile(all, 0.50);
   cell.p99 = Percentile(all, 0.99);
   cell.max = all.empty() ? 0 : all.back();
+  cell.cpu_us_per_call = cell.calls > 0 ? cpu_s * 1e6 / cell.calls : 0;
   return cell;
 }
 
@@ -339,10 +354,14 @@ std::string LoadAverage() {
 }
 
 int Run(int argc, char** argv) {
+  // As ktuned does (server/service/ktuned_main.cc): no lock graph on every Mutex::Lock.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"getkernel_bench: cache-hit GetKernel latency and throughput of ktuned"};
   double seconds = 3;
   std::vector<int> client_counts = {1, 8, 64};
   std::vector<std::string> transports = {"unix", "tcp"};
+  std::vector<std::string> loads = {"idle", "tune"};
+  int64_t artifact_cache_mb = ServerOptions{}.artifact_cache_bytes >> 20;
   std::string templates_dir, db;
   int measure_ms = 2;
   int compile_threads = 0;
@@ -352,6 +371,10 @@ int Run(int argc, char** argv) {
   app.add_option("--clients", client_counts, "Concurrent clients, comma-separated")
       ->delimiter(',')
       ->capture_default_str();
+  app.add_option("--artifact-cache-mb", artifact_cache_mb,
+                 "ktuned's in-memory artifact cache (0: every hit reads the store)")
+      ->capture_default_str();
+  app.add_option("--loads", loads, "idle, tune or both")->delimiter(',')->capture_default_str();
   app.add_option("--transports", transports, "unix, tcp or both")->delimiter(',')->capture_default_str();
   app.add_option("--templates", templates_dir, "Templates folder (default: shipped)");
   app.add_option("--db", db,
@@ -367,6 +390,9 @@ int Run(int argc, char** argv) {
   if (seconds <= 0 || client_counts.empty()) return std::cerr << "bad --seconds/--clients\n", 2;
   for (const std::string& t : transports) {
     if (t != "unix" && t != "tcp") return std::cerr << "--transports: unix or tcp\n", 2;
+  }
+  for (const std::string& l : loads) {
+    if (l != "idle" && l != "tune") return std::cerr << "--loads: idle or tune\n", 2;
   }
 
   char dir_template[] = "/tmp/ktune-gkbench-XXXXXX";
@@ -415,6 +441,7 @@ int Run(int argc, char** argv) {
     o.store = store->get();
     o.compiler = compiler->get();
     o.compile_threads = compile_threads;
+    o.artifact_cache_bytes = artifact_cache_mb << 20;
     o.gpu_factory = [measure_ms](int ordinal) -> absl::StatusOr<std::unique_ptr<Gpu>> {
       if (ordinal > 0) return absl::NotFoundError("one fake GPU");
       return std::make_unique<SlowFakeGpu>(measure_ms);
@@ -500,7 +527,7 @@ int Run(int argc, char** argv) {
                                        Percentile(v, 0.99), static_cast<long long>(floor_errors)));
     }
 
-    for (const std::string load : {"idle", "tune"}) {
+    for (const std::string& load : loads) {
       std::unique_ptr<TuneLoad> tune;
       if (load == "tune") tune = std::make_unique<TuneLoad>(target, &next_n);
       for (int clients : client_counts) {
@@ -536,9 +563,9 @@ int Run(int argc, char** argv) {
                                          after.done, " of ", after.total);
         }
         std::printf("  %-4s %-4s %2d clients: %8lld calls %9.0f/s  p50 %7.1f  p99 %7.1f  max %8.1f us"
-                    "  errors %lld  conns %d  load avg %s%s%s\n",
+                    "  cpu %6.1f us/call  errors %lld  conns %d  load avg %s%s%s\n",
                     transport.c_str(), load.c_str(), clients, static_cast<long long>(cell.calls),
-                    cell.calls / cell.wall_s, cell.p50, cell.p99, cell.max,
+                    cell.calls / cell.wall_s, cell.p50, cell.p99, cell.max, cell.cpu_us_per_call,
                     static_cast<long long>(cell.errors), cell.connections, load_avg.c_str(),
                     cell.tune.empty() ? "" : "  tune ", cell.tune.c_str());
         if (!cell.first_error.empty()) std::printf("    first error: %s\n", cell.first_error.c_str());
@@ -570,13 +597,14 @@ int Run(int argc, char** argv) {
               seconds, absl::StrJoin(client_counts, ",").c_str(), measure_ms, seconds,
               want.cubin_bytes, verify_us,
               compile_threads > 0 ? absl::StrCat(compile_threads).c_str() : "default (one per core)");
-  std::printf("| transport | load | clients | calls/s | p50 (us) | p99 (us) | max (us) | errors | goal p50 < 150, p99 < 500 |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| transport | load | clients | calls/s | p50 (us) | p99 (us) | max (us) | CPU us/call | errors | goal p50 < 150, p99 < 500 |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Cell& c : cells) {
     const bool met = c.p50 < 150 && c.p99 < 500;
-    std::printf("| %s | %s%s | %d | %.0f | %.0f | %.0f | %.0f | %lld | %s |\n", c.transport.c_str(),
-                c.load.c_str(), c.tune_ended ? " (ended early)" : "", c.clients,
-                c.calls / c.wall_s, c.p50, c.p99, c.max, static_cast<long long>(c.errors),
+    std::printf("| %s | %s%s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %lld | %s |\n",
+                c.transport.c_str(), c.load.c_str(), c.tune_ended ? " (ended early)" : "",
+                c.clients, c.calls / c.wall_s, c.p50, c.p99, c.max, c.cpu_us_per_call,
+                static_cast<long long>(c.errors),
                 met ? "met" : (c.p50 < 150 ? "**p99 missed**" : "**missed**"));
   }
   if (ended > 0) std::printf("\n%d cell(s) saw the background tune end early (see above).\n", ended);

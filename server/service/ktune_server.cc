@@ -21,6 +21,7 @@
 #include "server/base/status_macros.h"
 #include "server/compile/compile_pool.h"
 #include "server/gpu/device_model.h"
+#include "server/service/artifact_cache.h"
 #include "server/service/convert.h"
 #include "server/service/request_validation.h"
 #include "server/templates/instance.h"
@@ -300,6 +301,7 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
         compile_only_model_(std::move(compile_only_model)),
         compile_only_target_(compile_only_target),
         queue_(queue),
+        artifacts_(options.artifact_cache_bytes),
         executor_(options.fallback_threads) {
     vctx_.registry = options.registry;
     for (const GpuSlot& g : gpus_) vctx_.devices.push_back(g.info);
@@ -315,6 +317,19 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
       once->Finish(ToGrpcStatus(s));
       return call;
     }
+    // A fresh exact hit is the same answer under every policy, so the cache serves them all.
+    // The counter is read before the store is: a commit in between tags what is read now
+    // with the older counter, so it is never served past that commit.
+    const absl::StatusOr<int64_t> generation = options_.store->ChangeCounter();
+    const std::string cache_key = ArtifactCache::Key(request->template_id(), request->dtype(),
+                                                     request->shape(), request->gpu());
+    if (generation.ok()) {
+      if (std::shared_ptr<const v1::KernelArtifact> a = artifacts_.Get(cache_key, *generation)) {
+        *response->mutable_artifact() = *a;
+        once->Finish(grpc::Status::OK);
+        return call;
+      }
+    }
     absl::StatusOr<KernelQuery> q = ValidateGetKernel(*request, vctx_);
     if (!q.ok()) {
       once->Finish(ToGrpcStatus(q.status()));
@@ -322,6 +337,16 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     }
     const v1::Policy policy = request->policy();
     absl::StatusOr<store::Lookup> hit = Lookup(*q);
+    if (hit.ok() && !hit->stale && generation.ok()) {
+      absl::StatusOr<v1::KernelArtifact> a = ArtifactFor(*q, hit->entry, false, v1::EXACT);
+      if (a.ok()) {
+        auto kept = std::make_shared<const v1::KernelArtifact>(*std::move(a));
+        artifacts_.Put(cache_key, *generation, kept);
+        *response->mutable_artifact() = *kept;
+        once->Finish(grpc::Status::OK);
+        return call;
+      }
+    }
     auto answer = [this, once, response](const absl::StatusOr<v1::KernelArtifact>& a,
                                          int64_t job_id) {
       if (!once->Claim()) return;
@@ -682,6 +707,7 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
   const std::string compile_only_model_;
   const TargetInfo compile_only_target_;
   TuningQueue* const queue_;
+  ArtifactCache artifacts_;
   ValidationContext vctx_;
   Executor executor_;  // last: joined first, while the rest is still there
 };

@@ -44,6 +44,9 @@ struct ServerOptions {
   int compile_threads = 0;
   // Threads for FALLBACK's neighbour search and default-config compiles.
   int fallback_threads = 2;
+  // Cubin bytes of fresh hits kept in memory (server/service/artifact_cache.h); 0: every
+  // GetKernel reads the store.
+  int64_t artifact_cache_bytes = 256 << 20;
   // When not empty, every Ktune call needs metadata "authorization: Bearer <token>".
   std::string token;
   int max_message_bytes = 64 << 20;

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "ktune/v1/ktune.grpc.pb.h"
 #include "server/base/sha256.h"
+#include "server/store/store_testing.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/fakes.h"
 #include "tests/testing/status_matchers.h"
@@ -223,6 +224,38 @@ TEST_F(KtuneServerTest, MissThenTuneThenHit) {
   EXPECT_EQ(devices.devices(0).model_key(), a.device_model());
   EXPECT_TRUE(devices.devices(0).healthy());
   EXPECT_EQ(devices.devices(0).copy_gbps(), 4000);
+}
+
+// Hits are served from ktuned's artifact cache, which must never outlive a change to the
+// file: another process deleting or corrupting the entry is seen by the very next call.
+TEST_F(KtuneServerTest, RepeatedHitsSeeChangesMadeByOtherProcesses) {
+  Start();
+  Reply tuned = Get(Req(1000, v1::TUNE));
+  ASSERT_TRUE(tuned.status.ok()) << tuned.status.error_message();
+  for (int i = 0; i < 3; ++i) {
+    for (v1::Policy p : {v1::CACHE_ONLY, v1::TUNE, v1::FALLBACK}) {
+      Reply hit = Get(Req(1000, p));
+      ASSERT_TRUE(hit.status.ok()) << hit.status.error_message();
+      EXPECT_EQ(hit.response.artifact().cubin_sha256(), tuned.response.artifact().cubin_sha256());
+      EXPECT_EQ(hit.response.artifact().entry_id(), tuned.response.artifact().entry_id());
+      EXPECT_EQ(hit.response.tuning_job_id(), 0);
+    }
+  }
+  // Another connection (as `ktune cache import` would be) overwrites the cubin: the next hit
+  // reads the row again, and its sha256 check refuses it.
+  ASSERT_OK(store::ExecSqlForTesting(db_, "UPDATE entries SET cubin = x'00'"));
+  Reply corrupt = Get(Req(1000, v1::CACHE_ONLY));
+  EXPECT_EQ(corrupt.status.error_code(), grpc::StatusCode::DATA_LOSS)
+      << corrupt.status.error_message();
+  ASSERT_OK(store::ExecSqlForTesting(db_, "DELETE FROM entries"));
+  Reply gone = Get(Req(1000, v1::CACHE_ONLY));
+  EXPECT_EQ(gone.status.error_code(), grpc::StatusCode::NOT_FOUND) << gone.status.error_message();
+  // A new tune is served, and cached, again.
+  Reply retuned = Get(Req(1000, v1::TUNE));
+  ASSERT_TRUE(retuned.status.ok()) << retuned.status.error_message();
+  Reply hit = Get(Req(1000, v1::CACHE_ONLY));
+  ASSERT_TRUE(hit.status.ok()) << hit.status.error_message();
+  EXPECT_EQ(hit.response.artifact().entry_id(), retuned.response.artifact().entry_id());
 }
 
 TEST_F(KtuneServerTest, FallbackDefaultThenBackgroundTune) {
