@@ -889,7 +889,7 @@ class Timer:
         if self.flush == "zero":
             self._buf.zero_()
         else:
-            torch.sum(self._buf, out=self._sum)
+            torch.sum(self._buf, dim=0, out=self._sum)
 
     def __call__(self, fn):
         fn()
