@@ -63,11 +63,8 @@ int RunLs(const LsArgs& args) {
   const std::string path = CacheDbPath(args.db);
   absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
   if (!store.ok()) return FailOpen(store.status());
-  store::EntryFilter filter;
-  if (!args.template_id.empty()) filter.template_id = args.template_id;
-  if (!args.dtype.empty()) filter.dtype = args.dtype;
-  if (!args.device_model.empty()) filter.device_model = args.device_model;
-  absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries(filter);
+  absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries(
+      EntryFilterFromFlags(args.template_id, args.dtype, args.device_model));
   if (!entries.ok()) return Fail(entries.status());
   absl::StatusOr<std::set<int64_t>> stale = StaleIds(**store, NvrtcVersionOr(args.nvrtc_version));
   if (!stale.ok()) return Fail(stale.status());
@@ -409,9 +406,8 @@ int RunReport(const ReportArgs& args) {
   const std::string path = CacheDbPath(args.db);
   absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
   if (!store.ok()) return FailOpen(store.status());
-  store::EntryFilter filter;
-  if (!args.template_id.empty()) filter.template_id = args.template_id;
-  absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries(filter);
+  absl::StatusOr<std::vector<store::EntrySummary>> entries =
+      (*store)->ListEntries(EntryFilterFromFlags(args.template_id, "", ""));
   if (!entries.ok()) return Fail(entries.status());
   absl::StatusOr<std::set<int64_t>> stale = StaleIds(**store, NvrtcVersionOr(args.nvrtc_version));
   if (!stale.ok()) return Fail(stale.status());

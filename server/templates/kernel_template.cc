@@ -1,7 +1,5 @@
 #include "server/templates/kernel_template.h"
 
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 
 #include <set>
 #include <utility>
@@ -13,38 +11,13 @@
 #include "server/base/file.h"
 #include "server/base/sha256.h"
 #include "server/base/status_macros.h"
+#include "server/base/text_proto_file.h"
 
 namespace ktune {
 namespace {
 
-using google::protobuf::Descriptor;
-using google::protobuf::FieldDescriptor;
-using google::protobuf::TextFormat;
 
-// Collects the text-format parser's first error with its position.
-class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    if (!has_error_) {
-      has_error_ = true;
-      // The parser counts from 0; editors and people count from 1.
-      error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
-    }
-  }
-  bool has_error() const { return has_error_; }
-  const std::string& error() const { return error_; }
-
- private:
-  bool has_error_ = false;
-  std::string error_;
-};
-
-// One step of a field path: a field by name and, for repeated fields, an index.
-struct Step {
-  const char* field;
-  int index = -1;
-};
+using Step = FieldStep;
 
 bool IsLowerName(absl::string_view s) {
   if (s.empty() || !absl::ascii_islower(s[0])) return false;
@@ -65,42 +38,17 @@ bool IsUpperName(absl::string_view s) {
 // Validates one parsed manifest, turning each defect into "FILE:LINE: field: reason".
 class Validator {
  public:
-  Validator(const std::string& path, const TextFormat::ParseInfoTree* tree,
-            const v1::TemplateManifest& m,
+  Validator(const TextProtoFile& file, const v1::TemplateManifest& m,
             absl::flat_hash_map<std::string, Expression>* expressions)
-      : path_(path), tree_(tree), m_(m), expressions_(expressions) {}
+      : file_(file), m_(m), expressions_(expressions) {}
 
   absl::Status Run(const std::string& folder_name, std::vector<DType>* dtypes);
 
  private:
-  // The 1-based line where the field at `path` was written; the deepest known ancestor's
-  // line when the field itself is absent (a missing field is reported where its parent is).
-  int LineOf(std::initializer_list<Step> path) const {
-    const Descriptor* d = v1::TemplateManifest::descriptor();
-    const TextFormat::ParseInfoTree* tree = tree_;
-    int line = 0;
-    for (const Step& s : path) {
-      const FieldDescriptor* f = d->FindFieldByName(s.field);
-      if (f == nullptr || tree == nullptr) break;
-      int idx = f->is_repeated() ? s.index : -1;
-      auto loc = tree->GetLocation(f, idx);
-      // List syntax (`dtypes: ["f32", "bf16"]`) records only the first element's place.
-      if (loc.line < 0 && idx > 0) loc = tree->GetLocation(f, 0);
-      if (loc.line < 0) break;
-      line = loc.line + 1;
-      if (f->type() != FieldDescriptor::TYPE_MESSAGE) break;
-      tree = tree->GetTreeForNested(f, idx);
-      d = f->message_type();
-    }
-    return line;
-  }
-
+  int LineOf(std::initializer_list<Step> path) const { return file_.LineOf(path); }
   absl::Status Fail(std::initializer_list<Step> path, absl::string_view field,
                     absl::string_view reason) const {
-    int line = LineOf(path);
-    return absl::InvalidArgumentError(
-        line > 0 ? absl::StrCat(path_, ":", line, ": ", field, ": ", reason)
-                 : absl::StrCat(path_, ": ", field, ": ", reason));
+    return file_.Fail(path, field, reason);
   }
 
   // Parses `text` unless already known and checks that it names only known identifiers.
@@ -129,8 +77,7 @@ class Validator {
   absl::Status CheckNameExpression(std::initializer_list<Step> path, absl::string_view field,
                                    const std::string& text);
 
-  const std::string& path_;
-  const TextFormat::ParseInfoTree* tree_;
+  const TextProtoFile& file_;
   const v1::TemplateManifest& m_;
   absl::flat_hash_map<std::string, Expression>* expressions_;
   std::set<std::string> identifiers_;
@@ -433,17 +380,9 @@ absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
         absl::StrCat(manifest_path, ": cannot read the manifest: ", text.status().message()));
   }
   std::shared_ptr<KernelTemplate> t(new KernelTemplate());
-  FirstErrorCollector errors;
-  TextFormat::ParseInfoTree tree;
-  TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
-  parser.WriteLocationsTo(&tree);
-  if (!parser.ParseFromString(*text, &t->manifest_)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        manifest_path, ":", errors.has_error() ? errors.error() : "text format parse error"));
-  }
-
-  Validator validator(manifest_path, &tree, t->manifest_, &t->expressions_);
+  KTUNE_ASSIGN_OR_RETURN(const TextProtoFile file,
+                         TextProtoFile::Parse(manifest_path, *text, &t->manifest_));
+  Validator validator(file, t->manifest_, &t->expressions_);
   KTUNE_RETURN_IF_ERROR(validator.Run(name, &t->dtypes_));
 
   absl::StatusOr<std::string> source = ReadFile(source_path);

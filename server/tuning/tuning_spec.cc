@@ -1,7 +1,5 @@
 #include "server/tuning/tuning_spec.h"
 
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 
 #include <algorithm>
 #include <initializer_list>
@@ -15,75 +13,13 @@
 #include "absl/strings/str_join.h"
 #include "ktune/v1/spec.pb.h"
 #include "server/base/file.h"
+#include "server/base/status_macros.h"
+#include "server/base/text_proto_file.h"
 #include "server/templates/search_space.h"
 
 namespace ktune {
 namespace {
 
-using google::protobuf::Descriptor;
-using google::protobuf::FieldDescriptor;
-using google::protobuf::TextFormat;
-
-// The text-format parser's first error, with its position counted from 1.
-class FirstError : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    if (error_.empty()) error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
-  }
-  const std::string& error() const { return error_; }
-
- private:
-  std::string error_;
-};
-
-// A field on the way down from TuningSpec: its name and, for repeated fields, the index.
-struct Step {
-  const char* field;
-  int index = -1;
-};
-
-// Turns defects into "FILE:LINE: field: reason", finding lines in the parser's location
-// tree. A field that is absent is reported at its deepest written ancestor.
-class Reporter {
- public:
-  Reporter(const std::string& path, const TextFormat::ParseInfoTree* tree)
-      : path_(path), tree_(tree) {}
-
-  int LineOf(std::initializer_list<Step> steps) const {
-    const Descriptor* d = v1::TuningSpec::descriptor();
-    const TextFormat::ParseInfoTree* tree = tree_;
-    int line = 0;
-    for (const Step& s : steps) {
-      const FieldDescriptor* f = d->FindFieldByName(s.field);
-      if (f == nullptr || tree == nullptr) break;
-      const int idx = f->is_repeated() ? s.index : -1;
-      auto loc = tree->GetLocation(f, idx);
-      // List syntax (`values: [1, 2]`) records only where the list starts.
-      if (loc.line < 0 && idx > 0) loc = tree->GetLocation(f, 0);
-      if (loc.line < 0) break;
-      line = loc.line + 1;
-      if (f->type() != FieldDescriptor::TYPE_MESSAGE) break;
-      tree = tree->GetTreeForNested(f, idx);
-      d = f->message_type();
-    }
-    return line;
-  }
-
-  absl::Status Fail(int line, absl::string_view field, absl::string_view reason) const {
-    return absl::InvalidArgumentError(
-        line > 0 ? absl::StrCat(path_, ":", line, ": ", field, ": ", reason)
-                 : absl::StrCat(path_, ": ", field, ": ", reason));
-  }
-  absl::Status Fail(std::initializer_list<Step> steps, absl::string_view field,
-                    absl::string_view reason) const {
-    return Fail(LineOf(steps), field, reason);
-  }
-
- private:
-  const std::string& path_;
-  const TextFormat::ParseInfoTree* tree_;
-};
 
 bool IsModelName(absl::string_view s) {
   if (s.empty()) return false;
@@ -94,7 +30,7 @@ bool IsModelName(absl::string_view s) {
 }
 
 // Appends the values of `r` to `out`; `field` names the range in errors.
-absl::Status ExpandRange(const v1::SpecRange& r, const Reporter& rep, int line,
+absl::Status ExpandRange(const v1::SpecRange& r, const TextProtoFile& rep, int line,
                          const std::string& field, std::vector<int64_t>* out) {
   if (r.first() < 1) return rep.Fail(line, field + ".first", "must be >= 1");
   if (r.last() < r.first()) {
@@ -126,7 +62,7 @@ absl::Status ExpandRange(const v1::SpecRange& r, const Reporter& rep, int line,
   return absl::OkStatus();
 }
 
-absl::Status CheckEntry(const v1::SpecEntry& e, int i, const Reporter& rep, SpecEntry* out) {
+absl::Status CheckEntry(const v1::SpecEntry& e, int i, const TextProtoFile& rep, SpecEntry* out) {
   const std::string at = absl::StrCat("entries[", i, "]");
   out->line = rep.LineOf({{"entries", i}});
   out->template_name = e.template_();
@@ -209,16 +145,8 @@ std::string SpecKeyString(const SpecKey& key) {
 
 absl::StatusOr<TuningSpec> ParseTuningSpec(absl::string_view text, const std::string& path) {
   v1::TuningSpec proto;
-  FirstError errors;
-  TextFormat::ParseInfoTree tree;
-  TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
-  parser.WriteLocationsTo(&tree);
-  if (!parser.ParseFromString(std::string(text), &proto)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ":", errors.error().empty() ? "text format parse error" : errors.error()));
-  }
-  const Reporter rep(path, &tree);
+  KTUNE_ASSIGN_OR_RETURN(const TextProtoFile rep,
+                         TextProtoFile::Parse(path, std::string(text), &proto));
   TuningSpec spec;
   spec.path = path;
   spec.model = proto.model();

@@ -84,4 +84,13 @@ absl::StatusOr<absl::Duration> ParseAge(const std::string& text, const std::stri
   return d;
 }
 
+store::EntryFilter EntryFilterFromFlags(const std::string& template_id, const std::string& dtype,
+                                        const std::string& device_model) {
+  store::EntryFilter filter;
+  if (!template_id.empty()) filter.template_id = template_id;
+  if (!dtype.empty()) filter.dtype = dtype;
+  if (!device_model.empty()) filter.device_model = device_model;
+  return filter;
+}
+
 }  // namespace ktune::cli

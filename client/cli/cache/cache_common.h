@@ -25,6 +25,11 @@ std::string CacheDbPath(const std::string& db_flag);
 // while ktuned writes (WAL). Errors name the path.
 absl::StatusOr<std::unique_ptr<store::Store>> OpenCacheReadOnly(const std::string& path);
 
+// The entries the filter flags (--template, --dtype, --device-model) select; an empty flag
+// selects every value.
+store::EntryFilter EntryFilterFromFlags(const std::string& template_id, const std::string& dtype,
+                                        const std::string& device_model);
+
 // Reports a store that could not be opened: a missing, non-SQLite, corrupt or newer-schema
 // file is bad input (exit 2); anything else (a lock held too long) is a failure (exit 1).
 int FailOpen(const absl::Status& status);

@@ -54,11 +54,8 @@ int RunCacheExport(const CacheExportArgs& args) {
   const std::string path = CacheDbPath(args.db);
   absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
   if (!store.ok()) return FailOpen(store.status());
-  store::EntryFilter filter;
-  if (!args.template_id.empty()) filter.template_id = args.template_id;
-  if (!args.dtype.empty()) filter.dtype = args.dtype;
-  if (!args.device_model.empty()) filter.device_model = args.device_model;
-  absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries(filter);
+  absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries(
+      EntryFilterFromFlags(args.template_id, args.dtype, args.device_model));
   if (!entries.ok()) return Fail(entries.status());
 
   store::ExportFile out;
