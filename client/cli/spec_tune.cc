@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -380,20 +382,30 @@ class Display {
 };
 
 void PrintTable(const std::vector<KeyResult>& results) {
-  std::printf("%-44s %-7s %-34s %-16s %10s %8s %6s %10s %8s\n", "key", "status", "winner",
-              "knobs", "time_us", "GB/s", "ceil", "default_us", "speedup");
+  // Key, winner and knobs are as wide as their longest value, so the table stays aligned
+  // whatever the templates' param names.
+  int key_w = 3, winner_w = 6, knobs_w = 5;
+  for (const KeyResult& r : results) {
+    key_w = std::max(key_w, static_cast<int>(SpecKeyString(r.key).size()));
+    if (r.state == KeyState::kFailed) continue;
+    winner_w = std::max(winner_w, static_cast<int>(ParamsString(r.params).size()));
+    knobs_w = std::max(knobs_w, static_cast<int>(r.knobs.size()));
+  }
+  std::printf("%-*s %-7s %-*s %-*s %10s %8s %6s %10s %8s\n", key_w, "key", "status", winner_w,
+              "winner", knobs_w, "knobs", "time_us", "GB/s", "ceil", "default_us", "speedup");
   for (const KeyResult& r : results) {
     const std::string key = SpecKeyString(r.key);
     if (r.state == KeyState::kFailed) {
-      std::printf("%-44s %-7s %s\n", key.c_str(), "failed", r.error.c_str());
+      std::printf("%-*s %-7s %s\n", key_w, key.c_str(), "failed", r.error.c_str());
       continue;
     }
     const std::string def =
         r.default_time_ns > 0 ? absl::StrFormat("%.2f", r.default_time_ns / 1000) : "-";
     const std::string speedup = r.speedup() > 0 ? absl::StrFormat("%.2fx", r.speedup()) : "-";
-    std::printf("%-44s %-7s %-34s %-16s %10.2f %8.0f %5.0f%% %10s %8s\n", key.c_str(),
-                KeyStateName(r.state), ParamsString(r.params).c_str(), r.knobs.c_str(),
-                r.time_ns / 1000, r.gbps, 100 * r.ceiling_fraction, def.c_str(), speedup.c_str());
+    std::printf("%-*s %-7s %-*s %-*s %10.2f %8.0f %5.0f%% %10s %8s\n", key_w, key.c_str(),
+                KeyStateName(r.state), winner_w, ParamsString(r.params).c_str(), knobs_w,
+                r.knobs.c_str(), r.time_ns / 1000, r.gbps, 100 * r.ceiling_fraction, def.c_str(),
+                speedup.c_str());
   }
 }
 

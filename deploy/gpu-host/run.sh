@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU host from the unpacked bundle (deploy/bundle.sh): every GPU test, then the
 # benchmarks, writing logs and the store under $OUT (default ./out), and a short table last.
-#   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile daemon (default: all)
+#   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile daemon spec (default: all)
 #                       and peers (not in the default: it fills a 10-minute call; flags in $PEERS_ARGS)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -12,7 +12,7 @@ export KTUNE_TEMPLATES="$here/share/ktune/kernel_templates"
 export KTUNE_SOURCE_DIR="$here"  # where tests find their test data
 export XDG_CACHE_HOME="$out/cache"
 export KTUNE_WORKER="$here/bin/ktune-worker"
-stages="${*:-tests rmsnorm elementwise repeat compile daemon}"
+stages="${*:-tests rmsnorm elementwise repeat compile daemon spec}"
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary="$out/summary.txt"
 : > "$summary"
@@ -75,6 +75,27 @@ if want daemon; then
   echo "daemon Python client: exit $? | $(tail -n 4 "$out/daemon_python.log" | tr '\n' '|')" >> "$summary"
   kill -TERM "$daemon"; wait "$daemon"
   echo "ktuned: exit $? after SIGTERM" >> "$summary"
+fi
+if want spec; then
+  # `ktune tune --spec` for real on this GPU (a few keys of three templates), run twice: the
+  # second run must find every key fresh. Then `ktune cache` on what it stored.
+  cat > "$out/smoke-spec.textproto" <<'SPEC'
+model: "gpu-host-smoke"
+entries { template: "rmsnorm" dtypes: ["bf16"] dims { name: "tokens" values: [1, 4096] } dims { name: "hidden" values: [4096] } }
+entries { template: "silu_and_mul" dtypes: ["bf16"] dims { name: "tokens" values: [16] } dims { name: "inter" values: [14336] } }
+entries { template: "gemv" dtypes: ["bf16"] dims { name: "n" values: [4096] } dims { name: "k" values: [4096] } dims { name: "batch" values: [1] } }
+SPEC
+  "$here/bin/ktune" tune --spec "$out/smoke-spec.textproto" --db "$out/spec.db" --budget 24 \
+    > "$out/spec-1.log" 2>&1
+  echo "spec tune: exit $?" >> "$summary"; tail -n 8 "$out/spec-1.log" >> "$summary"
+  "$here/bin/ktune" tune --spec "$out/smoke-spec.textproto" --db "$out/spec.db" --budget 24 \
+    > "$out/spec-2.log" 2>&1
+  echo "spec tune again: exit $? | $(grep -ciE 'fresh|skip' "$out/spec-2.log") lines say fresh/skipped" >> "$summary"
+  "$here/bin/ktune" cache ls --db "$out/spec.db" > "$out/cache-ls.txt" 2>&1
+  "$here/bin/ktune" cache stats --db "$out/spec.db" > "$out/cache-stats.txt" 2>&1
+  "$here/bin/ktune" cache show 1 --db "$out/spec.db" > "$out/cache-show.txt" 2>&1
+  "$here/bin/ktune" cache report --db "$out/spec.db" --out "$out/report" > "$out/cache-report.log" 2>&1
+  echo "cache ls/stats/show/report: exit $?" >> "$summary"; cat "$out/cache-ls.txt" >> "$summary"
 fi
 if want peers; then
   # bench/peers.py: ktuned tunes each op and shape, then the winner and its peers (torch
