@@ -6,22 +6,13 @@
 // manifest (add_rmsnorm.textproto) gives their launch geometry and arguments.
 //
 // Device code only, compiled by NVRTC with -DKTUNE_MAX_THREADS=... -DKTUNE_MIN_BLOCKS=...
-#include "ktune/common.cuh"
+#include "ktune/row.cuh"
 
 namespace ktune_add_rmsnorm {
 
 /// Vectors each thread keeps in flight per pass when the row is not cached (CACHE == 0).
 constexpr int kUncachedUnroll = 4;
 static_assert(kUncachedUnroll >= 2, "kUncachedUnroll must be at least 2 (the tail is kU - 1)");
-
-template <int BLOCK, int ROWS_PER_WARP>
-__device__ __forceinline__ float RowSum(float partial) {
-  if constexpr (ROWS_PER_WARP) {
-    return ktune::WarpReduceSum(partial);
-  } else {
-    return ktune::BlockReduceSum<BLOCK>(partial);
-  }
-}
 
 // r = round_T(x + residual), elementwise; adds the squares of the rounded r to *sumsq.
 template <typename T, int VEC>
@@ -41,21 +32,6 @@ __device__ __forceinline__ ktune::AlignedVector<T, VEC> AddResidual(
 #pragma unroll
   for (int k = 0; k < VEC; ++k) *sumsq = fmaf(sf[k], sf[k], *sumsq);
   return sum;
-}
-
-// out = r * inv_rms * w elementwise, in this order (the reference's).
-template <typename T, int VEC>
-__device__ __forceinline__ ktune::AlignedVector<T, VEC> Scale(
-    const ktune::AlignedVector<T, VEC>& rv, const ktune::AlignedVector<T, VEC>& wv,
-    float inv_rms) {
-  float rf[VEC];
-  float wf[VEC];
-  ktune::VectorToFloat(rv, rf);
-  ktune::VectorToFloat(wv, wf);
-  float of[VEC];
-#pragma unroll
-  for (int k = 0; k < VEC; ++k) of[k] = rf[k] * inv_rms * wf[k];
-  return ktune::FloatToVector<T>(of);
 }
 
 // For the row vectors first + u * STRIDE (u < N) below num_vec: loads x and residual, stores
@@ -82,61 +58,34 @@ __device__ __forceinline__ void AddRowVectors(const T* __restrict__ x_row, T* __
   }
 }
 
-// out = r * inv_rms * weight for the row vectors first + u * STRIDE (u < N) below num_vec,
-// r already in registers; weight (read by every row, an L1/L2 hit) is loaded per vector.
-template <int N, int STRIDE, int VEC, typename T>
-__device__ __forceinline__ void ScaleRowVectors(const ktune::AlignedVector<T, VEC> (&r)[N],
-                                                const T* __restrict__ weight,
-                                                T* __restrict__ out_row, int first,
-                                                int num_vec, float inv_rms) {
-#pragma unroll
-  for (int u = 0; u < N; ++u) {
-    const int idx = first + u * STRIDE;
-    if (idx < num_vec) {
-      ktune::StoreVector<VEC>(out_row + idx * VEC,
-                              Scale(r[u], ktune::LoadVector<VEC>(weight + idx * VEC), inv_rms));
-    }
-  }
-}
-
 }  // namespace ktune_add_rmsnorm
 
 /// Fused residual add + RMSNorm of each row: residual[r, :] = x[r, :] + residual[r, :]
 /// (rounded to T), out[r, i] = residual[r, i] * rsqrt(sum_i(residual[r, i]^2) / hidden + eps)
 /// * weight[i], float accumulation. x and residual are read once from DRAM when CACHE > 0.
-///   T:             float, __half or __nv_bfloat16.
-///   BLOCK:         threads per block (== blockDim.x); a multiple of 32 with BLOCK / 32 a
-///                  power of two, at most KTUNE_MAX_THREADS.
-///   VEC:           elements per vector access; 1, 2, 4 or 8 with VEC * sizeof(T) <= 16.
-///   ROWS_PER_WARP: 0: one row per block, its BLOCK threads reduce it (grid = tokens);
-///                  1: one row per warp, BLOCK / 32 rows per block (grid =
-///                  ceil(tokens / (BLOCK / 32))).
+///   T, BLOCK, VEC, ROWS_PER_WARP: as ktune::RowKernel (ktune/row.cuh): the element type,
+///                  threads per block, elements per vector access, and a row per block (0,
+///                  grid = tokens) or per warp (1, grid = ceil(tokens / (BLOCK / 32))).
 ///   CACHE:         0: the new residual is re-read for the scale pass (its own writes, mostly
 ///                  L2 hits); C > 0: each thread keeps its C vectors of r in registers.
 ///                  Needs hidden <= threads_per_row * VEC * C.
+///   PREFETCH_W:    0: with CACHE > 0, each weight vector is loaded after the reduction,
+///                  where it is used; 1: this thread's C weight vectors are loaded before x
+///                  and residual, so all three loads' latencies overlap (C more vectors of
+///                  registers). 1 only with CACHE > 0.
 /// REQUIRES: hidden % VEC == 0; x, residual, weight, out aligned to VEC * sizeof(T) bytes;
 /// no two of x, residual, weight, out overlap (__restrict__); 1 <= hidden.
-template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE>
+template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W>
 __global__ void KTUNE_LAUNCH_BOUNDS
     add_rmsnorm_kernel(const T* __restrict__ x, T* __restrict__ residual,
                        const T* __restrict__ weight, T* __restrict__ out, int tokens,
                        int hidden, float eps) {
-  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
-  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
-  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "VEC must be 1, 2, 4 or 8");
-  static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
-  static_assert(ROWS_PER_WARP == 0 || ROWS_PER_WARP == 1, "ROWS_PER_WARP must be 0 or 1");
-  static_assert(CACHE >= 0 && CACHE <= 32, "CACHE must be from 0 to 32 vectors");
+  using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
+  using Vec = typename K::Vec;
+  constexpr int kThreadsPerRow = K::kThreadsPerRow;
 
-  using Vec = ktune::AlignedVector<T, VEC>;
-  constexpr int kThreadsPerRow = ROWS_PER_WARP ? ktune::kWarpSize : BLOCK;
-  constexpr int kRowsPerBlock = ROWS_PER_WARP ? BLOCK / ktune::kWarpSize : 1;
-
-  const int t = threadIdx.x % kThreadsPerRow;
-  const long long row =
-      static_cast<long long>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  // Uniform over the threads of a row, so no thread that stays skips a shuffle or barrier.
+  const int t = K::Lane();
+  const long long row = K::Row();
   if (row >= tokens) return;
 
   const long long row_start = row * hidden;
@@ -148,19 +97,21 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   float sumsq = 0.f;
   if constexpr (CACHE > 0) {
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c.
+    const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T> w(weight, t, num_vec);
+    sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
     Vec cache[CACHE];
     ktune_add_rmsnorm::AddRowVectors<CACHE, kThreadsPerRow>(x_row, res_row, t, num_vec, cache,
                                                             &sumsq);
-    const float inv_rms =
-        rsqrtf(ktune_add_rmsnorm::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
-    ktune_add_rmsnorm::ScaleRowVectors<CACHE, kThreadsPerRow>(cache, weight, out_row, t,
-                                                              num_vec, inv_rms);
+    const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+    ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
   } else {
     // Per thread: chunks of kU vectors (all 2 * kU loads of a chunk in flight), then the
     // fewer than kU left. Each thread re-reads in the second pass only what it stored itself
     // in the first, so program order makes the new residual visible without a barrier.
     constexpr int kU = ktune_add_rmsnorm::kUncachedUnroll;
     constexpr int kChunk = kThreadsPerRow * kU;
+    using Weights = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T>;
+    using TailWeights = ktune::RowVectors<0, kU - 1, kThreadsPerRow, VEC, T>;
     int v = t;
 #pragma unroll 1
     for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
@@ -173,8 +124,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       ktune_add_rmsnorm::AddRowVectors<kU - 1, kThreadsPerRow>(x_row, res_row, v, num_vec, r,
                                                                &sumsq);
     }
-    const float inv_rms =
-        rsqrtf(ktune_add_rmsnorm::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+    const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
     v = t;
 #pragma unroll 1
     for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
@@ -183,18 +133,12 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       for (int u = 0; u < kU; ++u) {
         r[u] = ktune::LoadVector<VEC>(res_row + (v + u * kThreadsPerRow) * VEC);
       }
-      ktune_add_rmsnorm::ScaleRowVectors<kU, kThreadsPerRow>(r, weight, out_row, v, num_vec,
-                                                             inv_rms);
+      ktune::ScaleRowVectors(r, Weights(weight, v, num_vec), out_row, v, num_vec, inv_rms);
     }
     if (v < num_vec) {
       Vec r[kU - 1];
-#pragma unroll
-      for (int u = 0; u < kU - 1; ++u) {
-        const int idx = v + u * kThreadsPerRow;
-        r[u] = idx < num_vec ? ktune::LoadVector<VEC>(res_row + idx * VEC) : Vec{};
-      }
-      ktune_add_rmsnorm::ScaleRowVectors<kU - 1, kThreadsPerRow>(r, weight, out_row, v,
-                                                                 num_vec, inv_rms);
+      ktune::LoadRowVectors<kU - 1, kThreadsPerRow>(res_row, v, num_vec, r);
+      ktune::ScaleRowVectors(r, TailWeights(weight, v, num_vec), out_row, v, num_vec, inv_rms);
     }
   }
 }

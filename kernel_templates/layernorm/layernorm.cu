@@ -6,25 +6,13 @@
 // manifest (layernorm.textproto) gives their launch geometry and arguments.
 //
 // Device code only, compiled by NVRTC with -DKTUNE_MAX_THREADS=... -DKTUNE_MIN_BLOCKS=...
-#include "ktune/common.cuh"
+#include "ktune/row.cuh"
 
 namespace ktune_layernorm {
 
 /// Vectors each thread keeps in flight per pass when the row is not cached (CACHE == 0).
 constexpr int kUncachedUnroll = 4;
 static_assert(kUncachedUnroll >= 1, "kUncachedUnroll must be at least 1");
-
-// The row's sum from each thread's partial; every thread of the row gets the same value.
-// REQUIRES (one row per block): a __syncthreads() between two calls (BlockReduceSum reuses
-// its slots).
-template <int BLOCK, int ROWS_PER_WARP>
-__device__ __forceinline__ float RowSum(float partial) {
-  if constexpr (ROWS_PER_WARP) {
-    return ktune::WarpReduceSum(partial);
-  } else {
-    return ktune::BlockReduceSum<BLOCK>(partial);
-  }
-}
 
 template <typename T, int VEC>
 __device__ __forceinline__ float AddSum(const ktune::AlignedVector<T, VEC>& v, float acc) {
@@ -48,21 +36,24 @@ __device__ __forceinline__ float AddSquaredDeviations(const ktune::AlignedVector
   return acc;
 }
 
-// out = (x - mean) * inv_std * w (+ b), elementwise, in this order (the reference's).
-template <typename T, int VEC>
+// out = (x - mean) * inv_std * w (+ b), elementwise, in this order (the reference's), for
+// the vector u of weight and bias (the bias read only when has_bias).
+template <int PREFETCH, int N, int STRIDE, int VEC, typename T>
 __device__ __forceinline__ ktune::AlignedVector<T, VEC> Normalize(
-    const ktune::AlignedVector<T, VEC>& xv, const T* __restrict__ weight,
-    const T* __restrict__ bias, int has_bias, int idx, float mean, float inv_std) {
+    const ktune::AlignedVector<T, VEC>& xv,
+    const ktune::RowVectors<PREFETCH, N, STRIDE, VEC, T>& weight,
+    const ktune::RowVectors<PREFETCH, N, STRIDE, VEC, T>& bias, int u, int has_bias,
+    float mean, float inv_std) {
   float xf[VEC];
   float wf[VEC];
   ktune::VectorToFloat(xv, xf);
-  ktune::VectorToFloat(ktune::LoadVector<VEC>(weight + idx * VEC), wf);
+  ktune::VectorToFloat(weight.At(u), wf);
   float of[VEC];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) of[k] = (xf[k] - mean) * inv_std * wf[k];
   if (has_bias) {
     float bf[VEC];
-    ktune::VectorToFloat(ktune::LoadVector<VEC>(bias + idx * VEC), bf);
+    ktune::VectorToFloat(bias.At(u), bf);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) of[k] += bf[k];
   }
@@ -74,39 +65,31 @@ __device__ __forceinline__ ktune::AlignedVector<T, VEC> Normalize(
 /// LayerNorm of each row: out[r, i] = (x[r, i] - mean) * rsqrt(var + eps) * weight[i]
 /// (+ bias[i] when has_bias), mean and var (biased, over hidden) by two passes in float:
 /// the sum, then the sum of squared deviations from the mean.
-///   T:             float, __half or __nv_bfloat16.
-///   BLOCK:         threads per block (== blockDim.x); a multiple of 32 with BLOCK / 32 a
-///                  power of two, at most KTUNE_MAX_THREADS.
-///   VEC:           elements per vector access; 1, 2, 4 or 8 with VEC * sizeof(T) <= 16.
-///   ROWS_PER_WARP: 0: one row per block (grid = tokens); 1: one row per warp, BLOCK / 32
-///                  rows per block (grid = ceil(tokens / (BLOCK / 32))).
+///   T, BLOCK, VEC, ROWS_PER_WARP: as ktune::RowKernel (ktune/row.cuh): the element type,
+///                  threads per block, elements per vector access, and a row per block (0,
+///                  grid = tokens) or per warp (1, grid = ceil(tokens / (BLOCK / 32))).
 ///   CACHE:         0: the row is read three times (sum, deviations, output; the last two
 ///                  mostly L2 hits); C > 0: each thread keeps its C vectors of the row in
 ///                  registers, so x is read once. Needs hidden <= threads_per_row * VEC * C.
+///   PREFETCH_W:    0: with CACHE > 0, each weight (and bias) vector is loaded after the
+///                  reductions, where it is used; 1: this thread's C weight vectors (and C
+///                  bias vectors when has_bias) are loaded together with x, before the
+///                  reductions, so the loads' latencies overlap (C or 2C more vectors of
+///                  registers). 1 only with CACHE > 0.
 /// has_bias: 0 or 1, the same for the whole launch (bias is not read when 0).
 /// REQUIRES: hidden % VEC == 0; x, weight, bias, out aligned to VEC * sizeof(T) bytes; out
 /// overlaps none of the inputs (__restrict__); 1 <= hidden.
-template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE>
+template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W>
 __global__ void KTUNE_LAUNCH_BOUNDS
     layernorm_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                      const T* __restrict__ bias, T* __restrict__ out, int tokens, int hidden,
                      int has_bias, float eps) {
-  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
-  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
-  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "VEC must be 1, 2, 4 or 8");
-  static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
-  static_assert(ROWS_PER_WARP == 0 || ROWS_PER_WARP == 1, "ROWS_PER_WARP must be 0 or 1");
-  static_assert(CACHE >= 0 && CACHE <= 32, "CACHE must be from 0 to 32 vectors");
+  using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
+  using Vec = typename K::Vec;
+  constexpr int kThreadsPerRow = K::kThreadsPerRow;
 
-  using Vec = ktune::AlignedVector<T, VEC>;
-  constexpr int kThreadsPerRow = ROWS_PER_WARP ? ktune::kWarpSize : BLOCK;
-  constexpr int kRowsPerBlock = ROWS_PER_WARP ? BLOCK / ktune::kWarpSize : 1;
-
-  const int t = threadIdx.x % kThreadsPerRow;
-  const long long row =
-      static_cast<long long>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  // Uniform over the threads of a row, so no thread that stays skips a shuffle or barrier.
+  const int t = K::Lane();
+  const long long row = K::Row();
   if (row >= tokens) return;
 
   const long long row_start = row * hidden;
@@ -118,16 +101,16 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   if constexpr (CACHE > 0) {
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c. All C
     // loads are issued before any is used; vectors past the row are zeros and skipped.
+    using Affine = ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T>;
+    const Affine w(weight, t, num_vec);
+    const Affine b(bias, t, num_vec, has_bias);
     Vec cache[CACHE];
-#pragma unroll
-    for (int c = 0; c < CACHE; ++c) {
-      const int idx = t + c * kThreadsPerRow;
-      cache[c] = idx < num_vec ? ktune::LoadVector<VEC>(x_row + idx * VEC) : Vec{};
-    }
-    float sum = 0.f;
+    ktune::LoadRowVectors<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
+    // Exactly 0.f (see RowVectors::ZeroAfterLoads): orders the prefetches with x's loads.
+    float sum = w.ZeroAfterLoads(num_vec >> 31) + b.ZeroAfterLoads(num_vec >> 31);
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) sum = ktune_layernorm::AddSum(cache[c], sum);
-    const float mean = ktune_layernorm::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
+    const float mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
     float sq = 0.f;
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
@@ -136,15 +119,14 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       }
     }
     if constexpr (!ROWS_PER_WARP) __syncthreads();  // BlockReduceSum's slots are reused
-    const float inv_std =
-        rsqrtf(ktune_layernorm::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
+    const float inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
       const int idx = t + c * kThreadsPerRow;
       if (idx < num_vec) {
         ktune::StoreVector<VEC>(out_row + idx * VEC,
-                                ktune_layernorm::Normalize(cache[c], weight, bias, has_bias,
-                                                           idx, mean, inv_std));
+                                ktune_layernorm::Normalize(cache[c], w, b, c, has_bias, mean,
+                                                           inv_std));
       }
     }
   } else {
@@ -152,28 +134,21 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     // this variant is for rows longer than any cache, where the checks are noise).
     constexpr int kU = ktune_layernorm::kUncachedUnroll;
     constexpr int kChunk = kThreadsPerRow * kU;
+    using Affine = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T>;
     float sum = 0.f;
 #pragma unroll 1
     for (int v = t; v < num_vec; v += kChunk) {
       Vec xv[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int idx = v + u * kThreadsPerRow;
-        xv[u] = idx < num_vec ? ktune::LoadVector<VEC>(x_row + idx * VEC) : Vec{};
-      }
+      ktune::LoadRowVectors<kU, kThreadsPerRow>(x_row, v, num_vec, xv);
 #pragma unroll
       for (int u = 0; u < kU; ++u) sum = ktune_layernorm::AddSum(xv[u], sum);
     }
-    const float mean = ktune_layernorm::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
+    const float mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
     float sq = 0.f;
 #pragma unroll 1
     for (int v = t; v < num_vec; v += kChunk) {
       Vec xv[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int idx = v + u * kThreadsPerRow;
-        if (idx < num_vec) xv[u] = ktune::LoadVector<VEC>(x_row + idx * VEC);
-      }
+      ktune::LoadRowVectors<kU, kThreadsPerRow>(x_row, v, num_vec, xv);
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         if (v + u * kThreadsPerRow < num_vec) {
@@ -182,23 +157,20 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       }
     }
     if constexpr (!ROWS_PER_WARP) __syncthreads();  // BlockReduceSum's slots are reused
-    const float inv_std =
-        rsqrtf(ktune_layernorm::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
+    const float inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
 #pragma unroll 1
     for (int v = t; v < num_vec; v += kChunk) {
       Vec xv[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int idx = v + u * kThreadsPerRow;
-        if (idx < num_vec) xv[u] = ktune::LoadVector<VEC>(x_row + idx * VEC);
-      }
+      ktune::LoadRowVectors<kU, kThreadsPerRow>(x_row, v, num_vec, xv);
+      const Affine w(weight, v, num_vec);
+      const Affine b(bias, v, num_vec);
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int idx = v + u * kThreadsPerRow;
         if (idx < num_vec) {
           ktune::StoreVector<VEC>(out_row + idx * VEC,
-                                  ktune_layernorm::Normalize(xv[u], weight, bias, has_bias, idx,
-                                                             mean, inv_std));
+                                  ktune_layernorm::Normalize(xv[u], w, b, u, has_bias, mean,
+                                                             inv_std));
         }
       }
     }

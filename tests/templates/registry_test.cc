@@ -39,15 +39,21 @@ TEST(RegistryTest, BrokenTemplateIsReportedAndOthersLoad) {
                                               HasSubstr("unknown template 'nope'; known: tiny")));
 }
 
+// Every file under include/ is hashed, not only common.cuh (the norm templates also include
+// ktune/row.cuh).
 TEST(RegistryTest, SharedHeaderChangeChangesSourceHash) {
-  const std::string root = testing::NewTempDir();
-  testing::WriteTiny(root);
-  ASSERT_OK(MakeDirs(root + "/include/ktune"));
-  ASSERT_OK(AtomicWriteFile(root + "/include/ktune/common.cuh", "// v1\n"));
-  ASSERT_OK_AND_ASSIGN(auto a, LoadTemplateRegistry(root));
-  ASSERT_OK(AtomicWriteFile(root + "/include/ktune/common.cuh", "// v2\n"));
-  ASSERT_OK_AND_ASSIGN(auto b, LoadTemplateRegistry(root));
-  EXPECT_NE((*a->Get("tiny"))->source_hash(), (*b->Get("tiny"))->source_hash());
+  for (const char* header : {"common.cuh", "row.cuh"}) {
+    SCOPED_TRACE(header);
+    const std::string root = testing::NewTempDir();
+    testing::WriteTiny(root);
+    ASSERT_OK(MakeDirs(root + "/include/ktune"));
+    ASSERT_OK(AtomicWriteFile(root + "/include/ktune/common.cuh", "// v1\n"));
+    ASSERT_OK(AtomicWriteFile(root + "/include/ktune/row.cuh", "// v1\n"));
+    ASSERT_OK_AND_ASSIGN(auto a, LoadTemplateRegistry(root));
+    ASSERT_OK(AtomicWriteFile(absl::StrCat(root, "/include/ktune/", header), "// v2\n"));
+    ASSERT_OK_AND_ASSIGN(auto b, LoadTemplateRegistry(root));
+    EXPECT_NE((*a->Get("tiny"))->source_hash(), (*b->Get("tiny"))->source_hash());
+  }
 }
 
 TEST(RegistryTest, MissingFolder) {

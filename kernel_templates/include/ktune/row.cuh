@@ -1,0 +1,186 @@
+// Row helpers shared by ktune's row-wise normalization templates (rmsnorm, add_rmsnorm,
+// layernorm): where a thread's row lies (a row per block or a row per warp), the row's
+// reduction, strided vector loads of a row into registers, the row-length affine vectors
+// (weight, bias) either prefetched into registers or loaded where used, and the RMS scale.
+//
+// Device code only, included after nothing but "ktune/common.cuh" (which it includes); the
+// same rules hold: no host headers, every helper a pure function of its arguments (the
+// reduction also of its row's threads), so any number of blocks may run them at once.
+//
+// The layout every helper assumes: the row is hidden / VEC vectors; thread t of a row
+// (t < threads_per_row) owns the row vectors t, t + threads_per_row, t + 2 * threads_per_row,
+// ..., so each step u of a strided loop is one coalesced access by the row's threads.
+#ifndef KTUNE_ROW_CUH_
+#define KTUNE_ROW_CUH_
+
+#include "ktune/common.cuh"
+
+namespace ktune {
+
+/// The compile-time shape of a row-wise kernel, its knobs checked once here.
+///   T:             float, __half or __nv_bfloat16.
+///   BLOCK:         threads per block (== blockDim.x); a multiple of 32 with BLOCK / 32 a
+///                  power of two, at most KTUNE_MAX_THREADS.
+///   VEC:           elements per vector access; 1, 2, 4 or 8 with VEC * sizeof(T) <= 16.
+///   ROWS_PER_WARP: 0: one row per block, reduced by all BLOCK threads (grid = tokens);
+///                  1: one row per warp, BLOCK / 32 rows per block, warp shuffles only.
+///   CACHE:         vectors of the row each thread keeps in registers, 0 to 32.
+///   PREFETCH_W:    0 or 1: also keep this thread's weight (and bias) vectors, loaded with
+///                  the row's; only with CACHE > 0.
+template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W>
+struct RowKernel {
+  static_assert(kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
+  static_assert(BLOCK % kWarpSize == 0, "BLOCK must be a multiple of the warp size");
+  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
+  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "VEC must be 1, 2, 4 or 8");
+  static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
+  static_assert(ROWS_PER_WARP == 0 || ROWS_PER_WARP == 1, "ROWS_PER_WARP must be 0 or 1");
+  static_assert(CACHE >= 0 && CACHE <= 32, "CACHE must be from 0 to 32 vectors");
+  static_assert(PREFETCH_W == 0 || PREFETCH_W == 1, "PREFETCH_W must be 0 or 1");
+  static_assert(PREFETCH_W == 0 || CACHE > 0, "PREFETCH_W needs CACHE > 0");
+
+  using Vec = AlignedVector<T, VEC>;
+  static constexpr int kThreadsPerRow = ROWS_PER_WARP ? kWarpSize : BLOCK;
+  static constexpr int kRowsPerBlock = ROWS_PER_WARP ? BLOCK / kWarpSize : 1;
+
+  // This thread's index within its row, in [0, kThreadsPerRow).
+  __device__ __forceinline__ static int Lane() { return threadIdx.x % kThreadsPerRow; }
+
+  // This thread's row. Uniform over the threads of a row (a warp, or the whole block), so
+  // a kernel that returns when it is past the last row skips no shuffle or barrier that a
+  // thread which stays needs.
+  __device__ __forceinline__ static long long Row() {
+    return static_cast<long long>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  }
+};
+
+/// The row's sum of each thread's partial; every thread of the row gets the same value.
+/// REQUIRES: every thread of the row calls it; with ROWS_PER_WARP == 0, a __syncthreads()
+/// between two calls (BlockReduceSum reuses its slots).
+template <int BLOCK, int ROWS_PER_WARP>
+__device__ __forceinline__ float RowSum(float partial) {
+  if constexpr (ROWS_PER_WARP) {
+    return WarpReduceSum(partial);
+  } else {
+    return BlockReduceSum<BLOCK>(partial);
+  }
+}
+
+/// Loads the row vectors first + u * STRIDE (u < N) that are below num_vec into v[u], and
+/// zeros for the others (which add nothing to a sum). All N loads are issued before any is
+/// used, and every v[u] is defined on every path, so nothing stays live across an
+/// enclosing loop.
+/// REQUIRES: row is aligned to VEC * sizeof(T) bytes.
+template <int N, int STRIDE, int VEC, typename T>
+__device__ __forceinline__ void LoadRowVectors(const T* __restrict__ row, int first,
+                                               int num_vec, AlignedVector<T, VEC> (&v)[N]) {
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+    const int idx = first + u * STRIDE;
+    v[u] = idx < num_vec ? LoadVector<VEC>(row + idx * VEC) : AlignedVector<T, VEC>{};
+  }
+}
+
+/// A thread's vectors first + u * STRIDE (u < N) of a row-length vector that every row reads
+/// (weight, bias). PREFETCH == 1: all loaded into registers when constructed, so that their
+/// DRAM latency overlaps the row's own loads instead of following the reduction; costs N
+/// vectors of registers. PREFETCH == 0: only the address is kept, and At loads the vector
+/// where it is used (after the reduction; mostly an L1/L2 hit, since every row reads it).
+/// Either way At(u) returns the same values.
+/// REQUIRES: p is aligned to VEC * sizeof(T) bytes; At(u) only for first + u * STRIDE <
+/// num_vec; `load` false (a vector the kernel never reads, e.g. an absent bias) only if At
+/// is never called.
+template <int PREFETCH, int N, int STRIDE, int VEC, typename T>
+class RowVectors {
+ public:
+  static_assert(PREFETCH == 0 || PREFETCH == 1, "PREFETCH must be 0 or 1");
+
+  __device__ __forceinline__ RowVectors(const T* __restrict__ p, int first, int num_vec,
+                                        bool load = true)
+      : p_(p), first_(first) {
+    if constexpr (PREFETCH) {
+      if (load) {
+        LoadRowVectors<N, STRIDE>(p, first, num_vec, v_);
+      } else {
+#pragma unroll
+        for (int u = 0; u < N; ++u) v_[u] = AlignedVector<T, VEC>{};
+      }
+    }
+  }
+
+  /// +0.f, computed from every prefetched vector (0.f at once without PREFETCH), for a
+  /// sum to start from. ptxas schedules loads by its own heuristics: without a use, it
+  /// issues the prefetched loads only after the row's first sums, which wait for the row's
+  /// loads, so the two latencies add up again (seen in sm_90 SASS). Starting the row's sum
+  /// from this value makes every prefetched load an input of it, so all are issued with
+  /// the row's. REQUIRES: zero == 0 at run time (pass a value ptxas cannot fold, e.g.
+  /// num_vec >> 31 with num_vec >= 1); then the result is exactly +0.f.
+  __device__ __forceinline__ float ZeroAfterLoads(int zero) const {
+    if constexpr (PREFETCH) {
+      unsigned int bits = 0;
+#pragma unroll
+      for (int u = 0; u < N; ++u) bits |= v_[u].words[0];
+      return __uint_as_float(bits & static_cast<unsigned int>(zero));
+    } else {
+      return 0.f;
+    }
+  }
+
+  __device__ __forceinline__ AlignedVector<T, VEC> At(int u) const {
+    if constexpr (PREFETCH) {
+      return v_[u];
+    } else {
+      return LoadVector<VEC>(p_ + (first_ + u * STRIDE) * VEC);
+    }
+  }
+
+ private:
+  const T* __restrict__ p_;
+  int first_;
+  AlignedVector<T, VEC> v_[PREFETCH ? N : 1];
+};
+
+/// acc plus the squares of v's elements, in element order.
+template <typename T, int VEC>
+__device__ __forceinline__ float SumOfSquares(const AlignedVector<T, VEC>& v, float acc) {
+  float f[VEC];
+  VectorToFloat(v, f);
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) acc = fmaf(f[k], f[k], acc);
+  return acc;
+}
+
+/// x * inv_rms * w elementwise, in this order (the RMSNorm references').
+template <typename T, int VEC>
+__device__ __forceinline__ AlignedVector<T, VEC> ScaleByRms(const AlignedVector<T, VEC>& xv,
+                                                            const AlignedVector<T, VEC>& wv,
+                                                            float inv_rms) {
+  float xf[VEC];
+  float wf[VEC];
+  VectorToFloat(xv, xf);
+  VectorToFloat(wv, wf);
+  float of[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) of[k] = xf[k] * inv_rms * wf[k];
+  return FloatToVector<T>(of);
+}
+
+/// out = x * inv_rms * weight for the row vectors first + u * STRIDE (u < N) below num_vec,
+/// x already in registers (x[u] is row vector first + u * STRIDE), weight's vectors from w
+/// (built with the same first).
+/// REQUIRES: out_row aligned to VEC * sizeof(T) bytes.
+template <int N, int STRIDE, int VEC, typename T, int PREFETCH>
+__device__ __forceinline__ void ScaleRowVectors(const AlignedVector<T, VEC> (&x)[N],
+                                                const RowVectors<PREFETCH, N, STRIDE, VEC, T>& w,
+                                                T* __restrict__ out_row, int first,
+                                                int num_vec, float inv_rms) {
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+    const int idx = first + u * STRIDE;
+    if (idx < num_vec) StoreVector<VEC>(out_row + idx * VEC, ScaleByRms(x[u], w.At(u), inv_rms));
+  }
+}
+
+}  // namespace ktune
+
+#endif  // KTUNE_ROW_CUH_
