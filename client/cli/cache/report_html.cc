@@ -159,7 +159,8 @@ std::string RenderTemplatePage(const std::string& template_id,
                                const std::vector<ReportEntry>& entries, const std::string& source) {
   std::string html = Header(absl::StrCat("ktune: ", template_id));
   absl::StrAppend(&html, "<h1>", XmlEscape(template_id), "</h1>\n<p class=\"legend\">",
-                  entries.size(), " entries from <code>", XmlEscape(source),
+                  entries.size(), entries.size() == 1 ? " entry" : " entries", " from <code>",
+                  XmlEscape(source),
                   "</code>. Roofline: every timed trial of the entry's job a blue point, the "
                   "winner a red ring, under the device's measured copy ceiling. Param plots: "
                   "kernel time of each candidate by the value of one param or knob. Hover a "
