@@ -252,7 +252,11 @@ int RunShow(const ShowArgs& args) {
   if (!trials.empty()) {
     absl::StrAppend(&out, "\nwhy it won: ", ok.size(), " timed candidates, fastest first",
                     ok.size() > limit ? absl::StrCat(" (top ", limit, ")") : "",
-                    "; * the winner; vs-best is time / the winner's\n");
+                    "; * the winner; vs-best is time / the winner's\n",
+                    ok.empty() || ok.front()->config == e.config
+                        ? ""
+                        : "(the winner is decided by a final round that re-times the fastest "
+                          "three interleaved, so it need not rank first by its search time)\n");
     std::vector<std::vector<std::string>> rows = {
         {"", "RANK", "OUTCOME", "TIME_US", "VS-BEST", "SPREAD", "REGS", "OCC", "WAVES", "CEIL",
          "PARAMS", "KNOBS"}};
