@@ -244,7 +244,7 @@ class AddRmsNorm(Op):
 
 
 class LayerNorm(Op):
-    """With bias (the manifest's dim affine = 2), eps 1e-5 as torch's default."""
+    """With bias (the manifest's dim with_bias = 1), eps 1e-5 as torch's default."""
     name = template = "layernorm"
     scalars = {"eps": 1e-5}
     # The bias can cancel y * w to ~0: a peer that rounds y * w to bf16 before adding b is
@@ -253,7 +253,7 @@ class LayerNorm(Op):
     peers = ("eager", "compile", "triton")
 
     def shapes(self, rows):
-        return [{"tokens": r, "hidden": h, "affine": 2} for h in (4096, 8192) for r in rows]
+        return [{"tokens": r, "hidden": h, "with_bias": 1} for h in (4096, 8192) for r in rows]
 
     def label(self, s):
         return f"{s['tokens']}x{s['hidden']}"
@@ -397,7 +397,7 @@ class Softmax(Op):
 
 
 class Rope(Op):
-    """Llama-3-8B: q 32 heads, k 8 heads, head_dim 128, neox style (the manifest's style 1),
+    """Llama-3-8B: q 32 heads, k 8 heads, head_dim 128, neox pairing (the manifest's interleaved = 0),
     in place; cos_sin is a real f32 cache (theta 500000, 4096 positions), positions random."""
     name = template = "rope"
     # The eager peer rotates in bf16 as vLLM's forward_native does (cos and sin cast to the
@@ -408,7 +408,7 @@ class Rope(Op):
     max_pos = 4096
 
     def shapes(self, rows):
-        return [{"tokens": r, "heads": 32, "kv_heads": 8, "head_dim": 128, "style": 1}
+        return [{"tokens": r, "heads": 32, "kv_heads": 8, "head_dim": 128, "interleaved": 0}
                 for r in rows]
 
     def label(self, s):

@@ -205,7 +205,10 @@ double ShapeDistance(const Shape& a, const Shape& b) {
   double d = 0;
   for (const auto& [name, v] : a) {
     auto it = b.find(name);
-    if (it == b.end() || v <= 0 || it->second <= 0) return INFINITY;
+    if (it == b.end()) return INFINITY;
+    if (v == it->second) continue;
+    // A flag dim (0 or 1) has no nearer value: its neighbours differ in the math.
+    if (v <= 0 || it->second <= 0) return INFINITY;
     d += std::abs(std::log2(static_cast<double>(v) / static_cast<double>(it->second)));
   }
   return d;

@@ -182,7 +182,9 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
     if (!identifiers_.insert(d.name()).second) {
       return Fail({{"dims", i}}, field + ".name", absl::StrCat("'", d.name(), "' declared twice"));
     }
-    if (d.min() < 1) return Fail({{"dims", i}}, field + ".min", "must be at least 1");
+    // 0 is allowed for a flag or a count that may be zero (layernorm's with_bias); a buffer
+    // whose size it makes 0 is caught when the shape is bound (sizes must be >= 1).
+    if (d.min() < 0) return Fail({{"dims", i}}, field + ".min", "must be at least 0");
     if (d.max() != 0 && d.max() < d.min()) {
       return Fail({{"dims", i}}, field + ".max", "is below min");
     }

@@ -32,7 +32,9 @@ bool IsModelName(absl::string_view s) {
 // Appends the values of `r` to `out`; `field` names the range in errors.
 absl::Status ExpandRange(const v1::SpecRange& r, const TextProtoFile& rep, int line,
                          const std::string& field, std::vector<int64_t>* out) {
-  if (r.first() < 1) return rep.Fail(line, field + ".first", "must be >= 1");
+  // Dims are never negative; 0 is a flag's value (layernorm's with_bias), and the template
+  // says which values it takes.
+  if (r.first() < 0) return rep.Fail(line, field + ".first", "must be >= 0");
   if (r.last() < r.first()) {
     return rep.Fail(line, field + ".last",
                     absl::StrCat(r.last(), " is below first (", r.first(), ")"));
@@ -43,6 +45,9 @@ absl::Status ExpandRange(const v1::SpecRange& r, const TextProtoFile& rep, int l
   }
   if (r.step() < 0) return rep.Fail(line, field + ".step", "must be >= 1");
   if (r.factor() < 0 || r.factor() == 1) return rep.Fail(line, field + ".factor", "must be >= 2");
+  if (r.factor() != 0 && r.first() < 1) {
+    return rep.Fail(line, field + ".first", "a geometric range (factor) must start at 1 or more");
+  }
   size_t added = 0;
   for (int64_t v = r.first(); v <= r.last();) {
     if (++added > static_cast<size_t>(kMaxSpecDimValues)) {
@@ -101,9 +106,9 @@ absl::Status CheckEntry(const v1::SpecEntry& e, int i, const TextProtoFile& rep,
     sd.name = dim.name();
     sd.line = line;
     for (int64_t v : dim.values()) {
-      if (v < 1) {
+      if (v < 0) {
         return rep.Fail(rep.LineOf({{"entries", i}, {"dims", d}, {"values", 0}}), dat + ".values",
-                        absl::StrCat(v, " is below 1"));
+                        absl::StrCat(v, " is below 0"));
       }
       sd.values.push_back(v);
     }

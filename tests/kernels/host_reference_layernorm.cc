@@ -2,8 +2,8 @@
 //   mean[t]   = sum_i x[t, i] / hidden
 //   var[t]    = sum_i (x[t, i] - mean[t])^2 / hidden   (biased)
 //   out[t, i] = (x[t, i] - mean[t]) / sqrt(var[t] + eps) * weight[i] (+ bias[i]
-//   if affine == 2)
-// The dim `affine` says whether there is a bias (1: no, 2: yes; the bias buffer
+//   if with_bias == 1)
+// The dim `with_bias` says whether there is a bias (0: no, 1: yes; the bias buffer
 // then has hidden elements, else one that is never read).
 #include <cmath>
 #include <cstdint>
@@ -20,12 +20,12 @@ namespace {
 absl::StatusOr<HostOutputs> Layernorm(const HostProblem &p) {
   KTUNE_ASSIGN_OR_RETURN(const int64_t tokens, p.Dim("tokens"));
   KTUNE_ASSIGN_OR_RETURN(const int64_t hidden, p.Dim("hidden"));
-  KTUNE_ASSIGN_OR_RETURN(const int64_t affine, p.Dim("affine"));
-  if (affine != 1 && affine != 2) {
+  KTUNE_ASSIGN_OR_RETURN(const int64_t with_bias, p.Dim("with_bias"));
+  if (with_bias != 0 && with_bias != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dim affine is ", affine, ", not 1 or 2"));
+        absl::StrCat("dim with_bias is ", with_bias, ", not 0 or 1"));
   }
-  const bool has_bias = affine == 2;
+  const bool has_bias = with_bias == 1;
   KTUNE_ASSIGN_OR_RETURN(const double eps, p.Scalar("eps"));
   KTUNE_ASSIGN_OR_RETURN(const std::vector<double> *x,
                          p.Input("x", tokens * hidden));
@@ -60,14 +60,14 @@ HostReference LayernormHostReference() {
   // 4096 is where the default config (CACHE = 4: 2048 < hidden <= 256 x 4 x 4)
   // is itself valid.
   return {Layernorm,
-          SameShapes({{{"tokens", 1}, {"hidden", 1}, {"affine", 2}},
-                      {{"tokens", 7}, {"hidden", 1}, {"affine", 1}},
-                      {{"tokens", 1}, {"hidden", 3}, {"affine", 2}},
-                      {{"tokens", 7}, {"hidden", 3}, {"affine", 1}},
-                      {{"tokens", 1}, {"hidden", 1000}, {"affine", 1}},
-                      {{"tokens", 7}, {"hidden", 1000}, {"affine", 2}},
-                      {{"tokens", 3}, {"hidden", 4096}, {"affine", 2}},
-                      {{"tokens", 2}, {"hidden", 4096}, {"affine", 1}}})};
+          SameShapes({{{"tokens", 1}, {"hidden", 1}, {"with_bias", 1}},
+                      {{"tokens", 7}, {"hidden", 1}, {"with_bias", 0}},
+                      {{"tokens", 1}, {"hidden", 3}, {"with_bias", 1}},
+                      {{"tokens", 7}, {"hidden", 3}, {"with_bias", 0}},
+                      {{"tokens", 1}, {"hidden", 1000}, {"with_bias", 0}},
+                      {{"tokens", 7}, {"hidden", 1000}, {"with_bias", 1}},
+                      {{"tokens", 3}, {"hidden", 4096}, {"with_bias", 1}},
+                      {{"tokens", 2}, {"hidden", 4096}, {"with_bias", 0}}})};
 }
 
 } // namespace ktune::testing

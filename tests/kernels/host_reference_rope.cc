@@ -2,8 +2,8 @@
 // [tokens, kv_heads, head_dim]. With d = head_dim, p = positions[t], c =
 // cos_sin[p, i] and s = cos_sin[p, d / 2 + i], each head vector x of token t
 // rotates every pair i < d / 2, (a, b) -> (a c - b s, b c + a s), where the
-// pair is (x[i], x[i + d / 2]) for style 1 (neox) and (x[2i], x[2i + 1]) for
-// style 2 (GPT-J).
+// pair is (x[i], x[i + d / 2]) for interleaved 0 (neox) and (x[2i], x[2i + 1])
+// for interleaved 1 (GPT-J).
 #include <cstdint>
 #include <vector>
 
@@ -24,10 +24,10 @@ absl::StatusOr<HostOutputs> Rope(const HostProblem &p) {
   KTUNE_ASSIGN_OR_RETURN(const int64_t heads, p.Dim("heads"));
   KTUNE_ASSIGN_OR_RETURN(const int64_t kv_heads, p.Dim("kv_heads"));
   KTUNE_ASSIGN_OR_RETURN(const int64_t d, p.Dim("head_dim"));
-  KTUNE_ASSIGN_OR_RETURN(const int64_t style, p.Dim("style"));
-  if (style != 1 && style != 2) {
+  KTUNE_ASSIGN_OR_RETURN(const int64_t interleaved, p.Dim("interleaved"));
+  if (interleaved != 0 && interleaved != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dim style is ", style, ", not 1 or 2"));
+        absl::StrCat("dim interleaved is ", interleaved, ", not 0 or 1"));
   }
   if (d % 2 != 0)
     return absl::InvalidArgumentError(absl::StrCat("head_dim ", d, " is odd"));
@@ -51,8 +51,8 @@ absl::StatusOr<HostOutputs> Rope(const HostProblem &p) {
     const double *cs = cos_sin->data() + pos * d;
     auto rotate = [&](double *x) {
       for (int64_t i = 0; i < d / 2; ++i) {
-        const int64_t ia = style == 1 ? i : 2 * i;
-        const int64_t ib = style == 1 ? i + d / 2 : 2 * i + 1;
+        const int64_t ia = interleaved ? 2 * i : i;
+        const int64_t ib = interleaved ? 2 * i + 1 : i + d / 2;
         const double a = x[ia], b = x[ib], c = cs[i], s = cs[d / 2 + i];
         x[ia] = a * c - b * s;
         x[ib] = b * c + a * s;
@@ -67,25 +67,25 @@ absl::StatusOr<HostOutputs> Rope(const HostProblem &p) {
 }
 
 Shape RopeShape(int64_t tokens, int64_t heads, int64_t kv_heads,
-                int64_t head_dim, int64_t style) {
+                int64_t head_dim, int64_t interleaved) {
   return {{"tokens", tokens},
           {"heads", heads},
           {"kv_heads", kv_heads},
           {"head_dim", head_dim},
-          {"style", style}};
+          {"interleaved", interleaved}};
 }
 
 } // namespace
 
 HostReference RopeHostReference() {
   // head_dim 2 (one pair), 6 (3 pairs: 1-element vectors only), 10, 64 and 128;
-  // odd token and head counts; both styles at each kind of size.
+  // odd token and head counts; both pairings at each kind of size.
   return {
       Rope,
-      SameShapes({RopeShape(1, 1, 1, 2, 1), RopeShape(1, 1, 1, 2, 2),
-                  RopeShape(7, 3, 1, 6, 1), RopeShape(7, 3, 1, 6, 2),
-                  RopeShape(3, 5, 3, 10, 2), RopeShape(7, 4, 2, 64, 1),
-                  RopeShape(3, 32, 8, 128, 1), RopeShape(3, 32, 8, 128, 2)})};
+      SameShapes({RopeShape(1, 1, 1, 2, 0), RopeShape(1, 1, 1, 2, 1),
+                  RopeShape(7, 3, 1, 6, 0), RopeShape(7, 3, 1, 6, 1),
+                  RopeShape(3, 5, 3, 10, 1), RopeShape(7, 4, 2, 64, 0),
+                  RopeShape(3, 32, 8, 128, 0), RopeShape(3, 32, 8, 128, 1)})};
 }
 
 } // namespace ktune::testing

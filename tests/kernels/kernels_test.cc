@@ -263,7 +263,7 @@ TEST(HostReferenceTest, AddRmsnorm) {
 
 TEST(HostReferenceTest, Layernorm) {
   HostProblem p;
-  p.shape = {{"tokens", 1}, {"hidden", 3}, {"affine", 2}};
+  p.shape = {{"tokens", 1}, {"hidden", 3}, {"with_bias", 1}};
   p.scalars = {{"eps", 0}};
   p.inputs = {{"x", {1, 2, 3}}, {"weight", {1, 1, 2}}, {"bias", {0, 1, 0.5}}};
   // mean 2, biased variance 2 / 3: 1 / std = sqrt(1.5).
@@ -271,8 +271,8 @@ TEST(HostReferenceTest, Layernorm) {
   ASSERT_OK_AND_ASSIGN(HostOutputs out, RunHost("layernorm", p));
   EXPECT_THAT(out["out"],
               Pointwise(DoubleNear(1e-15), {-inv_std, 1.0, 2 * inv_std + 0.5}));
-  // affine = 1: no bias (its buffer is one element, not read).
-  p.shape["affine"] = 1;
+  // with_bias = 0: no bias (its buffer is one element, not read).
+  p.shape["with_bias"] = 0;
   p.inputs["bias"] = {100};
   ASSERT_OK_AND_ASSIGN(out, RunHost("layernorm", p));
   EXPECT_THAT(out["out"],
@@ -320,7 +320,7 @@ TEST(HostReferenceTest, Rope) {
              {"heads", 1},
              {"kv_heads", 1},
              {"head_dim", 2},
-             {"style", 1}};
+             {"interleaved", 0}};
   std::vector<double> cos_sin(4096 * 2, 0.0);
   cos_sin[2] = 0.6; // row 1: cos, sin
   cos_sin[3] = 0.8;
@@ -344,7 +344,7 @@ TEST(HostReferenceTest, Rope) {
               {"positions", {2}}};
   ASSERT_OK_AND_ASSIGN(out, RunHost("rope", p));
   EXPECT_THAT(out["q"], ElementsAre(-3, 2, 1, 4));
-  p.shape["style"] = 2;
+  p.shape["interleaved"] = 1;
   ASSERT_OK_AND_ASSIGN(out, RunHost("rope", p));
   EXPECT_THAT(out["q"], ElementsAre(-2, 1, 3, 4));
   EXPECT_THAT(out["k"], ElementsAre(-2, 1, 3, 4));

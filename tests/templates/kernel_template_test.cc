@@ -75,6 +75,8 @@ const BrokenCase kBrokenCases[] = {
     {"dim_name", "dims { name: \"n\"", "dims { name: \"N\"",
      ":5: dims[0].name: 'N' is not a lower-case name [a-z][a-z0-9_]*"},
     {"dim_example", "example: 1000", "example: 0", ":5: dims[0].example: must lie within [min, max]"},
+    {"dim_min_negative", "min: 1 max: 1048576", "min: -1 max: 1048576",
+     ":5: dims[0].min: must be at least 0"},
     {"param_default", "default: 128", "default: 100",
      ":6: params[0].default: 100 is not one of the values"},
     {"param_repeated_value", "values: [1, 2, 4]", "values: [1, 2, 2]",

@@ -77,13 +77,13 @@ TEST_F(ShippedRopeSiluGemvTest, SiluAndMulSearchSpaces) {
 
 TEST_F(ShippedRopeSiluGemvTest, RopeSearchSpacesForBothStyles) {
   for (int64_t tokens : {1, 16, 256, 4096, 16384}) {
-    for (int64_t style : {1, 2}) {
+    for (int64_t interleaved : {0, 1}) {
       ExpectSearchable("rope", {{"tokens", tokens}, {"heads", 32}, {"kv_heads", 8},
-                                {"head_dim", 128}, {"style", style}});
+                                {"head_dim", 128}, {"interleaved", interleaved}});
     }
   }
   ExpectSearchable("rope", {{"tokens", 4096}, {"heads", 64}, {"kv_heads", 8}, {"head_dim", 64},
-                            {"style", 2}});
+                            {"interleaved", 1}});
 }
 
 TEST_F(ShippedRopeSiluGemvTest, GemvSearchSpaces) {
@@ -133,12 +133,12 @@ TEST_F(ShippedRopeSiluGemvTest, BadShapesAreRejectedNamingTheDim) {
   EXPECT_THAT(ValidateRequest(*silu, DType::kBF16, {{"tokens", 4}}),
               StatusIs(kInvalid, HasSubstr("missing dim 'inter'")));
   const Shape rope_shape = {{"tokens", 4}, {"heads", 32}, {"kv_heads", 8}, {"head_dim", 128}};
-  Shape bad_style = rope_shape;
-  bad_style["style"] = 3;
-  EXPECT_THAT(ValidateRequest(*rope, DType::kF16, bad_style),
-              StatusIs(kInvalid, HasSubstr("dim 'style'")));
+  Shape bad_flag = rope_shape;
+  bad_flag["interleaved"] = 2;
+  EXPECT_THAT(ValidateRequest(*rope, DType::kF16, bad_flag),
+              StatusIs(kInvalid, HasSubstr("dim 'interleaved'")));
   EXPECT_THAT(ValidateRequest(*rope, DType::kF16, rope_shape),
-              StatusIs(kInvalid, HasSubstr("missing dim 'style'")));
+              StatusIs(kInvalid, HasSubstr("missing dim 'interleaved'")));
   EXPECT_THAT(ValidateRequest(*gemv, DType::kBF16, {{"n", 4096}, {"k", 4096}, {"batch", 9}}),
               StatusIs(kInvalid, HasSubstr("dim 'batch'")));
   EXPECT_THAT(ValidateRequest(*gemv, DType::kBF16, {{"n", 0}, {"k", 4096}, {"batch", 1}}),
@@ -153,7 +153,7 @@ TEST_F(ShippedRopeSiluGemvTest, OddSizesPruneToWhatFits) {
       SearchSpace odd,
       EnumerateSearchSpace(Get("rope"), DType::kBF16,
                            {{"tokens", 4}, {"heads", 2}, {"kv_heads", 1}, {"head_dim", 63},
-                            {"style", 1}},
+                            {"interleaved", 0}},
                            target));
   EXPECT_THAT(odd.configs, IsEmpty());
   ASSERT_OK_AND_ASSIGN(

@@ -158,10 +158,14 @@ INSTANTIATE_TEST_SUITE_P(
                 "model: \"m\"\nentries { template: \"tiny\" dtypes: [\"f32\"]\n"
                 "  dims { name: \"n\" } }\n",
                 "3: entries[0].dims[0]: dim 'n' has no values"},
-        BadSpec{"value below 1",
+        BadSpec{"negative value",
                 "model: \"m\"\nentries { template: \"tiny\" dtypes: [\"f32\"]\n"
-                "  dims { name: \"n\"\n values: [0] } }\n",
-                "4: entries[0].dims[0].values: 0 is below 1"},
+                "  dims { name: \"n\"\n values: [-1] } }\n",
+                "4: entries[0].dims[0].values: -1 is below 0"},
+        BadSpec{"geometric range from 0",
+                "model: \"m\"\nentries { template: \"tiny\" dtypes: [\"f32\"]\n"
+                "  dims { name: \"n\"\n    range { first: 0 last: 8 factor: 2 } } }\n",
+                "4: entries[0].dims[0].range[0].first: a geometric range (factor) must start at 1"},
         BadSpec{"range with step and factor",
                 "model: \"m\"\nentries { template: \"tiny\" dtypes: [\"f32\"]\n"
                 "  dims { name: \"n\"\n    range { first: 1 last: 8 step: 1 factor: 2 } } }\n",
@@ -178,10 +182,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "model: \"m\"\nentries { template: \"tiny\" dtypes: [\"f32\"]\n"
                 "  dims { name: \"n\" range { first: 9 last: 8 step: 1 } } }\n",
                 "3: entries[0].dims[0].range[0].last: 8 is below first (9)"},
-        BadSpec{"first 0",
+        BadSpec{"first negative",
                 "model: \"m\"\nentries { template: \"tiny\" dtypes: [\"f32\"]\n"
-                "  dims { name: \"n\" range { first: 0 last: 8 step: 1 } } }\n",
-                "3: entries[0].dims[0].range[0].first: must be >= 1"},
+                "  dims { name: \"n\" range { first: -1 last: 8 step: 1 } } }\n",
+                "3: entries[0].dims[0].range[0].first: must be >= 0"},
         BadSpec{"too many values",
                 "model: \"m\"\nentries { template: \"tiny\" dtypes: [\"f32\"]\n"
                 "  dims { name: \"n\" range { first: 1 last: 1000000 step: 1 } } }\n",
