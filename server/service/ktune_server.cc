@@ -200,20 +200,6 @@ class TuneStream : public grpc::ServerWriteReactor<v1::TuneEvent> {
   std::shared_ptr<StreamState> state_;
 };
 
-// |log2 ratio| summed over the dims: 4096 vs 8192 and 8192 vs 4096 are equally near.
-double ShapeDistance(const Shape& a, const Shape& b) {
-  double d = 0;
-  for (const auto& [name, v] : a) {
-    auto it = b.find(name);
-    if (it == b.end()) return INFINITY;
-    if (v == it->second) continue;
-    // A flag dim (0 or 1) has no nearer value: its neighbours differ in the math.
-    if (v <= 0 || it->second <= 0) return INFINITY;
-    d += std::abs(std::log2(static_cast<double>(v) / static_cast<double>(it->second)));
-  }
-  return d;
-}
-
 bool SameToken(const std::string& a, const std::string& b) {
   // Constant time in the contents, so the token cannot be guessed byte by byte.
   if (a.size() != b.size()) return false;

@@ -1,5 +1,7 @@
 #include "server/templates/shape.h"
 
+#include <cmath>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,6 +41,18 @@ absl::StatusOr<Shape> ParseShape(absl::string_view text) {
     }
   }
   return shape;
+}
+
+double ShapeDistance(const Shape& a, const Shape& b) {
+  double d = 0;
+  for (const auto& [name, v] : a) {
+    auto it = b.find(name);
+    if (it == b.end()) return INFINITY;
+    if (v == it->second) continue;
+    if (v <= 0 || it->second <= 0) return INFINITY;
+    d += std::abs(std::log2(static_cast<double>(v) / static_cast<double>(it->second)));
+  }
+  return d;
 }
 
 }  // namespace ktune

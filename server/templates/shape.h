@@ -24,6 +24,13 @@ std::string ShapeString(const Shape& shape);
 // value that is not a decimal int64.
 absl::StatusOr<Shape> ParseShape(absl::string_view text);
 
+// How far apart two shapes of one template are, for FALLBACK's nearest stored neighbour:
+// the sum over dims of |log2(a / b)|, so 4096 vs 8192 and 8192 vs 4096 are equally near and
+// a factor of two costs 1 in any dim. Equal values cost 0; a dim where one side is 0 and the
+// other is not (a flag, e.g. layernorm's with_bias) makes them unrelated: infinity, as does
+// a dim missing from `b`.
+double ShapeDistance(const Shape& a, const Shape& b);
+
 }  // namespace ktune
 
 #endif  // KTUNE_SERVER_TEMPLATES_SHAPE_H_

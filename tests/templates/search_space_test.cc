@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "server/templates/instance.h"
 #include "tests/templates/template_fixture.h"
@@ -161,6 +163,27 @@ TEST(ShapeTest, ParseAndPrint) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dim 'n' given twice")));
   EXPECT_THAT(ParseShape("n=99999999999999999999"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an integer")));
+}
+
+TEST(ShapeTest, DistanceIsLog2RatiosAndNeverCrossesAFlag) {
+  const Shape a = {{"tokens", 4096}, {"hidden", 4096}, {"with_bias", 1}};
+  EXPECT_EQ(ShapeDistance(a, a), 0);
+  Shape b = a;
+  b["tokens"] = 8192;
+  EXPECT_DOUBLE_EQ(ShapeDistance(a, b), 1);
+  EXPECT_DOUBLE_EQ(ShapeDistance(b, a), 1);
+  b["hidden"] = 1024;
+  EXPECT_DOUBLE_EQ(ShapeDistance(a, b), 3);  // 1 for tokens, 2 for hidden
+  // A flag that differs (1 vs 0) is another computation, not a neighbour.
+  Shape no_bias = a;
+  no_bias["with_bias"] = 0;
+  EXPECT_EQ(ShapeDistance(a, no_bias), INFINITY);
+  // Both 0: equal, so near.
+  Shape no_bias_longer = no_bias;
+  no_bias_longer["tokens"] = 2048;
+  EXPECT_DOUBLE_EQ(ShapeDistance(no_bias, no_bias_longer), 1);
+  // A dim the other lacks: unrelated.
+  EXPECT_EQ(ShapeDistance(a, {{"tokens", 4096}}), INFINITY);
 }
 
 TEST(TargetTest, FromArch) {
