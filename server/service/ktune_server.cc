@@ -326,16 +326,20 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     }
     const v1::Policy policy = request->policy();
     absl::StatusOr<store::Lookup> hit = Lookup(*q);
-    if (hit.ok() && !hit->stale && generation.ok()) {
+    if (hit.ok() && !hit->stale) {
+      // Fresh: the answer whatever the policy, and kept for the next call.
       absl::StatusOr<v1::KernelArtifact> a = ArtifactFor(*q, hit->entry, false, v1::EXACT);
-      if (a.ok()) {
-        auto kept = std::make_shared<const v1::KernelArtifact>(*std::move(a));
-        artifacts_.Put(cache_key, *generation, kept);
-        *response->mutable_artifact() = *kept;
-        once->Finish(grpc::Status::OK);
+      if (!a.ok()) {
+        once->Finish(ToGrpcStatus(a.status()));
         return call;
       }
+      auto kept = std::make_shared<const v1::KernelArtifact>(*std::move(a));
+      if (generation.ok()) artifacts_.Put(cache_key, *generation, kept);
+      *response->mutable_artifact() = *kept;
+      once->Finish(grpc::Status::OK);
+      return call;
     }
+    // From here on the hit, if any, is stale.
     auto answer = [this, once, response](const absl::StatusOr<v1::KernelArtifact>& a,
                                          int64_t job_id) {
       if (!once->Claim()) return;
@@ -352,11 +356,10 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
       if (!hit.ok()) {
         answer(hit.status(), 0);
       } else {
-        answer(ArtifactFor(*q, hit->entry, hit->stale, v1::EXACT), 0);
+        answer(ArtifactFor(*q, hit->entry, /*stale=*/true, v1::EXACT), 0);
       }
       return call;
     }
-    const bool fresh = hit.ok() && !hit->stale;
     if (!hit.ok() && hit.status().code() != absl::StatusCode::kNotFound &&
         hit.status().code() != absl::StatusCode::kDataLoss) {
       answer(hit.status(), 0);  // the store failed: no point compiling or tuning
@@ -364,10 +367,6 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     }
 
     if (policy == v1::TUNE) {
-      if (fresh) {
-        answer(ArtifactFor(*q, hit->entry, false, v1::EXACT), 0);
-        return call;
-      }
       absl::StatusOr<std::shared_ptr<TuningJob>> job = Submit(*q, "exhaustive", 0);
       if (!job.ok()) {
         answer(job.status(), 0);
@@ -381,11 +380,10 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
       return call;
     }
 
-    // FALLBACK.
+    // FALLBACK: a stale entry answers now while its re-tune runs.
     if (hit.ok()) {
-      int64_t job_id = 0;
-      if (hit->stale) job_id = BackgroundTune(*q);
-      answer(ArtifactFor(*q, hit->entry, hit->stale, v1::EXACT), job_id);
+      const int64_t job_id = BackgroundTune(*q);
+      answer(ArtifactFor(*q, hit->entry, /*stale=*/true, v1::EXACT), job_id);
       return call;
     }
     executor_.Run([this, q = *q, answer] {

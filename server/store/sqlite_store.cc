@@ -785,6 +785,8 @@ class SqliteStore final : public Store {
   }
 
   absl::StatusOr<int64_t> ChangeCounter() override {
+    // ":memory:" has one connection, which sees no data_version change of its own: it counts
+    // its writes instead.
     if (in_memory_) return own_writes_.load();
     absl::MutexLock lock(&version_mu_);
     if (version_db_ == nullptr) {
@@ -792,14 +794,16 @@ class SqliteStore final : public Store {
                              Db::Open(path_, OpenMode::kReadOnly, options_.busy_timeout_ms));
     }
     // data_version moves when any other connection commits, this store's writer and other
-    // processes alike; only the value asked on one connection is comparable, hence its own.
+    // processes alike; only values asked on one connection compare, hence one of its own.
     KTUNE_ASSIGN_OR_RETURN(const int64_t data_version,
                            version_db_->QueryInt("PRAGMA data_version"));
+    // Counted here rather than returned as is: SQLite promises only that the value differs
+    // after a change, not that it grows.
     if (data_version != last_data_version_) {
       last_data_version_ = data_version;
-      ++external_changes_;
+      ++changes_;
     }
-    return external_changes_ + own_writes_.load();
+    return changes_;
   }
 
  private:
@@ -825,8 +829,9 @@ class SqliteStore final : public Store {
           absl::StrCat("the store ", path_, " was opened read-only"));
     }
     absl::MutexLock lock(&write_mu_);
-    // Counted whether or not fn commits: a spurious change only costs a cache its entry.
-    own_writes_.fetch_add(1);
+    // ChangeCounter of ":memory:"; counted whether or not fn commits (a spurious change only
+    // costs a cache its entry).
+    if (in_memory_) own_writes_.fetch_add(1);
     return fn(*writer_);
   }
 
@@ -860,12 +865,13 @@ class SqliteStore final : public Store {
   absl::Mutex pool_mu_;
   std::vector<std::unique_ptr<Db>> idle_readers_ ABSL_GUARDED_BY(pool_mu_);
 
-  // ChangeCounter's state: a connection of its own, opened on first use.
+  // ChangeCounter's state: writes counted for ":memory:"; for a file, a connection of its
+  // own (opened on first use) and the data_version changes it has seen.
   std::atomic<int64_t> own_writes_{0};
   absl::Mutex version_mu_;
   std::unique_ptr<Db> version_db_ ABSL_GUARDED_BY(version_mu_);
   int64_t last_data_version_ ABSL_GUARDED_BY(version_mu_) = -1;
-  int64_t external_changes_ ABSL_GUARDED_BY(version_mu_) = 0;
+  int64_t changes_ ABSL_GUARDED_BY(version_mu_) = 0;
 };
 
 }  // namespace

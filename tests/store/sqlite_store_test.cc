@@ -384,6 +384,29 @@ TEST(SqliteStore, MemoryStoreCannotBeReadOnly) {
 
 // ---- files ----
 
+// ktuned keeps artifacts while this counter holds; it must move on every commit, this
+// store's or another connection's, and only then.
+TEST(SqliteStore, ChangeCounterMovesOnEveryCommitAndOnlyThen) {
+  TempDir dir;
+  const std::string path = dir.File("ktune.db");
+  ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(path));
+  ASSERT_OK_AND_ASSIGN(const int64_t start, store->ChangeCounter());
+  ASSERT_OK(store->ListDevices().status());
+  EXPECT_THAT(store->ChangeCounter(), ::ktune::testing::IsOkAndHolds(start));
+  ASSERT_OK(store->PutDevice(MakeDevice()));
+  ASSERT_OK_AND_ASSIGN(const int64_t after_own, store->ChangeCounter());
+  EXPECT_NE(after_own, start);
+  ASSERT_OK(ExecSqlForTesting(path, "UPDATE devices SET name = 'renamed'"));
+  ASSERT_OK_AND_ASSIGN(const int64_t after_other, store->ChangeCounter());
+  EXPECT_NE(after_other, after_own);
+  EXPECT_THAT(store->ChangeCounter(), ::ktune::testing::IsOkAndHolds(after_other));
+
+  auto memory = OpenMemory();
+  ASSERT_OK_AND_ASSIGN(const int64_t mem_start, memory->ChangeCounter());
+  ASSERT_OK(memory->PutDevice(MakeDevice()));
+  EXPECT_THAT(memory->ChangeCounter(), ::testing::Not(::ktune::testing::IsOkAndHolds(mem_start)));
+}
+
 TEST(SqliteStore, FileStoreKeepsDataAcrossReopen) {
   TempDir dir;
   const std::string path = dir.File("ktune.db");
