@@ -29,15 +29,7 @@ using ::ktune::store::testing::WriteBytes;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::ostream& operator<<(std::ostream& os, const Result& r) {
-  return os << "exit " << r.exit_code << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
-}
+using Result = ::ktune::testing::RunResult;
 
 class CacheCommandTest : public ::testing::Test {
  protected:
@@ -46,12 +38,7 @@ class CacheCommandTest : public ::testing::Test {
     args.insert(args.begin(), "cache");
     const std::string run_dir = dir_.File(absl::StrCat("run", runs_++));
     std::filesystem::create_directories(run_dir);
-    testing::Subprocess ktune(KTUNE_BINARY_DIR "/bin/ktune", args, run_dir);
-    Result r;
-    r.exit_code = ktune.Wait(absl::Seconds(60));
-    r.out = ktune.Stdout();
-    r.err = ktune.Stderr();
-    return r;
+    return testing::RunToEnd(KTUNE_BINARY_DIR "/bin/ktune", args, run_dir, absl::Seconds(60));
   }
 
   // The temp folder's path replaced, so goldens do not depend on where tests run.

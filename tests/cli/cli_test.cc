@@ -35,25 +35,12 @@ using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-struct Result {
-  int exit_code = -1;  // -1: did not exit normally
-  std::string out;
-  std::string err;
-};
-
-std::ostream& operator<<(std::ostream& os, const Result& r) {
-  return os << "exit " << r.exit_code << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
-}
+using Result = testing::RunResult;
 
 // Runs ktune with `args` to completion, hermetic (tests/testing/subprocess.h), in a fresh
 // folder.
 Result Ktune(const std::vector<std::string>& args) {
-  testing::Subprocess ktune(KTUNE_BINARY_DIR "/bin/ktune", args, NewTempDir());
-  Result run;
-  run.exit_code = ktune.Wait();
-  run.out = ktune.Stdout();
-  run.err = ktune.Stderr();
-  return run;
+  return testing::RunToEnd(KTUNE_BINARY_DIR "/bin/ktune", args, NewTempDir());
 }
 
 // The rows of `ktune templates`, each split on runs of spaces.

@@ -35,15 +35,7 @@ constexpr char kKtune[] = KTUNE_BINARY_DIR "/bin/ktune";
 constexpr char kKtuned[] = KTUNE_BINARY_DIR "/bin/ktuned";
 constexpr char kFakeWorker[] = KTUNE_BINARY_DIR "/bin/fake_ktune_worker";
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::ostream& operator<<(std::ostream& os, const Result& r) {
-  return os << "exit " << r.exit_code << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
-}
+using Result = testing::RunResult;
 
 class SpecTuneTest : public ::testing::Test {
  protected:
@@ -77,13 +69,7 @@ class SpecTuneTest : public ::testing::Test {
   }
 
   Result Run(const std::vector<std::string>& args) {
-    const std::string out = NewTempDir();
-    testing::Subprocess p(kKtune, args, out);
-    Result r;
-    r.exit_code = p.Wait(absl::Seconds(120));
-    r.out = p.Stdout();
-    r.err = p.Stderr();
-    return r;
+    return testing::RunToEnd(kKtune, args, NewTempDir(), absl::Seconds(120));
   }
 
   static std::map<std::string, nlohmann::json> ByShape(const nlohmann::json& j) {

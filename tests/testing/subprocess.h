@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,31 @@ class Subprocess {
   pid_t pid_ = 0;
   int exit_code_ = -1;
 };
+
+// A program run to its end: its exit status (-1: it did not exit normally, or not within
+// the timeout) and what it printed.
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const RunResult& r) {
+  return os << "exit " << r.exit_code << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
+}
+
+// Runs `binary` with `args` as a Subprocess in the existing folder `dir` and waits for it
+// (at most `timeout`).
+inline RunResult RunToEnd(const std::string& binary, const std::vector<std::string>& args,
+                          const std::string& dir,
+                          absl::Duration timeout = absl::InfiniteDuration()) {
+  Subprocess p(binary, args, dir);
+  RunResult r;
+  r.exit_code = p.Wait(timeout);
+  r.out = p.Stdout();
+  r.err = p.Stderr();
+  return r;
+}
 
 }  // namespace ktune::testing
 
