@@ -3,9 +3,13 @@
 // The candidate kernel, split-K's reduction kernel and the reference; the manifest
 // (gemv.textproto) gives their launch geometry and arguments.
 //
-// Memory-bound on W: each element of W is used batch times, so the kernel streams W once
-// with 16-byte loads, several in flight per thread, and keeps x's elements in registers
-// across the rows a thread works on.
+// Memory-bound on W: each element of W is used batch times, so the kernels stream W once
+// with 16-byte loads, several in flight per thread. Two candidate kernels:
+//   gemv_kernel      CUDA cores: each thread keeps ROWS x BATCH float accumulators and
+//                    re-reads x's vectors for each step (from L1);
+//   gemv_mma_kernel  tensor cores (f16/bf16, sm_80+): W's rows are the A operand and the
+//                    batch the 8 columns of B of mma.m16n8k16 with float accumulation, so
+//                    one x vector serves 16 rows and no CUDA-core FMA touches W.
 //
 // Device code only, compiled by NVRTC with -DKTUNE_MAX_THREADS=... -DKTUNE_MIN_BLOCKS=...
 #include "ktune/common.cuh"
@@ -48,6 +52,47 @@ __device__ __forceinline__ void Accumulate(const ktune::AlignedVector<T, VEC> (&
       }
     }
   }
+}
+
+// W and x fragments of one mma step as 32-bit words (two 16-bit elements each).
+struct Words4 {
+  unsigned int w[4];
+};
+
+// 16 bytes at p as four words, or zeros when !valid (nothing is loaded).
+template <bool kStreaming, typename T>
+__device__ __forceinline__ Words4 LoadWords(const T* p, bool valid) {
+  Words4 r = {{0u, 0u, 0u, 0u}};
+  if (valid) {
+    const ktune::AlignedVector<T, 8> v =
+        kStreaming ? LoadStreaming<8>(p) : ktune::LoadVector<8>(p);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.w[i] = v.words[i];
+  }
+  return r;
+}
+
+// d += A B for one m16n8k16 tile: A's four words, B's two, four float accumulators.
+template <typename T>
+__device__ __forceinline__ void Mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (ktune::kIsSame<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, "
+        "%7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+#else
+  __trap();  // the manifest chooses this kernel only on sm_80 and later
+#endif
 }
 
 }  // namespace ktune_gemv
@@ -171,6 +216,142 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemv_kernel(const T* __restrict__ w, const T
         y[static_cast<long long>(b) * n_rows + n] = ktune::FromFloat<T>(acc[r][b]);
       } else {
         partial[(static_cast<long long>(blockIdx.y) * batch + b) * n_rows + n] = acc[r][b];
+      }
+    }
+  }
+}
+
+/// y = W x on tensor cores (or, SPLIT_K > 1, the partial sums of K slices), float
+/// accumulation: each mma.m16n8k16 multiplies 16 rows of W (A, row-major) by x's batch rows
+/// as the 8 columns of B, rows b >= batch being zeros.
+///
+/// Layout. Lane l of a warp is in group g = l / 4 with q = l % 4. mma's fragments give lane
+/// (g, q) A's rows g and g + 8 at k = 2q, 2q + 1, 2q + 8, 2q + 9, B's column g at the same
+/// k, and the outputs (rows g, g + 8; columns 2q, 2q + 1). A dot product does not depend on
+/// the order of k, so each lane loads 8 *consecutive* elements (16 bytes) of rows g and
+/// g + 8 and of x's row g at columns 32 c + 8 q of a 32-column chunk c, and feeds them to
+/// two mma steps as k = {2q, 2q + 1, 2q + 8, 2q + 9} <- elements {0, 1, 2, 3} and {4, 5,
+/// 6, 7}: A and B agree on that order, which is all the product needs.
+///
+///   T:       __half or __nv_bfloat16.
+///   BLOCK:   threads per block, BLOCK / 32 warps: the warps share the block's 16 * ROWS
+///            rows and take every (BLOCK / 32)-th chunk of the K slice, then add their
+///            accumulators through shared memory in warp order.
+///   ROWS:    16-row tiles per block (1, 2 or 4): each x load serves 16 * ROWS rows.
+///   UNROLL:  chunks per warp per step: 2 * ROWS * UNROLL loads of W (16 bytes) in flight.
+///   SPLIT_K: as gemv_kernel's, in chunks of 32 columns.
+/// REQUIRES: 1 <= batch <= 8; K % 8 == 0; W, x, y aligned to 16 bytes; as gemv_kernel's.
+template <typename T, int BLOCK, int ROWS, int UNROLL, int SPLIT_K>
+__global__ void KTUNE_LAUNCH_BOUNDS gemv_mma_kernel(const T* __restrict__ w,
+                                                    const T* __restrict__ x, T* __restrict__ y,
+                                                    float* __restrict__ partial, int n_rows,
+                                                    int k_cols, int batch) {
+  static_assert(ktune::kIsSame<T, __half> || ktune::kIsSame<T, __nv_bfloat16>,
+                "T must be __half or __nv_bfloat16");
+  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
+  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
+  static_assert(ROWS == 1 || ROWS == 2 || ROWS == 4, "ROWS must be 1, 2 or 4");
+  static_assert(UNROLL >= 1 && UNROLL <= 8, "UNROLL must be from 1 to 8");
+  static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K must be from 1 to 16");
+  constexpr int kWarps = BLOCK / ktune::kWarpSize;
+  constexpr int kChunk = 32;  // columns per chunk: 4 lanes x 8 elements
+  __shared__ float sums[kWarps > 1 ? kWarps - 1 : 1][ROWS][4][ktune::kWarpSize];
+
+  const int warp = threadIdx.x / ktune::kWarpSize;
+  const int lane = threadIdx.x % ktune::kWarpSize;
+  const int g = lane / 4;
+  const int q = lane % 4;
+  const int row_base = blockIdx.x * 16 * ROWS;
+  // Rows past N read row N - 1 (valid memory, results dropped): every lane takes part in
+  // every mma.
+  const T* lo[ROWS];
+  const T* hi[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int n_lo = min(row_base + 16 * r + g, n_rows - 1);
+    const int n_hi = min(row_base + 16 * r + g + 8, n_rows - 1);
+    lo[r] = w + static_cast<long long>(n_lo) * k_cols + 8 * q;
+    hi[r] = w + static_cast<long long>(n_hi) * k_cols + 8 * q;
+  }
+  const bool has_x = g < batch;
+  const T* x_row = x + static_cast<long long>(has_x ? g : 0) * k_cols + 8 * q;
+
+  const int num_chunks = (k_cols + kChunk - 1) / kChunk;
+  const int per_split = (num_chunks + SPLIT_K - 1) / SPLIT_K;
+  const int c_begin = SPLIT_K == 1 ? 0 : blockIdx.y * per_split;
+  const int c_end = SPLIT_K == 1 ? num_chunks : min(num_chunks, c_begin + per_split);
+
+  float acc[ROWS][4];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[r][i] = 0.f;
+  }
+
+#pragma unroll 1
+  for (int c = c_begin + warp; c < c_end; c += kWarps * UNROLL) {
+    ktune_gemv::Words4 wl[UNROLL][ROWS];
+    ktune_gemv::Words4 wh[UNROLL][ROWS];
+    ktune_gemv::Words4 xv[UNROLL];
+    // Every load of the step before the first mma. A lane's 8 elements lie wholly inside K
+    // or wholly past it (K % 8 == 0); past it, W and x are zeros.
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int cu = c + u * kWarps;
+      const int col = cu * kChunk;
+      const bool valid = cu < c_end && col + 8 * q < k_cols;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        wl[u][r] = ktune_gemv::LoadWords<true>(lo[r] + col, valid);
+        wh[u][r] = ktune_gemv::LoadWords<true>(hi[r] + col, valid);
+      }
+      xv[u] = ktune_gemv::LoadWords<false>(x_row + col, valid && has_x);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        ktune_gemv::Mma16816<T>(acc[r], wl[u][r].w[0], wh[u][r].w[0], wl[u][r].w[1],
+                                wh[u][r].w[1], xv[u].w[0], xv[u].w[1]);
+        ktune_gemv::Mma16816<T>(acc[r], wl[u][r].w[2], wh[u][r].w[2], wl[u][r].w[3],
+                                wh[u][r].w[3], xv[u].w[2], xv[u].w[3]);
+      }
+    }
+  }
+
+  // Warps 1.. hand their accumulators to warp 0, which adds them in warp order.
+  if constexpr (kWarps > 1) {
+    if (warp > 0) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sums[warp - 1][r][i][lane] = acc[r][i];
+      }
+    }
+    __syncthreads();
+    if (warp > 0) return;
+#pragma unroll 1
+    for (int v = 0; v < kWarps - 1; ++v) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[r][i] += sums[v][r][i][lane];
+      }
+    }
+  }
+  // acc[r][i]: row row_base + 16 r + g + 8 (i / 2), batch row 2 q + i % 2.
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int n = row_base + 16 * r + g + 8 * (i / 2);
+      const int b = 2 * q + i % 2;
+      if (n < n_rows && b < batch) {
+        if constexpr (SPLIT_K == 1) {
+          y[static_cast<long long>(b) * n_rows + n] = ktune::FromFloat<T>(acc[r][i]);
+        } else {
+          partial[(static_cast<long long>(blockIdx.y) * batch + b) * n_rows + n] = acc[r][i];
+        }
       }
     }
   }
