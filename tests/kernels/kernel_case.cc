@@ -110,11 +110,13 @@ EncodeExpected(const Instance &reference, const HostOutputs &outputs) {
 
 absl::StatusOr<ChosenCandidate>
 ChooseCandidate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
-                const Shape &shape, const TargetInfo &target) {
+                const Shape &shape, const TargetInfo &target,
+                const ConfigFilter &want) {
   const Config default_config = DefaultConfig(*tmpl, target);
   KTUNE_ASSIGN_OR_RETURN(BindResult bound,
                          Bind(tmpl, dtype, shape, default_config, target));
-  if (bound.instance) {
+  const bool default_wanted = !want || want(default_config);
+  if (bound.instance && default_wanted) {
     return ChosenCandidate{default_config, *std::move(bound.instance), ""};
   }
   KTUNE_ASSIGN_OR_RETURN(
@@ -123,6 +125,8 @@ ChooseCandidate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
   const Config *best = nullptr;
   int best_differing = 0;
   for (const Config &c : space.configs) {
+    if (want && !want(c))
+      continue;
     int differing = 0;
     for (const auto &[name, value] : c.params) {
       auto it = default_config.params.find(name);
@@ -132,6 +136,11 @@ ChooseCandidate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
       best = &c;
       best_differing = differing;
     }
+  }
+  if (best == nullptr && want && !space.configs.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(CaseName(tmpl->name(), dtype, shape),
+                     ": no valid config of the wanted kind"));
   }
   if (best == nullptr) {
     return absl::FailedPreconditionError(
@@ -147,8 +156,13 @@ ChooseCandidate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
         "config ", ConfigString(*best),
         " from the search space does not bind: ", chosen.rejected_because));
   }
-  return ChosenCandidate{*best, *std::move(chosen.instance),
-                         bound.rejected_because};
+  std::string why;
+  if (!bound.instance) {
+    why = bound.rejected_because;
+  } else if (!default_wanted) {
+    why = "is not of the wanted kind";
+  }
+  return ChosenCandidate{*best, *std::move(chosen.instance), why};
 }
 
 } // namespace ktune::testing

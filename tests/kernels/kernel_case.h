@@ -10,6 +10,7 @@
 #define KTUNE_TESTS_KERNELS_KERNEL_CASE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,14 +51,20 @@ struct ChosenCandidate {
   std::string default_rejected_because;
 };
 
+// Which configs a check wants (a kernel variant: e.g. gemv's MMA = 1); null
+// wants any.
+using ConfigFilter = std::function<bool(const Config &)>;
+
 // The default config (DefaultConfig) bound to the shape, or, where it is
 // rejected (e.g. VEC = 4 at hidden = 3), the valid config at default knobs that
 // differs from the default in the fewest params (the first such in the search
 // space's order). kFailedPrecondition when the shape has no valid config at
-// all.
+// all. With `want`, the same among the configs it accepts (the default only if
+// it does); kNotFound when the shape has no valid config it accepts.
 absl::StatusOr<ChosenCandidate>
 ChooseCandidate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
-                const Shape &shape, const TargetInfo &target);
+                const Shape &shape, const TargetInfo &target,
+                const ConfigFilter &want = nullptr);
 
 } // namespace ktune::testing
 

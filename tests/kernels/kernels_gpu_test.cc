@@ -1,7 +1,8 @@
 // Every shipped template's kernels against its host reference, on a real GPU
 // (label `gpu`): for each dtype and each of the host reference's small shapes,
-// the template's reference launches and its default candidate (or the valid
-// config nearest to it where the default does not fit the shape) run through
+// the template's reference launches, its default candidate (or the valid
+// config nearest to it where the default does not fit the shape) and the config
+// nearest to the default of each other kernel variant (kernel_variants.h) run through
 // the worker's own request handler in this process, on the inputs the worker
 // generates; their outputs come back (WorkerSession::LastOutputs) and are
 // compared with the host reference's, rounded to the output type, under the
@@ -35,6 +36,7 @@
 #include "server/tuning/gpu_problem.h"
 #include "tests/kernels/host_reference.h"
 #include "tests/kernels/kernel_case.h"
+#include "tests/kernels/kernel_variants.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/status_matchers.h"
 
@@ -186,14 +188,36 @@ protected:
                        gpu.session->LastOutputs(), want, problem.atol(),
                        problem.rtol());
 
-    // The default candidate, run by MeasureCandidate (checked there against the
-    // GPU reference, here against the host).
+    // The default candidate, then one of each other kernel variant valid here,
+    // each run by MeasureCandidate (checked there against the GPU reference,
+    // here against the host).
     ASSERT_OK_AND_ASSIGN(ChosenCandidate candidate,
                          ChooseCandidate(tmpl, dtype, shape, target));
+    CheckCandidate(c, candidate, "default candidate", want, problem);
+    for (const KernelVariant &variant : KernelVariants(tmpl->name())) {
+      if (gpu.session->poisoned())
+        return;
+      absl::StatusOr<ChosenCandidate> v =
+          ChooseCandidate(tmpl, dtype, shape, target, variant.selects);
+      if (absl::IsNotFound(v.status()))
+        continue; // not valid at this shape
+      ASSERT_OK(v.status()) << c << ": " << variant.name;
+      CheckCandidate(c, *v, variant.name, want, problem);
+      ++variants_checked_[variant.name];
+    }
+  }
+
+  // Compiles and measures one candidate on the problem set up by CheckCase,
+  // then compares its outputs with the host's.
+  void CheckCandidate(const std::string &c, const ChosenCandidate &candidate,
+                      const std::string &kind,
+                      const std::map<std::string, std::string> &want,
+                      const v1::Problem &problem) {
+    Gpu &gpu = TheGpu();
     const std::string what =
         candidate.default_rejected_because.empty()
-            ? absl::StrCat("default candidate ", ConfigString(candidate.config))
-            : absl::StrCat("candidate ", ConfigString(candidate.config),
+            ? absl::StrCat(kind, " ", ConfigString(candidate.config))
+            : absl::StrCat(kind, " ", ConfigString(candidate.config),
                            " (the default ", candidate.default_rejected_because,
                            ")");
     absl::StatusOr<CompileResult> cand_compiled =
@@ -222,9 +246,12 @@ protected:
                          problem.atol(), problem.rtol());
     }
   }
+
+  // Cases each variant ran at, over the test.
+  std::map<std::string, int> variants_checked_;
 };
 
-TEST_P(KernelsGpuTest, ReferenceAndDefaultCandidateMatchTheHost) {
+TEST_P(KernelsGpuTest, ReferenceAndCandidatesMatchTheHost) {
   Gpu &gpu = TheGpu();
   const std::string &name = GetParam();
   absl::StatusOr<std::shared_ptr<const KernelTemplate>> tmpl =
@@ -243,6 +270,12 @@ TEST_P(KernelsGpuTest, ReferenceAndDefaultCandidateMatchTheHost) {
   }
   std::cout << name << ": " << cases
             << " cases (dtypes x shapes) checked against the host\n";
+  for (const KernelVariant &variant : KernelVariants(name)) {
+    EXPECT_GT(variants_checked_[variant.name], 0)
+        << name << ": variant '" << variant.name << "' ran at no case";
+    std::cout << name << ": variant '" << variant.name << "' at "
+              << variants_checked_[variant.name] << " cases\n";
+  }
 }
 
 std::vector<std::string> TemplateNames() {

@@ -17,6 +17,7 @@
 #include "server/templates/search_space.h"
 #include "tests/kernels/host_reference.h"
 #include "tests/kernels/kernel_case.h"
+#include "tests/kernels/kernel_variants.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/status_matchers.h"
 
@@ -196,6 +197,60 @@ TEST(KernelCaseTest,
   Config expected = DefaultConfig(*tmpl, target);
   expected.params["VEC"] = 1; // the one param that must change
   EXPECT_EQ(ConfigString(near.config), ConfigString(expected));
+}
+
+// A filter picks the nearest config it accepts, says the default was not of the
+// wanted kind, and is NotFound where the shape has valid configs but none it
+// accepts (gemv's tensor cores for f32).
+TEST(KernelCaseTest, CandidateOfAWantedKind) {
+  std::unique_ptr<TemplateRegistry> registry = LoadShipped();
+  ASSERT_NE(registry, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto tmpl, registry->Get("gemv"));
+  ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
+  const Shape shape = {{"n", 1000}, {"k", 1000}, {"batch", 8}};
+  const ConfigFilter mma = [](const Config &c) {
+    return c.params.at("MMA") == 1;
+  };
+  ASSERT_OK_AND_ASSIGN(ChosenCandidate chosen,
+                       ChooseCandidate(tmpl, DType::kBF16, shape, target, mma));
+  EXPECT_EQ(chosen.config.params.at("MMA"), 1);
+  EXPECT_EQ(chosen.default_rejected_because, "is not of the wanted kind");
+  EXPECT_THAT(chosen.instance.launches[0].name_expression,
+              HasSubstr("gemv_mma_kernel"));
+  EXPECT_THAT(ChooseCandidate(tmpl, DType::kF32, shape, target, mma).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("wanted kind")));
+}
+
+// Every kernel variant the GPU check runs is valid at one of its cases at
+// least (else the check would find none and pass without running it), and
+// each variant's filter rejects the default (which the check runs anyway).
+TEST(KernelVariantsTest, EachIsValidAtSomeCaseOfTheGpuCheck) {
+  std::unique_ptr<TemplateRegistry> registry = LoadShipped();
+  ASSERT_NE(registry, nullptr);
+  ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
+  for (const auto &[name, ref] : HostReferences()) {
+    ASSERT_OK_AND_ASSIGN(auto tmpl, registry->Get(name));
+    for (const KernelVariant &variant : KernelVariants(name)) {
+      SCOPED_TRACE(name + ": " + variant.name);
+      EXPECT_FALSE(variant.selects(DefaultConfig(*tmpl, target)));
+      int cases = 0;
+      for (DType dtype : tmpl->dtypes()) {
+        for (const Shape &shape : ref.shapes(dtype)) {
+          absl::StatusOr<ChosenCandidate> c =
+              ChooseCandidate(tmpl, dtype, shape, target, variant.selects);
+          if (c.ok()) {
+            EXPECT_TRUE(variant.selects(c->config));
+            ++cases;
+          } else {
+            EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("wanted kind")));
+          }
+        }
+      }
+      EXPECT_GT(cases, 0) << "valid at no case of the GPU check";
+    }
+  }
+  EXPECT_FALSE(KernelVariants("gemv").empty());
+  EXPECT_FALSE(KernelVariants("softmax").empty());
 }
 
 // ---- Each host reference on a case computed by hand

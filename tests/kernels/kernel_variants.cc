@@ -1,0 +1,53 @@
+#include "tests/kernels/kernel_variants.h"
+
+#include <cstdint>
+#include <map>
+
+namespace ktune::testing {
+namespace {
+
+// A param's value in the config (0 when the template has no such param).
+int64_t P(const Config &c, const char *name) {
+  auto it = c.params.find(name);
+  return it == c.params.end() ? 0 : it->second;
+}
+
+std::map<std::string, std::vector<KernelVariant>> AllVariants() {
+  return {
+      {"gemv",
+       {{"tensor cores",
+         [](const Config &c) { return P(c, "MMA") == 1 && P(c, "SPLIT_K") == 1; }},
+        {"tensor cores, split-K",
+         [](const Config &c) { return P(c, "MMA") == 1 && P(c, "SPLIT_K") > 1; }},
+        {"CUDA cores, split-K",
+         [](const Config &c) { return P(c, "MMA") == 0 && P(c, "SPLIT_K") > 1; }}}},
+      {"softmax",
+       {{"row cached in registers",
+         [](const Config &c) {
+           return P(c, "SPLIT") == 1 && P(c, "CACHE") > 0 && P(c, "ROWS_PER_WARP") == 0;
+         }},
+        {"row per warp",
+         [](const Config &c) { return P(c, "ROWS_PER_WARP") == 1; }},
+        {"cluster, slices in registers",
+         [](const Config &c) {
+           return P(c, "SPLIT") > 1 && P(c, "CACHE") > 0 && P(c, "STAGE") == 0;
+         }},
+        {"cluster, slices in shared memory",
+         [](const Config &c) {
+           return P(c, "SPLIT") > 1 && P(c, "CACHE") > 0 && P(c, "STAGE") == 1;
+         }},
+        {"two launches",
+         [](const Config &c) { return P(c, "SPLIT") > 1 && P(c, "CACHE") == 0; }}}},
+  };
+}
+
+} // namespace
+
+const std::vector<KernelVariant> &KernelVariants(const std::string &template_name) {
+  static const auto *all = new std::map<std::string, std::vector<KernelVariant>>(AllVariants());
+  static const auto *none = new std::vector<KernelVariant>();
+  auto it = all->find(template_name);
+  return it == all->end() ? *none : it->second;
+}
+
+} // namespace ktune::testing
