@@ -1331,6 +1331,8 @@ def parse_args(argv):
     p.add_argument("--rows", default=None,
                    help=f"rows (tokens; gemv: batch is separate) to run, default "
                         f"{','.join(map(str, DEFAULT_ROWS))}")
+    p.add_argument("--only", default=None,
+                   help="keep only the shapes with these dims, e.g. cols=128256 or batch=8")
     p.add_argument("--quick", action="store_true",
                    help=f"rows {','.join(map(str, QUICK_ROWS))} and the first shape variant only")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "f16"])
@@ -1371,6 +1373,11 @@ def parse_args(argv):
             QUICK_ROWS if args.quick else DEFAULT_ROWS)
     except ValueError:
         p.error(f"--rows: expected comma-separated integers, got '{args.rows}'")
+    try:
+        args.only = dict((k.strip(), int(v)) for k, v in
+                         (kv.split("=") for kv in args.only.split(","))) if args.only else {}
+    except ValueError:
+        p.error(f"--only: expected DIM=VALUE[,DIM=VALUE], got '{args.only}'")
     return args
 
 
@@ -1380,7 +1387,7 @@ def selected_shapes(op, args):
     shapes = op.shapes(args.rows)
     if args.quick:  # the first variant (hidden 4096, vocab 32000, ...) at the quick rows
         shapes = [s for s in shapes if op.variant(s) == op.variant(shapes[0])]
-    return shapes
+    return [s for s in shapes if all(s.get(k) == v for k, v in args.only.items())]
 
 
 def versions():
