@@ -8,9 +8,8 @@
 //   softmax_kernel          one block (or one warp) per row: the row cached in registers
 //                           (one DRAM read), or online max/sum then a second pass;
 //   softmax_cluster_kernel  SPLIT blocks of a thread-block cluster per row (sm_90+), each
-//                           caching a slice in registers or in shared memory, (max, sum)
-//                           exchanged once through distributed shared memory: rows too
-//                           long for one SM, one read;
+//                           caching a slice in registers, max and sum exchanged through
+//                           distributed shared memory: rows too long for one SM, one read;
 //   softmax_partial_kernel, softmax_finish_kernel
 //                           SPLIT blocks per row over two launches: partial online (max,
 //                           sum) per slice into a scratch buffer, then each block combines
@@ -33,6 +32,15 @@ __device__ __forceinline__ float NegInf() { return -__int_as_float(0x7f800000); 
 // e^(v - max) as 2^(v * log2(e) - max * log2(e)): one FFMA and one MUFU.EX2.
 __device__ __forceinline__ float ExpShifted(float v, float max_log2e) {
   return exp2f(fmaf(v, kLog2e, -max_log2e));
+}
+
+template <int WIDTH = ktune::kWarpSize>
+__device__ __forceinline__ float WarpReduceMax(float v) {
+#pragma unroll
+  for (int offset = WIDTH / 2; offset > 0; offset /= 2) {
+    v = fmaxf(v, __shfl_xor_sync(ktune::kFullMask, v, offset));
+  }
+  return v;
 }
 
 // A running softmax denominator: sum of e^(v - m) over the values seen, m their max.
@@ -61,9 +69,37 @@ __device__ __forceinline__ MaxSum WarpCombine(MaxSum v) {
   return v;
 }
 
-// The (max, sum) of a row from its threads' (a warp's, or the whole block's): one barrier.
-// `m_slots` and `s_slots` are BLOCK / 32 shared floats each that no other reduction uses.
+// Max / sum / combine over the threads of a row (a warp, or the whole block). `slots` is
+// BLOCK / 32 shared floats (two arrays for MaxSum) that no other reduction uses.
 // REQUIRES: every thread of the row calls it.
+template <int BLOCK, int ROWS_PER_WARP>
+__device__ __forceinline__ float RowMax(float v, float* slots) {
+  v = WarpReduceMax(v);
+  if constexpr (ROWS_PER_WARP || BLOCK == ktune::kWarpSize) {
+    return v;
+  } else {
+    constexpr int kWarps = BLOCK / ktune::kWarpSize;
+    const int lane = threadIdx.x % ktune::kWarpSize;
+    if (lane == 0) slots[threadIdx.x / ktune::kWarpSize] = v;
+    __syncthreads();
+    return WarpReduceMax<kWarps>(slots[lane % kWarps]);
+  }
+}
+
+template <int BLOCK, int ROWS_PER_WARP>
+__device__ __forceinline__ float RowSum(float v, float* slots) {
+  v = ktune::WarpReduceSum(v);
+  if constexpr (ROWS_PER_WARP || BLOCK == ktune::kWarpSize) {
+    return v;
+  } else {
+    constexpr int kWarps = BLOCK / ktune::kWarpSize;
+    const int lane = threadIdx.x % ktune::kWarpSize;
+    if (lane == 0) slots[threadIdx.x / ktune::kWarpSize] = v;
+    __syncthreads();
+    return ktune::WarpReduceSum<kWarps>(slots[lane % kWarps]);
+  }
+}
+
 template <int BLOCK, int ROWS_PER_WARP>
 __device__ __forceinline__ MaxSum RowCombine(MaxSum v, float* m_slots, float* s_slots) {
   v = WarpCombine(v);
@@ -137,49 +173,36 @@ __device__ __forceinline__ void LoadSlice(const T* __restrict__ row, int first, 
   }
 }
 
-// This thread's exact (max, sum of e^(v - max)) over its cached vectors get(c), c < N, which
-// are row vectors first + c * STRIDE below end: the max first, then the sum, one exponential
-// per value. (-inf, 0) for a thread with none. Get: c -> AlignedVector<T, VEC> (registers
-// or shared memory).
-template <typename T, int VEC, int N, int STRIDE, typename Get>
-__device__ __forceinline__ MaxSum CachedMaxSum(Get get, int first, int end) {
+template <typename T, int VEC, int N, int STRIDE>
+__device__ __forceinline__ float SliceMax(const ktune::AlignedVector<T, VEC> (&v)[N], int first,
+                                          int end) {
   float m = NegInf();
 #pragma unroll
   for (int c = 0; c < N; ++c) {
     if (first + c * STRIDE < end) {
       float f[VEC];
-      ktune::VectorToFloat(get(c), f);
+      ktune::VectorToFloat(v[c], f);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) m = fmaxf(m, f[k]);
     }
   }
-  // A cache in shared memory is read again rather than held in registers from the first
-  // pass (which would cost the registers staging it there saves).
-  asm volatile("" ::: "memory");
-  const float m_log2e = m * kLog2e;
+  return m;
+}
+
+template <typename T, int VEC, int N, int STRIDE>
+__device__ __forceinline__ float SliceSum(const ktune::AlignedVector<T, VEC> (&v)[N], int first,
+                                          int end, float max_log2e) {
   float s = 0.f;
 #pragma unroll
   for (int c = 0; c < N; ++c) {
     if (first + c * STRIDE < end) {
       float f[VEC];
-      ktune::VectorToFloat(get(c), f);
+      ktune::VectorToFloat(v[c], f);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) s += ExpShifted(f[k], m_log2e);
+      for (int k = 0; k < VEC; ++k) s += ExpShifted(f[k], max_log2e);
     }
   }
-  return {m, s};
-}
-
-// Writes the cached vectors get(c) (as CachedMaxSum's) given the row's max and 1 / sum.
-template <typename T, int VEC, int N, int STRIDE, typename Get>
-__device__ __forceinline__ void WriteCached(Get get, int first, int end, float max_log2e,
-                                            float inv_sum, T* __restrict__ out_row,
-                                            float* __restrict__ out32_row, int write_f32) {
-#pragma unroll
-  for (int c = 0; c < N; ++c) {
-    const int idx = first + c * STRIDE;
-    if (idx < end) WriteVector(get(c), max_log2e, inv_sum, out_row, out32_row, idx, write_f32);
-  }
+  return s;
 }
 
 // Online (max, sum) of this thread's vectors first, first + STRIDE, ... below end, kU loads
@@ -234,39 +257,6 @@ __device__ __forceinline__ void ClusterArrive() {
 __device__ __forceinline__ void ClusterWait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// Starts copying this thread's row vectors first + c * STRIDE below end (c < N) to
-// tile[c * STRIDE] in shared memory with cp.async (no registers held while the loads are in
-// flight; 16-byte copies skip L1), as one commit group. Only the copying thread reads a
-// vector back, and WaitCopies makes its own copies visible to it: no barrier.
-template <int N, int STRIDE, int VEC, typename T>
-__device__ __forceinline__ void StartCopies(const T* __restrict__ row, int first, int end,
-                                            ktune::AlignedVector<T, VEC>* tile) {
-  constexpr int kBytes = VEC * static_cast<int>(sizeof(T));
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
-#pragma unroll
-  for (int c = 0; c < N; ++c) {
-    const int idx = first + c * STRIDE;
-    if (idx < end) {
-      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(tile + c * STRIDE));
-      if constexpr (kBytes == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(row + idx * VEC)
-                     : "memory");
-      } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(row + idx * VEC),
-                     "n"(kBytes)
-                     : "memory");
-      }
-    }
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Waits until at most PENDING of this thread's latest StartCopies groups are in flight.
-template <int PENDING>
-__device__ __forceinline__ void WaitCopies() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
-}
-
 // The float at `p` (this block's shared memory) in the shared memory of cluster block `rank`.
 __device__ __forceinline__ float LoadPeerShared(const float* p, unsigned rank) {
   const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -289,8 +279,8 @@ __device__ __forceinline__ float LoadPeerShared(const float* p, unsigned rank) {
 ///                  / 32)), shuffles only.
 ///   CACHE:         0: online (max, sum) in one read, then a second read writes (mostly L2
 ///                  hits); C > 0: each thread keeps its C vectors of the row in registers:
-///                  its exact max, then its sum, one combine over the row, then the output,
-///                  one DRAM read. Needs cols <= threads_per_row * VEC * C.
+///                  exact max, then the sum, then the output, one DRAM read. Needs cols <=
+///                  threads_per_row * VEC * C.
 /// write_f32: 0: out (T) is written, out_f32 untouched; 1: out_f32 (float) is written, out
 /// untouched.
 /// REQUIRES: cols % VEC == 0; x, out, out_f32 aligned to 16 bytes; the outputs overlap
@@ -327,11 +317,17 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   if constexpr (CACHE > 0) {
     ktune::AlignedVector<T, VEC> cache[CACHE];
     sm::LoadSlice<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
-    const auto get = [&](int c) { return cache[c]; };
-    const sm::MaxSum ms = sm::RowCombine<BLOCK, ROWS_PER_WARP>(
-        sm::CachedMaxSum<T, VEC, CACHE, kThreadsPerRow>(get, t, num_vec), slots_a, slots_b);
-    sm::WriteCached<T, VEC, CACHE, kThreadsPerRow>(get, t, num_vec, ms.m * sm::kLog2e,
-                                                    1.f / ms.s, out_row, out32_row, write_f32);
+    const float m = sm::RowMax<BLOCK, ROWS_PER_WARP>(
+        sm::SliceMax<T, VEC, CACHE, kThreadsPerRow>(cache, t, num_vec), slots_a);
+    const float m_log2e = m * sm::kLog2e;
+    const float s = sm::RowSum<BLOCK, ROWS_PER_WARP>(
+        sm::SliceSum<T, VEC, CACHE, kThreadsPerRow>(cache, t, num_vec, m_log2e), slots_b);
+    const float inv_sum = 1.f / s;
+#pragma unroll
+    for (int c = 0; c < CACHE; ++c) {
+      const int idx = t + c * kThreadsPerRow;
+      if (idx < num_vec) sm::WriteVector(cache[c], m_log2e, inv_sum, out_row, out32_row, idx, write_f32);
+    }
   } else {
     const sm::MaxSum ms = sm::RowCombine<BLOCK, ROWS_PER_WARP>(
         sm::OnlineSlice<kThreadsPerRow, VEC>(x_row, t, num_vec), slots_a, slots_b);
@@ -342,16 +338,12 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 
 /// Softmax of each row by a cluster of SPLIT blocks (grid = rows * SPLIT; blocks row * SPLIT
 /// ... row * SPLIT + SPLIT - 1 form one cluster): block k caches row vectors [k * per, (k +
-/// 1) * per), per = ceil(cols / VEC / SPLIT), finds its slice's (max, sum), and the blocks
-/// exchange those once through distributed shared memory. One DRAM read of rows longer than
-/// one SM holds. sm_90 and later.
+/// 1) * per), per = ceil(cols / VEC / SPLIT), in registers; the blocks' maxima, then their
+/// sums, are exchanged through distributed shared memory. One DRAM read of rows longer than
+/// one SM's registers hold. sm_90 and later.
 ///   BLOCK, VEC, CACHE: as softmax_kernel's (one row per block); SPLIT: 2, 4 or 8 (the
 ///   portable cluster sizes). Needs cols <= SPLIT * BLOCK * VEC * CACHE.
-///   STAGE: where the slice waits: 0 in registers (CACHE vectors per thread); 1 in dynamic
-///   shared memory, CACHE * BLOCK * VEC * sizeof(T) bytes, copied there by cp.async (VEC *
-///   sizeof(T) of 4, 8 or 16 bytes), so the blocks per SM are bound by shared memory rather
-///   than registers.
-template <typename T, int BLOCK, int VEC, int CACHE, int SPLIT, int STAGE>
+template <typename T, int BLOCK, int VEC, int CACHE, int SPLIT>
 __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
     softmax_cluster_kernel(const T* __restrict__ x, T* __restrict__ out,
                            float* __restrict__ out_f32, int rows, int cols, int write_f32) {
@@ -362,16 +354,13 @@ __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
   static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
   static_assert(CACHE >= 1 && CACHE <= 32, "CACHE must be from 1 to 32 vectors");
   static_assert(SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "SPLIT must be 2, 4 or 8");
-  static_assert(STAGE == 0 || STAGE == 1, "STAGE must be 0 or 1");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace sm = ktune_softmax;
-  using Vec = ktune::AlignedVector<T, VEC>;
   constexpr int kSlots = BLOCK / ktune::kWarpSize;
   __shared__ float slots_a[kSlots];
   __shared__ float slots_b[kSlots];
   __shared__ float block_max;
   __shared__ float block_sum;
-  extern __shared__ __align__(16) unsigned char staged[];  // STAGE 1: CACHE * BLOCK vectors
 
   // grid = rows * SPLIT exactly, so every block has a row and no thread leaves early: all
   // must reach the cluster barriers.
@@ -387,40 +376,32 @@ __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
   const int end = min(num_vec, begin + per);
   const int first = begin + static_cast<int>(threadIdx.x);
 
-  // This thread's vector c: regs[c], or tile[c * BLOCK] (consecutive threads, consecutive
-  // 4-16 byte words: no bank conflicts).
-  Vec regs[STAGE ? 1 : CACHE];
-  Vec* const tile = reinterpret_cast<Vec*>(staged) + threadIdx.x;
-  if constexpr (STAGE) {
-    sm::StartCopies<CACHE, BLOCK>(x_row, first, end, tile);
-    sm::WaitCopies<0>();
-  } else {
-    sm::LoadSlice<CACHE, BLOCK>(x_row, first, end, regs);
-  }
-  const auto get = [&](int c) -> Vec {
-    if constexpr (STAGE) {
-      return tile[c * BLOCK];
-    } else {
-      return regs[c];
-    }
-  };
-  const sm::MaxSum mine = sm::RowCombine<BLOCK, 0>(
-      sm::CachedMaxSum<T, VEC, CACHE, BLOCK>(get, first, end), slots_a, slots_b);
-  if (threadIdx.x == 0) {
-    block_max = mine.m;
-    block_sum = mine.s;
-  }
+  ktune::AlignedVector<T, VEC> cache[CACHE];
+  sm::LoadSlice<CACHE, BLOCK>(x_row, first, end, cache);
+  const float local_max =
+      sm::RowMax<BLOCK, 0>(sm::SliceMax<T, VEC, CACHE, BLOCK>(cache, first, end), slots_a);
+  if (threadIdx.x == 0) block_max = local_max;
   sm::ClusterSync();
-  sm::MaxSum all = {sm::NegInf(), 0.f};
+  float m = sm::NegInf();
 #pragma unroll
-  for (int k = 0; k < SPLIT; ++k) {
-    all = sm::Combine(all, {sm::LoadPeerShared(&block_max, k), sm::LoadPeerShared(&block_sum, k)});
-  }
+  for (int k = 0; k < SPLIT; ++k) m = fmaxf(m, sm::LoadPeerShared(&block_max, k));
+  const float m_log2e = m * sm::kLog2e;
+  const float local_sum = sm::RowSum<BLOCK, 0>(
+      sm::SliceSum<T, VEC, CACHE, BLOCK>(cache, first, end, m_log2e), slots_b);
+  if (threadIdx.x == 0) block_sum = local_sum;
+  sm::ClusterSync();
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < SPLIT; ++k) s += sm::LoadPeerShared(&block_sum, k);
   // Done reading the peers' shared memory; they may leave once everyone has arrived. The
   // writes below overlap the wait.
   sm::ClusterArrive();
-  sm::WriteCached<T, VEC, CACHE, BLOCK>(get, first, end, all.m * sm::kLog2e, 1.f / all.s,
-                                        out_row, out32_row, write_f32);
+  const float inv_sum = 1.f / s;
+#pragma unroll
+  for (int c = 0; c < CACHE; ++c) {
+    const int idx = first + c * BLOCK;
+    if (idx < end) sm::WriteVector(cache[c], m_log2e, inv_sum, out_row, out32_row, idx, write_f32);
+  }
   sm::ClusterWait();
 #else
   __trap();  // the manifest launches it only on sm_90 and later

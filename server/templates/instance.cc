@@ -35,7 +35,6 @@ Scope BaseScope(DType dtype, const Shape& shape, const Config& config, const Tar
   scope.values["KTUNE_SM_COUNT"] = target.sm_count;
   scope.values["KTUNE_THREADS_PER_SM"] = target.max_threads_per_sm;
   scope.values["KTUNE_REGS_PER_SM"] = target.registers_per_sm;
-  scope.values["KTUNE_SMEM_PER_BLOCK"] = target.max_shared_per_block;
   return scope;
 }
 

@@ -20,9 +20,8 @@ namespace ktune {
 
 // Identifiers every expression may name beside the dims and params (manifest.proto).
 inline constexpr const char* kKnobIdentifiers[] = {
-    "KTUNE_MAXRREG",        "KTUNE_MIN_BLOCKS",  "KTUNE_FAST_MATH",
-    "KTUNE_SM",             "KTUNE_MAX_THREADS", "KTUNE_SM_COUNT",
-    "KTUNE_THREADS_PER_SM", "KTUNE_REGS_PER_SM", "KTUNE_SMEM_PER_BLOCK"};
+    "KTUNE_MAXRREG",  "KTUNE_MIN_BLOCKS",     "KTUNE_FAST_MATH",  "KTUNE_SM",
+    "KTUNE_MAX_THREADS", "KTUNE_SM_COUNT", "KTUNE_THREADS_PER_SM", "KTUNE_REGS_PER_SM"};
 
 class KernelTemplate {
  public:

@@ -28,14 +28,8 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
          }},
         {"row per warp",
          [](const Config &c) { return P(c, "ROWS_PER_WARP") == 1; }},
-        {"cluster, slices in registers",
-         [](const Config &c) {
-           return P(c, "SPLIT") > 1 && P(c, "CACHE") > 0 && P(c, "STAGE") == 0;
-         }},
-        {"cluster, slices in shared memory",
-         [](const Config &c) {
-           return P(c, "SPLIT") > 1 && P(c, "CACHE") > 0 && P(c, "STAGE") == 1;
-         }},
+        {"cluster",
+         [](const Config &c) { return P(c, "SPLIT") > 1 && P(c, "CACHE") > 0; }},
         {"two launches",
          [](const Config &c) { return P(c, "SPLIT") > 1 && P(c, "CACHE") == 0; }}}},
   };

@@ -145,8 +145,7 @@ TEST_F(ShippedManifestsTest, SoftmaxSplitLaunches) {
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get("softmax"));
   const Shape shape = {{"rows", 4}, {"cols", 128256}, {"out_bytes", 2}};
   Config config = DefaultConfig(*tmpl, target);
-  config.params = {{"BLOCK", 512}, {"VEC", 8},    {"ROWS_PER_WARP", 0},
-                   {"CACHE", 0},   {"SPLIT", 16}, {"STAGE", 0}};
+  config.params = {{"BLOCK", 512}, {"VEC", 8}, {"ROWS_PER_WARP", 0}, {"CACHE", 0}, {"SPLIT", 16}};
   ASSERT_OK_AND_ASSIGN(BindResult split, Bind(tmpl, DType::kBF16, shape, config, target));
   ASSERT_TRUE(split.instance) << split.rejected_because;
   ASSERT_EQ(split.instance->launches.size(), 2u);
@@ -156,30 +155,12 @@ TEST_F(ShippedManifestsTest, SoftmaxSplitLaunches) {
     EXPECT_EQ(reference.args[i].count, split.instance->args[i].count) << reference.args[i].name;
   }
 
-  config.params = {{"BLOCK", 1024}, {"VEC", 8},   {"ROWS_PER_WARP", 0},
-                   {"CACHE", 2},    {"SPLIT", 8}, {"STAGE", 0}};
+  config.params = {{"BLOCK", 1024}, {"VEC", 8}, {"ROWS_PER_WARP", 0}, {"CACHE", 2}, {"SPLIT", 8}};
   ASSERT_OK_AND_ASSIGN(BindResult cluster, Bind(tmpl, DType::kBF16, shape, config, target));
   ASSERT_TRUE(cluster.instance) << cluster.rejected_because;
   ASSERT_EQ(cluster.instance->launches.size(), 1u);
   EXPECT_THAT(cluster.instance->launches[0].name_expression,
-              HasSubstr("softmax_cluster_kernel<__nv_bfloat16, 1024, 8, 2, 8, 0>"));
-  EXPECT_EQ(cluster.instance->launches[0].shared_bytes, 0);
-
-  // Staged in shared memory: the slice's CACHE * BLOCK vectors of 16 bytes, dynamic.
-  config.params["STAGE"] = 1;
-  ASSERT_OK_AND_ASSIGN(BindResult staged, Bind(tmpl, DType::kBF16, shape, config, target));
-  ASSERT_TRUE(staged.instance) << staged.rejected_because;
-  ASSERT_EQ(staged.instance->launches.size(), 1u);
-  EXPECT_THAT(staged.instance->launches[0].name_expression,
-              HasSubstr("softmax_cluster_kernel<__nv_bfloat16, 1024, 8, 2, 8, 1>"));
-  EXPECT_EQ(staged.instance->launches[0].shared_bytes, 2 * 1024 * 16);
-
-  // Shared memory only holds the cluster kernel's slices: not the one-block kernel's row.
-  config.params = {{"BLOCK", 1024}, {"VEC", 8},   {"ROWS_PER_WARP", 0},
-                   {"CACHE", 16},   {"SPLIT", 1}, {"STAGE", 1}};
-  ASSERT_OK_AND_ASSIGN(BindResult one_block, Bind(tmpl, DType::kBF16, shape, config, target));
-  EXPECT_FALSE(one_block.instance);
-  EXPECT_THAT(one_block.rejected_because, HasSubstr("STAGE == 0 || (SPLIT > 1 && CACHE > 0)"));
+              HasSubstr("softmax_cluster_kernel<__nv_bfloat16, 1024, 8, 2, 8>"));
 }
 
 // gemv's tensor-core kernel: one launch of 16 * ROWS rows per block (and split-K's reduction
