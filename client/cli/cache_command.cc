@@ -60,18 +60,15 @@ struct LsArgs {
 };
 
 int RunLs(const LsArgs& args) {
-  const std::string path = CacheDbPath(args.db);
-  absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
-  if (!store.ok()) return FailOpen(store.status());
-  absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries(
-      EntryFilterFromFlags(args.template_id, args.dtype, args.device_model));
-  if (!entries.ok()) return Fail(entries.status());
-  absl::StatusOr<std::set<int64_t>> stale = StaleIds(**store, NvrtcVersionOr(args.nvrtc_version));
-  if (!stale.ok()) return Fail(stale.status());
+  const CacheView view =
+      OpenCacheView(CacheDbPath(args.db),
+                    EntryFilterFromFlags(args.template_id, args.dtype, args.device_model),
+                    NvrtcVersionOr(args.nvrtc_version));
+  if (view.exit_code != 0) return view.exit_code;
 
   std::vector<const store::EntrySummary*> shown;
-  for (const store::EntrySummary& e : *entries) {
-    if (!args.stale || stale->count(e.id)) shown.push_back(&e);
+  for (const store::EntrySummary& e : view.entries) {
+    if (!args.stale || view.stale.count(e.id)) shown.push_back(&e);
   }
   if (args.json) {
     nlohmann::json out = nlohmann::json::array();
@@ -99,7 +96,7 @@ int RunLs(const LsArgs& args) {
                      {"cubin_bytes", e->cubin_bytes},
                      {"source_hash", e->source_hash},
                      {"nvrtc_version", e->nvrtc_version},
-                     {"stale", stale->count(e->id) > 0},
+                     {"stale", view.stale.count(e->id) > 0},
                      {"job_id", e->job_id},
                      {"created_unix_ms", e->created_unix_ms}});
     }
@@ -113,7 +110,7 @@ int RunLs(const LsArgs& args) {
     rows.push_back({absl::StrCat(e->id), KeyText(e->key), e->key.device_model,
                     ParamsText(e->config), KnobsText(e->config.knobs), Us(e->metrics.time_ns),
                     absl::StrFormat("%.0f", e->metrics.gbps), Pct(e->metrics.ceiling_fraction),
-                    e->nvrtc_version, stale->count(e->id) ? "stale" : "-",
+                    e->nvrtc_version, view.stale.count(e->id) ? "stale" : "-",
                     UtcTime(e->created_unix_ms)});
   }
   std::printf("%s", Table(rows).c_str());
@@ -294,28 +291,24 @@ struct StatsArgs {
 
 int RunStats(const StatsArgs& args) {
   const std::string path = CacheDbPath(args.db);
-  absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
-  if (!store.ok()) return FailOpen(store.status());
-  absl::StatusOr<store::StoreStats> stats = (*store)->Stats();
-  if (!stats.ok()) return Fail(stats.status());
-  absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries({});
-  if (!entries.ok()) return Fail(entries.status());
   const std::string nvrtc = NvrtcVersionOr(args.nvrtc_version);
-  absl::StatusOr<std::set<int64_t>> stale = StaleIds(**store, nvrtc);
-  if (!stale.ok()) return Fail(stale.status());
+  const CacheView view = OpenCacheView(path, {}, nvrtc);
+  if (view.exit_code != 0) return view.exit_code;
+  absl::StatusOr<store::StoreStats> stats = view.store->Stats();
+  if (!stats.ok()) return Fail(stats.status());
 
   std::printf("database  %s (%lld bytes)\n", path.c_str(),
               static_cast<long long>(stats->file_bytes));
   std::printf("entries   %lld (%zu stale against the templates table and NVRTC %s)\n",
-              static_cast<long long>(stats->entries), stale->size(), nvrtc.c_str());
+              static_cast<long long>(stats->entries), view.stale.size(), nvrtc.c_str());
   std::printf("jobs      %lld\ntrials    %lld\n", static_cast<long long>(stats->jobs),
               static_cast<long long>(stats->trials));
 
   std::map<std::pair<std::string, std::string>, std::pair<int, int>> per;  // entries, stale
-  for (const store::EntrySummary& e : *entries) {
+  for (const store::EntrySummary& e : view.entries) {
     auto& c = per[{e.key.device_model, e.key.template_id}];
     ++c.first;
-    if (stale->count(e.id)) ++c.second;
+    if (view.stale.count(e.id)) ++c.second;
   }
   std::vector<std::vector<std::string>> rows = {{"DEVICE", "TEMPLATE", "ENTRIES", "STALE"}};
   for (const auto& [k, c] : per) {
@@ -345,11 +338,9 @@ int RunDiff(const DiffArgs& args) {
   std::map<Key, store::EntrySummary> sides[2];
   const std::string paths[2] = {args.db1, args.db2};
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(paths[i]);
-    if (!store.ok()) return FailOpen(store.status());
-    absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries({});
-    if (!entries.ok()) return Fail(entries.status());
-    for (store::EntrySummary& e : *entries) {
+    CacheView view = OpenCacheView(paths[i], {});
+    if (view.exit_code != 0) return view.exit_code;
+    for (store::EntrySummary& e : view.entries) {
       Key k{e.key.device_model, e.key.template_id, e.key.dtype, e.key.shape};
       sides[i].emplace(k, std::move(e));
     }
@@ -408,30 +399,27 @@ std::string PageName(const std::string& template_id) {
 
 int RunReport(const ReportArgs& args) {
   const std::string path = CacheDbPath(args.db);
-  absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
-  if (!store.ok()) return FailOpen(store.status());
-  absl::StatusOr<std::vector<store::EntrySummary>> entries =
-      (*store)->ListEntries(EntryFilterFromFlags(args.template_id, "", ""));
-  if (!entries.ok()) return Fail(entries.status());
-  absl::StatusOr<std::set<int64_t>> stale = StaleIds(**store, NvrtcVersionOr(args.nvrtc_version));
-  if (!stale.ok()) return Fail(stale.status());
+  const CacheView view = OpenCacheView(path, EntryFilterFromFlags(args.template_id, "", ""),
+                                       NvrtcVersionOr(args.nvrtc_version));
+  if (view.exit_code != 0) return view.exit_code;
+  store::Store& store = *view.store;
 
   std::map<std::string, std::vector<ReportEntry>> pages;
   std::map<std::string, store::Device> devices;
-  for (const store::EntrySummary& s : *entries) {
+  for (const store::EntrySummary& s : view.entries) {
     ReportEntry r;
-    absl::StatusOr<store::Lookup> found = (*store)->GetEntry(s.id);
+    absl::StatusOr<store::Lookup> found = store.GetEntry(s.id);
     if (!found.ok()) return Fail(found.status());
     r.entry = std::move(found->entry);
-    r.stale = stale->count(s.id) > 0;
+    r.stale = view.stale.count(s.id) > 0;
     if (r.entry.job_id != 0) {
-      absl::StatusOr<std::vector<store::Trial>> t = (*store)->ListTrials(r.entry.job_id);
+      absl::StatusOr<std::vector<store::Trial>> t = store.ListTrials(r.entry.job_id);
       if (!t.ok()) return Fail(t.status());
       r.trials = *std::move(t);
     }
     auto it = devices.find(s.key.device_model);
     if (it == devices.end()) {
-      absl::StatusOr<store::Device> d = (*store)->GetDevice(s.key.device_model);
+      absl::StatusOr<store::Device> d = store.GetDevice(s.key.device_model);
       store::Device device;
       if (d.ok()) {
         device = *std::move(d);

@@ -36,6 +36,32 @@ int FailOpen(const absl::Status& status) {
   }
 }
 
+CacheView OpenCacheView(const std::string& path, const store::EntryFilter& filter,
+                        const std::optional<std::string>& nvrtc_version) {
+  CacheView view;
+  absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
+  if (!store.ok()) {
+    view.exit_code = FailOpen(store.status());
+    return view;
+  }
+  absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries(filter);
+  if (!entries.ok()) {
+    view.exit_code = Fail(entries.status());
+    return view;
+  }
+  if (nvrtc_version) {
+    absl::StatusOr<std::set<int64_t>> stale = StaleIds(**store, *nvrtc_version);
+    if (!stale.ok()) {
+      view.exit_code = Fail(stale.status());
+      return view;
+    }
+    view.stale = *std::move(stale);
+  }
+  view.store = *std::move(store);
+  view.entries = *std::move(entries);
+  return view;
+}
+
 std::string NvrtcVersionOr(const std::string& flag) {
   return flag.empty() ? NvrtcVersionString() : flag;
 }

@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -39,6 +41,19 @@ std::string NvrtcVersionOr(const std::string& flag);
 
 // Ids of entries stale against the templates table and `nvrtc_version`.
 absl::StatusOr<std::set<int64_t>> StaleIds(store::Store& store, const std::string& nvrtc_version);
+
+// What most subcommands start from: the store at `path` opened read-only, the entries
+// `filter` selects and, when `nvrtc_version` is given, the ids of the stale ones. On an error
+// the view reports it (FailOpen for the open, Fail for the rest) and holds only the exit
+// code to return.
+struct CacheView {
+  int exit_code = 0;  // nonzero: failed and reported; nothing else is set
+  std::unique_ptr<store::Store> store;
+  std::vector<store::EntrySummary> entries;
+  std::set<int64_t> stale;
+};
+CacheView OpenCacheView(const std::string& path, const store::EntryFilter& filter,
+                        const std::optional<std::string>& nvrtc_version = std::nullopt);
 
 // "rmsnorm/f16/hidden=4096,tokens=16": what `show` accepts (with "@DEVICE_MODEL" appended
 // when more than one device model has the key).

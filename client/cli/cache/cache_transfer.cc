@@ -52,25 +52,24 @@ std::string OnDevice(const store::EntryKey& key) {
 
 int RunCacheExport(const CacheExportArgs& args) {
   const std::string path = CacheDbPath(args.db);
-  absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
-  if (!store.ok()) return FailOpen(store.status());
-  absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries(
-      EntryFilterFromFlags(args.template_id, args.dtype, args.device_model));
-  if (!entries.ok()) return Fail(entries.status());
+  const CacheView view = OpenCacheView(
+      path, EntryFilterFromFlags(args.template_id, args.dtype, args.device_model));
+  if (view.exit_code != 0) return view.exit_code;
+  store::Store& store = *view.store;
 
   store::ExportFile out;
   out.exported_unix_ms = absl::ToUnixMillis(absl::Now());
   std::set<std::string> models;
   size_t trials = 0;
-  for (const store::EntrySummary& s : *entries) {
-    absl::StatusOr<store::EntryBundle> b = LoadBundle(**store, s.id);
+  for (const store::EntrySummary& s : view.entries) {
+    absl::StatusOr<store::EntryBundle> b = LoadBundle(store, s.id);
     if (!b.ok()) return Fail(b.status());
     trials += b->trials.size();
     models.insert(s.key.device_model);
     out.entries.push_back(*std::move(b));
   }
   for (const std::string& model : models) {
-    absl::StatusOr<store::Device> d = (*store)->GetDevice(model);
+    absl::StatusOr<store::Device> d = store.GetDevice(model);
     if (d.ok()) {
       out.devices.push_back(*std::move(d));
     } else if (d.status().code() != absl::StatusCode::kNotFound) {
@@ -198,22 +197,18 @@ int RunCachePrune(const CachePruneArgs& args) {
   std::vector<Victim> victims;
   size_t jobs = 0, trials = 0;
   {
-    absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
-    if (!store.ok()) return FailOpen(store.status());
-    absl::StatusOr<std::vector<store::EntrySummary>> entries = (*store)->ListEntries({});
-    if (!entries.ok()) return Fail(entries.status());
-    absl::StatusOr<std::set<int64_t>> stale = StaleIds(**store, NvrtcVersionOr(args.nvrtc_version));
-    if (!stale.ok()) return Fail(stale.status());
-    for (const store::EntrySummary& e : *entries) {
+    const CacheView view = OpenCacheView(path, {}, NvrtcVersionOr(args.nvrtc_version));
+    if (view.exit_code != 0) return view.exit_code;
+    for (const store::EntrySummary& e : view.entries) {
       std::vector<std::string> why;
-      if (args.stale && stale->count(e.id)) why.push_back("stale");
+      if (args.stale && view.stale.count(e.id)) why.push_back("stale");
       if (cutoff && absl::FromUnixMillis(e.created_unix_ms) < *cutoff) {
         why.push_back(absl::StrCat("created ", UtcTime(e.created_unix_ms)));
       }
       if (why.empty()) continue;
       Victim v{e, absl::StrJoin(why, ", "), 0};
       if (e.job_id != 0) {
-        absl::StatusOr<std::vector<store::Trial>> t = (*store)->ListTrials(e.job_id);
+        absl::StatusOr<std::vector<store::Trial>> t = view.store->ListTrials(e.job_id);
         if (!t.ok()) return Fail(t.status());
         v.trials = t->size();
         ++jobs;
