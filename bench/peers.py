@@ -65,9 +65,7 @@ compare.
 """
 
 import argparse
-import ctypes
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -701,49 +699,14 @@ def triton_softmax(x, out_dtype=None):
 # ---- ktune's artifact on torch tensors, through cuda-python ------------------------------
 
 def _cu():
-    try:  # cuda-python >= 12.6 / 13
-        from cuda.bindings import driver
-    except ImportError:  # older cuda-python
-        from cuda import cuda as driver
-    return driver
+    import ktune
+    return ktune.cuda_driver()
 
 
 def cu_check(result, call):
     """cuda-python returns (err,) or (err, value...): raise naming the call, else the value."""
-    cu = _cu()
-    if not isinstance(result, tuple):
-        result = (result,)
-    err, rest = result[0], result[1:]
-    if int(err) != 0:
-        name = cu.cuGetErrorName(err)
-        name = name[1] if isinstance(name, tuple) and len(name) > 1 else err
-        raise RuntimeError(f"{call} failed: {name!r} ({int(err)})")
-    return rest[0] if len(rest) == 1 else (rest or None)
-
-
-class KtuneKernel:
-    """The artifact's cubin loaded into torch's (current, primary) context."""
-
-    def __init__(self, art):
-        cu = _cu()
-        digest = hashlib.sha256(art.cubin).hexdigest()
-        if digest != art.cubin_sha256.lower():
-            raise RuntimeError(f"cubin sha256 {digest} is not the artifact's {art.cubin_sha256}")
-        self.art = art
-        image = ctypes.create_string_buffer(art.cubin, len(art.cubin))
-        self.module = cu_check(cu.cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData")
-        self.functions = []
-        for launch in art.launches:
-            fn = cu_check(cu.cuModuleGetFunction(self.module, launch.lowered_name.encode()),
-                          f"cuModuleGetFunction({launch.lowered_name})")
-            if launch.shared_bytes > 48 * 1024:
-                cu_check(cu.cuFuncSetAttribute(
-                    fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    launch.shared_bytes), "cuFuncSetAttribute")
-            self.functions.append(fn)
-
-    def close(self):
-        cu_check(_cu().cuModuleUnload(self.module), "cuModuleUnload")
+    import ktune
+    return ktune.cuda_check(_cu(), result, call)
 
 
 class KtuneRunner:
@@ -751,9 +714,8 @@ class KtuneRunner:
     outputs and scratch allocated here."""
 
     def __init__(self, kernel, inputs):
-        import ktune
         cu = _cu()
-        art = kernel.art
+        art = kernel.artifact
         self.kernel = kernel
         self.outputs_ = {}
         self.fresh_outputs = []
@@ -799,9 +761,8 @@ class KtuneRunner:
             pointers[a.name] = t.data_ptr()
             self.keep.append(t)  # every bound tensor lives as long as the runner
         # Packed once: the pointers and scalars do not change between runs.
-        self.params = [ktune.pack_kernel_params(art, launch, pointers) for launch in art.launches]
+        self.bound = kernel.bind(pointers)
         self.stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
-        self.launch = cu.cuLaunchKernel
 
     def poison(self):
         for t in self.fresh_outputs:
@@ -811,11 +772,7 @@ class KtuneRunner:
     def run(self):
         for t in self.zeroed:
             t.zero_()
-        for fn, launch, p in zip(self.kernel.functions, self.kernel.art.launches, self.params):
-            err = self.launch(fn, *launch.grid, *launch.block, launch.shared_bytes, self.stream,
-                              p.address, 0)
-            if int(err[0] if isinstance(err, tuple) else err) != 0:
-                cu_check(err, f"cuLaunchKernel({launch.lowered_name})")
+        self.bound.launch(self.stream)
 
     def outputs(self):
         return self.outputs_
@@ -1016,7 +973,8 @@ def run_key(client, op, s, args, timer, ceiling_gbps):
     ref = op.reference(pristine, sc)
     if art is not None:
         try:
-            kernel = KtuneKernel(art)
+            import ktune
+            kernel = ktune.LoadedKernel(art)
             rec["ktune"].update(measure("ktune", lambda b: KtuneRunner(kernel, b), pristine, ref,
                                         op, timer))
         except Exception as e:

@@ -11,63 +11,14 @@ kernel_templates/rmsnorm/rmsnorm.textproto).
 """
 
 import argparse
-import ctypes
 import sys
 
 import torch
-
-try:  # cuda-python >= 12.6 / 13: cuda.bindings.driver; older: cuda.cuda
-    from cuda.bindings import driver as cu
-except ImportError:  # pragma: no cover
-    from cuda import cuda as cu
 
 import ktune
 
 # rmsnorm.textproto: tolerances { dtype: "bf16" atol: 1e-5 rtol: 1.6e-2 }
 ATOL, RTOL = 1e-5, 1.6e-2
-
-
-def check(result, call):
-    """cuda-python returns (err,) or (err, value, ...); raise on an error, return the value(s)."""
-    if not isinstance(result, tuple):
-        result = (result,)
-    err, rest = result[0], result[1:]
-    if int(err) != 0:
-        name = cu.cuGetErrorName(err)
-        name = name[1] if isinstance(name, tuple) and len(name) > 1 else err
-        raise RuntimeError(f"{call} failed: {name!r} ({int(err)})")
-    if not rest:
-        return None
-    return rest[0] if len(rest) == 1 else rest
-
-
-class LoadedKernel:
-    """A ktune artifact's cubin loaded into the current CUDA context (torch's primary one)."""
-
-    def __init__(self, artifact):
-        self.artifact = artifact
-        # torch has made its primary context current on this thread by now (tensors exist).
-        # A ctypes copy passed by address: every cuda-python version takes an int for void*.
-        image = ctypes.create_string_buffer(artifact.cubin, len(artifact.cubin))
-        self.module = check(cu.cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData")
-        self.functions = []
-        for launch in artifact.launches:
-            fn = check(cu.cuModuleGetFunction(self.module, launch.lowered_name.encode()),
-                       f"cuModuleGetFunction({launch.lowered_name})")
-            if launch.shared_bytes > 48 * 1024:
-                check(cu.cuFuncSetAttribute(
-                    fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    launch.shared_bytes), "cuFuncSetAttribute")
-            self.functions.append(fn)
-
-    def __call__(self, pointers, stream):
-        for fn, launch in zip(self.functions, self.artifact.launches):
-            params = ktune.pack_kernel_params(self.artifact, launch, pointers)
-            check(cu.cuLaunchKernel(fn, *launch.grid, *launch.block, launch.shared_bytes,
-                                    stream, params.address, 0), "cuLaunchKernel")
-
-    def close(self):
-        check(cu.cuModuleUnload(self.module), "cuModuleUnload")
 
 
 def reference(x, w, eps):
@@ -117,8 +68,9 @@ def main(argv):
     eps = art.arg("eps").value
 
     torch.cuda.init()
-    kernel = LoadedKernel(art)
-    stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
+    # The cubin goes into torch's primary context, current on this thread since x exists.
+    kernel = ktune.LoadedKernel(art)
+    stream = kernel.driver.CUstream(torch.cuda.current_stream().cuda_stream)
     pointers = {"x": x.data_ptr(), "weight": w.data_ptr(), "out": out.data_ptr()}
     try:
         kernel(pointers, stream)

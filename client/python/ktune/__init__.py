@@ -6,6 +6,9 @@
                                 policy="tune", timeout_s=600)
     # art.cubin -> cuModuleLoadData; art.launches[i].lowered_name -> cuModuleGetFunction;
     # grid/block/shared_bytes and the args (art.args[j] for j in launch.args) -> cuLaunchKernel.
+    # With cuda-python, ktune.LoadedKernel(art) does all of that:
+    with ktune.LoadedKernel(art) as kernel:
+        kernel({"x": x.data_ptr(), "weight": w.data_ptr(), "out": out.data_ptr()}, stream)
 
 Errors are ktune.Error subclasses carrying the gRPC code and the daemon's message.
 """
@@ -29,5 +32,6 @@ from ktune._types import (  # noqa: E402
     TemplateParam, TuneProgress)
 from ktune._client import Client, default_target  # noqa: E402
 from ktune._launch import pack_kernel_params  # noqa: E402
+from ktune._loaded import BoundKernel, LoadedKernel, cuda_check, cuda_driver  # noqa: E402
 
 __version__ = "0.1.0"

@@ -1,0 +1,117 @@
+"""A ktune artifact loaded into the current CUDA context and launched with cuda-python.
+
+    kernel = ktune.LoadedKernel(art)                 # cuModuleLoadData + cuModuleGetFunction
+    kernel({"x": x.data_ptr(), ...}, stream)          # every launch, in order
+    bound = kernel.bind({"x": x.data_ptr(), ...})    # params packed once, for a hot loop
+    bound.launch(stream)
+    kernel.close()                                    # cuModuleUnload
+
+The CUDA context must be current on the calling thread (torch makes its primary context
+current once it has a tensor on the device). cuda-python is imported on first use only, so
+the rest of the client works without it; `driver` may be passed instead (any object with
+cuda-python's driver functions: tests pass a fake).
+"""
+
+import ctypes
+
+from ktune._launch import pack_kernel_params
+
+# cuLaunchKernel's default limit; above it a function must opt in (cuFuncSetAttribute).
+_DEFAULT_DYNAMIC_SHARED = 48 * 1024
+
+
+def cuda_driver():
+    """cuda-python's driver module: cuda.bindings.driver (cuda-python 12.6 and later) or the
+    older cuda.cuda."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:  # older cuda-python
+        from cuda import cuda as driver
+    return driver
+
+
+def cuda_check(driver, result, call):
+    """cuda-python returns (err,) or (err, value, ...): raises RuntimeError naming `call` and
+    the error on failure, else returns the value (or the values, or None)."""
+    if not isinstance(result, tuple):
+        result = (result,)
+    err, rest = result[0], result[1:]
+    if int(err) != 0:
+        name = driver.cuGetErrorName(err)
+        name = name[1] if isinstance(name, tuple) and len(name) > 1 else err
+        raise RuntimeError(f"{call} failed: {name!r} ({int(err)})")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+class BoundKernel:
+    """A LoadedKernel with its device pointers fixed: every launch's kernelParams packed once.
+    Keep the buffers alive as long as it is used."""
+
+    def __init__(self, kernel, pointers):
+        self._kernel = kernel
+        self._params = [pack_kernel_params(kernel.artifact, launch, pointers)
+                        for launch in kernel.artifact.launches]
+
+    def launch(self, stream):
+        """Enqueues every launch of the artifact, in order, on `stream` (a CUstream or 0)."""
+        k = self._kernel
+        launch_kernel = k.driver.cuLaunchKernel
+        for fn, launch, params in zip(k.functions, k.artifact.launches, self._params):
+            err = launch_kernel(fn, *launch.grid, *launch.block, launch.shared_bytes, stream,
+                                params.address, 0)
+            if int(err[0] if isinstance(err, tuple) else err) != 0:
+                cuda_check(k.driver, err, f"cuLaunchKernel({launch.lowered_name})")
+
+
+class LoadedKernel:
+    """The artifact's cubin as a module of the current context, with one function per launch
+    (dynamic shared memory above 48 KiB opted into). A context manager: leaving it unloads
+    the module."""
+
+    def __init__(self, artifact, driver=None):
+        self.artifact = artifact
+        self.driver = driver if driver is not None else cuda_driver()
+        cu = self.driver
+        # A ctypes copy passed by address: every cuda-python version takes an int for void*,
+        # and cuModuleLoadData copies the image.
+        image = ctypes.create_string_buffer(artifact.cubin, len(artifact.cubin))
+        self.module = cuda_check(cu, cu.cuModuleLoadData(ctypes.addressof(image)),
+                                 "cuModuleLoadData")
+        self.functions = []
+        try:
+            for launch in artifact.launches:
+                fn = cuda_check(cu, cu.cuModuleGetFunction(self.module,
+                                                           launch.lowered_name.encode()),
+                                f"cuModuleGetFunction({launch.lowered_name})")
+                if launch.shared_bytes > _DEFAULT_DYNAMIC_SHARED:
+                    cuda_check(cu, cu.cuFuncSetAttribute(
+                        fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        launch.shared_bytes), f"cuFuncSetAttribute({launch.lowered_name})")
+                self.functions.append(fn)
+        except Exception:
+            self.close()
+            raise
+
+    def bind(self, pointers):
+        """A BoundKernel for these device pointers (buffer name -> address, e.g. a torch
+        tensor's data_ptr()). Raises KeyError naming a buffer missing from `pointers`."""
+        return BoundKernel(self, pointers)
+
+    def __call__(self, pointers, stream):
+        """Packs the params and enqueues every launch on `stream`."""
+        self.bind(pointers).launch(stream)
+
+    def close(self):
+        """Unloads the module (once)."""
+        if self.module is not None:
+            module, self.module = self.module, None
+            cuda_check(self.driver, self.driver.cuModuleUnload(module), "cuModuleUnload")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
