@@ -1429,6 +1429,11 @@ def run_all(args, ops, meta, records, start):
 def main(argv):
     args = parse_args(argv)
     ops = [OPS[o] for o in args.ops]
+    if args.only and not any(selected_shapes(op, args) for op in ops):
+        print(f"peers.py: error: --only {','.join(f'{k}={v}' for k, v in args.only.items())} "
+              f"keeps no shape of {','.join(args.ops)} at rows {','.join(map(str, args.rows))}",
+              file=sys.stderr)
+        return 2
     if args.dry_run:
         return dry_run(ops, args)
     start = time.monotonic()
