@@ -72,9 +72,20 @@ __device__ __forceinline__ MaxSum WarpCombine(MaxSum v) {
 // Max / sum / combine over the threads of a row (a warp, or the whole block). `slots` is
 // BLOCK / 32 shared floats (two arrays for MaxSum) that no other reduction uses.
 // REQUIRES: every thread of the row calls it.
-template <int BLOCK, int ROWS_PER_WARP>
-__device__ __forceinline__ float RowMax(float v, float* slots) {
-  v = WarpReduceMax(v);
+
+// The warp-level reductions RowReduce takes: Warp<WIDTH>(v) over WIDTH lanes.
+struct MaxOp {
+  template <int WIDTH>
+  static __device__ __forceinline__ float Warp(float v) { return WarpReduceMax<WIDTH>(v); }
+};
+struct SumOp {
+  template <int WIDTH>
+  static __device__ __forceinline__ float Warp(float v) { return ktune::WarpReduceSum<WIDTH>(v); }
+};
+
+template <typename Op, int BLOCK, int ROWS_PER_WARP>
+__device__ __forceinline__ float RowReduce(float v, float* slots) {
+  v = Op::template Warp<ktune::kWarpSize>(v);
   if constexpr (ROWS_PER_WARP || BLOCK == ktune::kWarpSize) {
     return v;
   } else {
@@ -82,22 +93,18 @@ __device__ __forceinline__ float RowMax(float v, float* slots) {
     const int lane = threadIdx.x % ktune::kWarpSize;
     if (lane == 0) slots[threadIdx.x / ktune::kWarpSize] = v;
     __syncthreads();
-    return WarpReduceMax<kWarps>(slots[lane % kWarps]);
+    return Op::template Warp<kWarps>(slots[lane % kWarps]);
   }
 }
 
 template <int BLOCK, int ROWS_PER_WARP>
+__device__ __forceinline__ float RowMax(float v, float* slots) {
+  return RowReduce<MaxOp, BLOCK, ROWS_PER_WARP>(v, slots);
+}
+
+template <int BLOCK, int ROWS_PER_WARP>
 __device__ __forceinline__ float RowSum(float v, float* slots) {
-  v = ktune::WarpReduceSum(v);
-  if constexpr (ROWS_PER_WARP || BLOCK == ktune::kWarpSize) {
-    return v;
-  } else {
-    constexpr int kWarps = BLOCK / ktune::kWarpSize;
-    const int lane = threadIdx.x % ktune::kWarpSize;
-    if (lane == 0) slots[threadIdx.x / ktune::kWarpSize] = v;
-    __syncthreads();
-    return ktune::WarpReduceSum<kWarps>(slots[lane % kWarps]);
-  }
+  return RowReduce<SumOp, BLOCK, ROWS_PER_WARP>(v, slots);
 }
 
 template <int BLOCK, int ROWS_PER_WARP>
