@@ -172,14 +172,10 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     const double v = ktune::ToFloat(r);
     sum += v * v;
   }
-  partial[threadIdx.x] = sum;
-  __syncwarp();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int k = 0; k < kReferenceThreads; ++k) total += partial[k];
+  const auto set_inv_rms = [&](double total) {
     inv_rms = static_cast<float>(1.0 / sqrt(total / hidden + static_cast<double>(eps)));
-  }
-  __syncwarp();
+  };
+  ktune::ReferenceReduce<kReferenceThreads>(sum, partial, 0.0, ktune::AddDoubles, set_inv_rms);
   for (int i = threadIdx.x; i < hidden; i += kReferenceThreads) {
     out_row[i] = ktune::FromFloat<T>(ktune::ToFloat(res_row[i]) * inv_rms *
                                      ktune::ToFloat(weight[i]));

@@ -202,29 +202,21 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 
   double sum = 0.0;
   for (int i = threadIdx.x; i < hidden; i += kReferenceThreads) sum += ktune::ToFloat(x_row[i]);
-  partial[threadIdx.x] = sum;
-  __syncwarp();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int k = 0; k < kReferenceThreads; ++k) total += partial[k];
+  const auto set_mean = [&](double total) {
     mean_d = total / hidden;
     mean_f = static_cast<float>(mean_d);
-  }
-  __syncwarp();
+  };
+  ktune::ReferenceReduce<kReferenceThreads>(sum, partial, 0.0, ktune::AddDoubles, set_mean);
   double sq = 0.0;
   for (int i = threadIdx.x; i < hidden; i += kReferenceThreads) {
     const double d = ktune::ToFloat(x_row[i]) - mean_d;
     sq += d * d;
   }
   __syncwarp();  // everyone has read mean_d before partial is overwritten
-  partial[threadIdx.x] = sq;
-  __syncwarp();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int k = 0; k < kReferenceThreads; ++k) total += partial[k];
+  const auto set_inv_std = [&](double total) {
     inv_std = static_cast<float>(1.0 / sqrt(total / hidden + static_cast<double>(eps)));
-  }
-  __syncwarp();
+  };
+  ktune::ReferenceReduce<kReferenceThreads>(sq, partial, 0.0, ktune::AddDoubles, set_inv_std);
   for (int i = threadIdx.x; i < hidden; i += kReferenceThreads) {
     float v = (ktune::ToFloat(x_row[i]) - mean_f) * inv_std * ktune::ToFloat(weight[i]);
     if (has_bias) v += ktune::ToFloat(bias[i]);

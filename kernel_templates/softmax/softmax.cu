@@ -511,27 +511,16 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   for (int j = threadIdx.x; j < cols; j += kReferenceThreads) {
     m = fmax(m, static_cast<double>(ktune::ToFloat(x_row[j])));
   }
-  partial[threadIdx.x] = m;
-  __syncwarp();
-  if (threadIdx.x == 0) {
-    double total = ktune_softmax::NegInf();
-    for (int k = 0; k < kReferenceThreads; ++k) total = fmax(total, partial[k]);
-    row_max = total;
-  }
-  __syncwarp();
+  ktune::ReferenceReduce<kReferenceThreads>(
+      m, partial, ktune_softmax::NegInf(), [](double a, double b) { return fmax(a, b); },
+      [&](double total) { row_max = total; });
   double s = 0.0;
   for (int j = threadIdx.x; j < cols; j += kReferenceThreads) {
     s += exp(static_cast<double>(ktune::ToFloat(x_row[j])) - row_max);
   }
   __syncwarp();  // everyone has read row_max's neighbours in partial before it is overwritten
-  partial[threadIdx.x] = s;
-  __syncwarp();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int k = 0; k < kReferenceThreads; ++k) total += partial[k];
-    row_sum = total;
-  }
-  __syncwarp();
+  ktune::ReferenceReduce<kReferenceThreads>(s, partial, 0.0, ktune::AddDoubles,
+                                            [&](double total) { row_sum = total; });
   for (int j = threadIdx.x; j < cols; j += kReferenceThreads) {
     const float v =
         static_cast<float>(exp(static_cast<double>(ktune::ToFloat(x_row[j])) - row_max) / row_sum);

@@ -219,6 +219,29 @@ __device__ __forceinline__ float BlockReduceSum(float v) {
   }
 }
 
+/// The reference kernels' reduction, deterministic by construction: each of the N threads
+/// of a warp puts its double `v` in partial[threadIdx.x]; thread 0 alone folds the N partials
+/// in thread order, total = combine(total, partial[k]) from `init`, and hands the total to
+/// done(total) (e.g. a store to a __shared__ that every thread reads after the call).
+/// REQUIRES: threads 0 .. N - 1 of one warp call it, N <= 32; partial holds N doubles that
+/// no thread reads or writes between the calls but through this function.
+template <int N, typename Combine, typename Done>
+__device__ __forceinline__ void ReferenceReduce(double v, double* partial, double init,
+                                                Combine combine, Done done) {
+  static_assert(N >= 1 && N <= kWarpSize, "N must be from 1 to 32");
+  partial[threadIdx.x] = v;
+  __syncwarp();
+  if (threadIdx.x == 0) {
+    double total = init;
+    for (int k = 0; k < N; ++k) total = combine(total, partial[k]);
+    done(total);
+  }
+  __syncwarp();
+}
+
+// The combine of ReferenceReduce for a sum.
+__device__ __forceinline__ double AddDoubles(double a, double b) { return a + b; }
+
 }  // namespace ktune
 
 #endif  // KTUNE_COMMON_CUH_
