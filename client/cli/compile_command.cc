@@ -2,6 +2,7 @@
 // says of its resources.
 #include <iomanip>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "server/base/file.h"
 #include "server/base/paths.h"
 #include "server/base/sha256.h"
+#include "server/templates/instance.h"
 #include "server/templates/search_space.h"
 #include "server/tuning/compile_request.h"
 
@@ -30,6 +32,7 @@ struct CompileArgs {
   std::string templates_dir;
   std::string cache_dir;
   bool no_cache = false;
+  bool reference = false;
 };
 
 // "BLOCK=256" items -> params over the template's defaults.
@@ -69,6 +72,15 @@ int RunCompile(const CompileArgs& args) {
   absl::StatusOr<TargetInfo> target = TargetFromArch(args.arch);
   if (!target.ok()) return Fail(target.status());
 
+  // The reference's launches (as the worker runs them to check every candidate) are bound
+  // with the template's own reference params and default knobs: the candidate flags do not
+  // apply to it.
+  if (args.reference && (!args.params.empty() || args.maxrregcount != 0 ||
+                         args.min_blocks != 1 || args.fast_math)) {
+    return Fail(absl::InvalidArgumentError(
+        "--reference compiles the template's reference kernel: it takes no --param, "
+        "--maxrregcount, --min-blocks or --fast-math"));
+  }
   Config config = DefaultConfig(*tmpl, *target);
   if (absl::Status s = ApplyParams(args.params, &config.params); !s.ok()) return Fail(s);
   if (absl::Status s = ValidateParams(*tmpl, config.params); !s.ok()) return Fail(s);
@@ -85,14 +97,23 @@ int RunCompile(const CompileArgs& args) {
   config.knobs.min_blocks = args.min_blocks;
   config.knobs.fast_math = args.fast_math;
 
-  absl::StatusOr<BindResult> bound = Bind(tmpl, dtype, shape, config, *target);
-  if (!bound.ok()) return Fail(bound.status());
-  if (!bound->instance) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "config ", ConfigString(config), " is not a candidate for ", ShapeString(shape), ": ",
-        bound->rejected_because)));
+  std::optional<Instance> bound_instance;
+  if (args.reference) {
+    absl::StatusOr<Instance> reference = BindReference(tmpl, dtype, shape, *target);
+    if (!reference.ok()) return Fail(reference.status());
+    bound_instance = *std::move(reference);
+    config = bound_instance->config;
+  } else {
+    absl::StatusOr<BindResult> bound = Bind(tmpl, dtype, shape, config, *target);
+    if (!bound.ok()) return Fail(bound.status());
+    if (!bound->instance) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "config ", ConfigString(config), " is not a candidate for ", ShapeString(shape), ": ",
+          bound->rejected_because)));
+    }
+    bound_instance = *std::move(bound->instance);
   }
-  const Instance& instance = *bound->instance;
+  const Instance& instance = *bound_instance;
 
   std::unique_ptr<CubinCache> cache;
   if (!args.no_cache) {
@@ -109,7 +130,8 @@ int RunCompile(const CompileArgs& args) {
 
   std::cout << "template  " << args.template_name << " " << DTypeName(dtype) << " "
             << ShapeString(shape) << "\n";
-  std::cout << "config    " << ConfigString(config) << "\n";
+  std::cout << "config    " << (args.reference ? "reference " : "") << ConfigString(config)
+            << "\n";
   if (!result->ok) {
     std::cerr << result->log << "\n";
     std::cerr << "ktune: compile failed (" << std::fixed << std::setprecision(1)
@@ -164,6 +186,9 @@ Command AddCompileCommand(CLI::App& parent) {
   app->add_option("--templates", args->templates_dir, "Templates folder (default: shipped)");
   app->add_option("--cache-dir", args->cache_dir, "Cubin cache folder (default: user cache)");
   app->add_flag("--no-cache", args->no_cache, "Always compile, never read or write the cache");
+  app->add_flag("--reference", args->reference,
+                "Compile the template's reference kernel (what checks every candidate) instead "
+                "of a candidate");
   return {app, [args] { return RunCompile(*args); }};
 }
 

@@ -203,6 +203,21 @@ TEST_F(CliCompileTest, CompilesRmsnormAndHitsTheCacheTheSecondTime) {
   EXPECT_THAT(third.out, Not(HasSubstr("cache hit")));
 }
 
+// --reference compiles the kernel that checks every candidate (one 32-thread block per row
+// here), e.g. to see its resources or to compare its machine code across an edit.
+TEST_F(CliCompileTest, ReferenceCompilesTheCheckingKernel) {
+  const std::string out = dir_ + "/reference.cubin";
+  const Result r = Compile({"rmsnorm", "--dtype", "bf16", "--shape", "tokens=3,hidden=5",
+                            "--reference", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr("config    reference "));
+  EXPECT_THAT(r.out, HasSubstr("kernel    rmsnorm_reference<__nv_bfloat16>\n"));
+  EXPECT_THAT(r.out, HasSubstr("grid      [3, 1, 1]  block [32, 1, 1]"));
+  ASSERT_OK_AND_ASSIGN(std::string cubin, ReadFile(out));
+  EXPECT_THAT(cubin, StartsWith("\x7f"
+                                "ELF"));
+}
+
 TEST_F(CliCompileTest, KnobFlagsReachTheConfig) {
   const Result r =
       Compile({"elementwise", "--dtype", "f16", "--shape", "n=4096", "--param", "BLOCK=128",
@@ -291,6 +306,10 @@ INSTANTIATE_TEST_SUITE_P(
             "ConfigOverTheWidestAccess",
             {"rmsnorm", "--dtype", "f32", "--shape", "tokens=16,hidden=4096", "--param", "VEC=8"},
             "constraint 'VEC * sizeof(dtype) <= 16'"},
+        BadCase{"ReferenceWithAParam", Rms({"--reference", "--param", "BLOCK=128"}),
+                "--reference compiles the template's reference kernel: it takes no --param"},
+        BadCase{"ReferenceWithAKnob", Rms({"--reference", "--min-blocks", "2"}),
+                "it takes no --param, --maxrregcount, --min-blocks or --fast-math"},
         BadCase{"UnknownFlag", Rms({"--bogus"}), "--bogus"},
         BadCase{"MissingRequiredFlag", {"rmsnorm", "--shape", "tokens=16,hidden=4096"}, "--dtype"},
         BadCase{
