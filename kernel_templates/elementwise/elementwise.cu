@@ -83,11 +83,7 @@ template <typename T, int BLOCK, int VEC, int UNROLL, int GRID_STRIDE>
 __global__ void KTUNE_LAUNCH_BOUNDS
     axpby_kernel(const T* __restrict__ x, const T* __restrict__ y, T* __restrict__ out,
                  float alpha, float beta, int n) {
-  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
-  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
-  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "VEC must be 1, 2, 4 or 8");
-  static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
+  static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());
   static_assert(UNROLL >= 1, "UNROLL must be at least 1");
   static_assert(GRID_STRIDE == 0 || GRID_STRIDE == 1, "GRID_STRIDE must be 0 or 1");
 

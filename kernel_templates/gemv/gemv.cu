@@ -124,10 +124,8 @@ template <typename T, int BLOCK, int TPR, int ROWS, int VEC_BYTES, int UNROLL, i
 __global__ void KTUNE_LAUNCH_BOUNDS gemv_kernel(const T* __restrict__ w, const T* __restrict__ x,
                                                 T* __restrict__ y, float* __restrict__ partial,
                                                 int n_rows, int k_cols, int batch) {
-  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
+  static_assert(ktune::KernelParamsOk<T, BLOCK>());
   static_assert(TPR == 4 || TPR == 8 || TPR == 16 || TPR == 32, "TPR must be 4, 8, 16 or 32");
-  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
   static_assert(ROWS == 1 || ROWS == 2 || ROWS == 4, "ROWS must be 1, 2 or 4");
   static_assert(VEC_BYTES == 2 || VEC_BYTES == 4 || VEC_BYTES == 8 || VEC_BYTES == 16,
                 "VEC_BYTES must be 2, 4, 8 or 16");
@@ -248,8 +246,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemv_mma_kernel(const T* __restrict__ w,
                                                     int k_cols, int batch) {
   static_assert(ktune::kIsSame<T, __half> || ktune::kIsSame<T, __nv_bfloat16>,
                 "T must be __half or __nv_bfloat16");
-  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
+  static_assert(ktune::KernelParamsOk<T, BLOCK>());
   static_assert(ROWS == 1 || ROWS == 2 || ROWS == 4, "ROWS must be 1, 2 or 4");
   static_assert(UNROLL >= 1 && UNROLL <= 8, "UNROLL must be from 1 to 8");
   static_assert(SPLIT_K >= 1 && SPLIT_K <= 16, "SPLIT_K must be from 1 to 16");

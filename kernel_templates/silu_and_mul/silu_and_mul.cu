@@ -86,9 +86,7 @@ template <typename T, int BLOCK, int VEC_BYTES, int UNROLL, int GRID_STRIDE>
 __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
                                                         T* __restrict__ out, int tokens,
                                                         int inter) {
-  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
-  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
+  static_assert(ktune::KernelParamsOk<T, BLOCK>());
   static_assert(VEC_BYTES == 2 || VEC_BYTES == 4 || VEC_BYTES == 8 || VEC_BYTES == 16,
                 "VEC_BYTES must be 2, 4, 8 or 16");
   static_assert(VEC_BYTES >= sizeof(T), "VEC_BYTES must hold at least one element");

@@ -43,6 +43,19 @@ __device__ __forceinline__ float WarpReduceMax(float v) {
   return v;
 }
 
+// Block `part` of the SPLIT blocks that share a row of num_vec vectors: vectors [begin,
+// end), ceil(num_vec / SPLIT) each (the last may have fewer, or none).
+struct Slice {
+  int begin;
+  int end;
+};
+template <int SPLIT>
+__device__ __forceinline__ Slice SliceOf(int num_vec, int part) {
+  const int per = (num_vec + SPLIT - 1) / SPLIT;
+  const int begin = part * per;
+  return {begin, min(num_vec, begin + per)};
+}
+
 // A running softmax denominator: sum of e^(v - m) over the values seen, m their max.
 // m = -inf, s = 0 for none.
 struct MaxSum {
@@ -296,11 +309,7 @@ template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE>
 __global__ void KTUNE_LAUNCH_BOUNDS
     softmax_kernel(const T* __restrict__ x, T* __restrict__ out, float* __restrict__ out_f32,
                    int rows, int cols, int write_f32) {
-  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
-  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
-  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "VEC must be 1, 2, 4 or 8");
-  static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
+  static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());
   static_assert(ROWS_PER_WARP == 0 || ROWS_PER_WARP == 1, "ROWS_PER_WARP must be 0 or 1");
   static_assert(CACHE >= 0 && CACHE <= 32, "CACHE must be from 0 to 32 vectors");
   namespace sm = ktune_softmax;
@@ -354,11 +363,7 @@ template <typename T, int BLOCK, int VEC, int CACHE, int SPLIT>
 __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
     softmax_cluster_kernel(const T* __restrict__ x, T* __restrict__ out,
                            float* __restrict__ out_f32, int rows, int cols, int write_f32) {
-  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
-  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
-  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "VEC must be 1, 2, 4 or 8");
-  static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
+  static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());
   static_assert(CACHE >= 1 && CACHE <= 32, "CACHE must be from 1 to 32 vectors");
   static_assert(SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "SPLIT must be 2, 4 or 8");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -377,10 +382,9 @@ __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
   const T* __restrict__ x_row = x + row_start;
   T* __restrict__ out_row = out + (write_f32 ? 0 : row_start);
   float* __restrict__ out32_row = out_f32 + (write_f32 ? row_start : 0);
-  const int num_vec = cols / VEC;
-  const int per = (num_vec + SPLIT - 1) / SPLIT;
-  const int begin = part * per;
-  const int end = min(num_vec, begin + per);
+  const sm::Slice slice = sm::SliceOf<SPLIT>(cols / VEC, part);
+  const int begin = slice.begin;
+  const int end = slice.end;
   const int first = begin + static_cast<int>(threadIdx.x);
 
   ktune::AlignedVector<T, VEC> cache[CACHE];
@@ -424,10 +428,7 @@ template <typename T, int BLOCK, int VEC, int SPLIT>
 __global__ void KTUNE_LAUNCH_BOUNDS
     softmax_partial_kernel(const T* __restrict__ x, float* __restrict__ partial, int rows,
                            int cols) {
-  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
-  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
-  static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
+  static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());
   static_assert(SPLIT >= 2 && SPLIT <= ktune::kWarpSize, "SPLIT must be from 2 to 32");
   namespace sm = ktune_softmax;
   constexpr int kSlots = BLOCK / ktune::kWarpSize;
@@ -438,10 +439,9 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const int part = static_cast<int>(blockIdx.x % SPLIT);
   if (row >= rows) return;
   const T* __restrict__ x_row = x + row * cols;
-  const int num_vec = cols / VEC;
-  const int per = (num_vec + SPLIT - 1) / SPLIT;
-  const int begin = part * per;
-  const int end = min(num_vec, begin + per);
+  const sm::Slice slice = sm::SliceOf<SPLIT>(cols / VEC, part);
+  const int begin = slice.begin;
+  const int end = slice.end;
   const sm::MaxSum ms = sm::RowCombine<BLOCK, 0>(
       sm::OnlineSlice<BLOCK, VEC>(x_row, begin + static_cast<int>(threadIdx.x), end), slots_a,
       slots_b);
@@ -460,10 +460,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     softmax_finish_kernel(const T* __restrict__ x, const float* __restrict__ partial,
                           T* __restrict__ out, float* __restrict__ out_f32, int rows, int cols,
                           int write_f32) {
-  static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
-  static_assert(BLOCK % ktune::kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
-  static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
+  static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());
   static_assert(SPLIT >= 2 && SPLIT <= ktune::kWarpSize, "SPLIT must be from 2 to 32");
   namespace sm = ktune_softmax;
 
@@ -479,10 +476,9 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const sm::MaxSum ms = sm::WarpCombine(mine);
 
   const long long row_start = row * cols;
-  const int num_vec = cols / VEC;
-  const int per = (num_vec + SPLIT - 1) / SPLIT;
-  const int begin = part * per;
-  const int end = min(num_vec, begin + per);
+  const sm::Slice slice = sm::SliceOf<SPLIT>(cols / VEC, part);
+  const int begin = slice.begin;
+  const int end = slice.end;
   sm::WriteSlice<BLOCK, VEC>(x + row_start, begin + static_cast<int>(threadIdx.x), end,
                              ms.m * sm::kLog2e, 1.f / ms.s, out + (write_f32 ? 0 : row_start),
                              out_f32 + (write_f32 ? row_start : 0), write_f32);

@@ -97,6 +97,21 @@ struct alignas(sizeof(T) * N) AlignedVector {
   Word words[kWords];
 };
 
+/// The checks every candidate kernel makes on its element type, block and vector, as one
+/// constant expression: `static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());` first in the
+/// kernel. T float, __half or __nv_bfloat16; BLOCK a multiple of the warp size within
+/// KTUNE_MAX_THREADS; VEC (default 1) elements of T in one access of 1, 2, 4 or 8 elements
+/// and at most 16 bytes.
+template <typename T, int BLOCK, int VEC = 1>
+__device__ constexpr bool KernelParamsOk() {
+  static_assert(kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
+  static_assert(BLOCK % kWarpSize == 0, "BLOCK must be a multiple of the warp size");
+  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
+  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "VEC must be 1, 2, 4 or 8");
+  static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
+  return true;
+}
+
 // Loads N elements at p. REQUIRES: p is aligned to N * sizeof(T) bytes.
 template <int N, typename T>
 __device__ __forceinline__ AlignedVector<T, N> LoadVector(const T* p) {

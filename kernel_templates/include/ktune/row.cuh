@@ -29,11 +29,7 @@ namespace ktune {
 ///                  the row's; only with CACHE > 0.
 template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W>
 struct RowKernel {
-  static_assert(kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
-  static_assert(BLOCK % kWarpSize == 0, "BLOCK must be a multiple of the warp size");
-  static_assert(BLOCK <= KTUNE_MAX_THREADS, "BLOCK must not exceed KTUNE_MAX_THREADS");
-  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "VEC must be 1, 2, 4 or 8");
-  static_assert(VEC * sizeof(T) <= 16, "VEC * sizeof(T) must be at most 16 bytes");
+  static_assert(KernelParamsOk<T, BLOCK, VEC>());
   static_assert(ROWS_PER_WARP == 0 || ROWS_PER_WARP == 1, "ROWS_PER_WARP must be 0 or 1");
   static_assert(CACHE >= 0 && CACHE <= 32, "CACHE must be from 0 to 32 vectors");
   static_assert(PREFETCH_W == 0 || PREFETCH_W == 1, "PREFETCH_W must be 0 or 1");
