@@ -154,22 +154,6 @@ TEST_F(CacheCommandTest, ReadsWhileAWriterHasTheFileOpen) {
 
 // --- export and import -------------------------------------------------------------------
 
-void ExpectSameEntry(const store::Entry& a, const store::Entry& b) {
-  EXPECT_TRUE(a.key == b.key);
-  EXPECT_EQ(a.source_hash, b.source_hash);
-  EXPECT_EQ(a.nvrtc_version, b.nvrtc_version);
-  EXPECT_TRUE(a.config == b.config);
-  EXPECT_TRUE(a.cubin == b.cubin);
-  EXPECT_EQ(a.cubin_sha256, b.cubin_sha256);
-  EXPECT_TRUE(a.launches == b.launches);
-  EXPECT_TRUE(store::testing::SameMetrics(a.metrics, b.metrics));
-  EXPECT_EQ(a.trials_total, b.trials_total);
-  EXPECT_EQ(a.trials_ok, b.trials_ok);
-  EXPECT_EQ(a.tuning_seconds, b.tuning_seconds);
-  EXPECT_EQ(a.created_unix_ms, b.created_unix_ms);
-  EXPECT_EQ(a.default_time_ns, b.default_time_ns);
-}
-
 TEST_F(CacheCommandTest, ExportThenImportRoundTripsEveryField) {
   const std::string src = MainDb();
   const std::string file = dir_.File("export.json");
@@ -212,7 +196,7 @@ TEST_F(CacheCommandTest, ExportThenImportRoundTripsEveryField) {
     SCOPED_TRACE(entries_a[i].key.shape);
     ASSERT_OK_AND_ASSIGN(store::Lookup x, a->GetEntry(entries_a[i].id));
     ASSERT_OK_AND_ASSIGN(store::Lookup y, b->GetEntry(entries_b[i].id));
-    ExpectSameEntry(x.entry, y.entry);
+    store::testing::ExpectSameEntry(x.entry, y.entry, /*same_job=*/false);
     ASSERT_OK_AND_ASSIGN(store::Job jx, a->GetJob(x.entry.job_id));
     ASSERT_OK_AND_ASSIGN(store::Job jy, b->GetJob(y.entry.job_id));
     EXPECT_TRUE(jx.key == jy.key);

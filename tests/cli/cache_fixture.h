@@ -111,6 +111,7 @@ inline int64_t AddTuned(store::Store& s, const store::EntryKey& key, std::vector
   e.trials_ok = ok;
   e.tuning_seconds = 3.5 * trials.size();
   e.created_unix_ms = created_ms;
+  e.default_time_ns = 1.5 * best->metrics.time_ns;  // the default config, slower than the winner
   absl::StatusOr<int64_t> id = s.CommitWinner(e, trials);
   EXPECT_TRUE(id.ok()) << id.status();
   return id.ok() ? *id : 0;

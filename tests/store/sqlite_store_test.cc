@@ -41,23 +41,6 @@ std::unique_ptr<Store> OpenMemory() {
   return *std::move(store);
 }
 
-void ExpectSameEntry(const Entry& got, const Entry& want) {
-  EXPECT_EQ(got.key, want.key);
-  EXPECT_EQ(got.source_hash, want.source_hash);
-  EXPECT_EQ(got.nvrtc_version, want.nvrtc_version);
-  EXPECT_EQ(got.config, want.config);
-  EXPECT_EQ(got.cubin.size(), want.cubin.size());
-  EXPECT_TRUE(got.cubin == want.cubin) << "cubin bytes differ";
-  EXPECT_EQ(got.cubin_sha256, want.cubin_sha256);
-  EXPECT_EQ(got.launches, want.launches);
-  EXPECT_TRUE(SameMetrics(got.metrics, want.metrics));
-  EXPECT_EQ(got.job_id, want.job_id);
-  EXPECT_EQ(got.trials_total, want.trials_total);
-  EXPECT_EQ(got.trials_ok, want.trials_ok);
-  EXPECT_EQ(got.tuning_seconds, want.tuning_seconds);
-  EXPECT_EQ(got.created_unix_ms, want.created_unix_ms);
-}
-
 // ---- round trips ----
 
 TEST(SqliteStore, DeviceRoundTripAndUpdate) {

@@ -187,7 +187,28 @@ inline Entry MakeEntry(const EntryKey& key, int64_t job_id, int64_t seed,
   e.trials_ok = 17;
   e.tuning_seconds = 12.5 + seed;
   e.created_unix_ms = 1700000001000 + seed;
+  e.default_time_ns = 2 * e.metrics.time_ns;  // the default config, twice the winner's time
   return e;
+}
+
+// Every stored field of two entries equal; `same_job` false where the entries live in
+// different stores (an export imported elsewhere gets a job id of its own).
+inline void ExpectSameEntry(const Entry& got, const Entry& want, bool same_job = true) {
+  EXPECT_EQ(got.key, want.key);
+  EXPECT_EQ(got.source_hash, want.source_hash);
+  EXPECT_EQ(got.nvrtc_version, want.nvrtc_version);
+  EXPECT_EQ(got.config, want.config);
+  EXPECT_EQ(got.cubin.size(), want.cubin.size());
+  EXPECT_TRUE(got.cubin == want.cubin) << "cubin bytes differ";
+  EXPECT_EQ(got.cubin_sha256, want.cubin_sha256);
+  EXPECT_EQ(got.launches, want.launches);
+  EXPECT_TRUE(SameMetrics(got.metrics, want.metrics));
+  if (same_job) EXPECT_EQ(got.job_id, want.job_id);
+  EXPECT_EQ(got.trials_total, want.trials_total);
+  EXPECT_EQ(got.trials_ok, want.trials_ok);
+  EXPECT_EQ(got.tuning_seconds, want.tuning_seconds);
+  EXPECT_EQ(got.created_unix_ms, want.created_unix_ms);
+  EXPECT_EQ(got.default_time_ns, want.default_time_ns);
 }
 
 }  // namespace ktune::store::testing
