@@ -222,7 +222,10 @@ class CudaWorkerSession final : public WorkerSession {
     std::vector<WorkerOutput> out;
     if (problem_ == nullptr) return out;
     for (const ProblemBuffer& b : problem_->buffers) {
-      if (b.checked()) out.push_back({b.name, std::string(DTypeName(b.dtype)), b.got});
+      if (b.checked()) {
+        out.push_back({b.name, std::string(DTypeName(b.dtype)),
+                       outputs_current_ ? b.got : std::string()});
+      }
     }
     return out;
   }
@@ -272,6 +275,10 @@ class CudaWorkerSession final : public WorkerSession {
   CUfunction flush_fn_ = nullptr;  // null: flush by cuMemsetD32 instead
   DeviceMemory flush_sink_;
   std::unique_ptr<Problem> problem_;
+  // Whether the buffers' `got` bytes are the last run's (the reference's after SetProblem,
+  // the candidate's after Measure's check): false from the start of a Measure until its
+  // Download, so LastOutputs() never shows an earlier run's results.
+  bool outputs_current_ = false;
 };
 
 v1::Response CudaWorkerSession::Handle(const v1::Request& request) {
@@ -530,6 +537,7 @@ absl::Status CudaWorkerSession::Download() {
     b.got.resize(b.bytes);
     KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemcpyDtoH, b.got.data(), b.memory.ptr(), b.bytes));
   }
+  outputs_current_ = true;
   return absl::OkStatus();
 }
 
@@ -642,6 +650,7 @@ absl::StatusOr<v1::ProblemReady> CudaWorkerSession::SetProblem(const v1::Problem
     KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemcpyHtoD, b.pristine.ptr(), data->data(), b.bytes));
   }
   problem_ = std::move(problem);
+  outputs_current_ = false;
 
   // From here on a failure leaves no problem behind.
   auto result = [&]() -> absl::StatusOr<v1::ProblemReady> {
@@ -684,8 +693,8 @@ absl::StatusOr<v1::Measurement> CudaWorkerSession::Measure(const v1::MeasureCand
   KTUNE_RETURN_IF_ERROR(
       ValidateBinary(candidate, static_cast<int>(problem_->values.size()), "measure.candidate"));
 
-  // LastOutputs() shows this candidate's results or nothing, never an earlier run's.
-  for (ProblemBuffer& b : problem_->buffers) b.got.clear();  // keeps the capacity
+  // Not cleared (Download would zero-fill them again on every candidate before copying).
+  outputs_current_ = false;
 
   v1::Measurement m;
   // Sets the candidate's outcome from a failed step. A sticky error (or any error once the
