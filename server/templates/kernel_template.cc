@@ -16,9 +16,6 @@
 namespace ktune {
 namespace {
 
-
-using Step = FieldStep;
-
 bool IsLowerName(absl::string_view s) {
   if (s.empty() || !absl::ascii_islower(s[0])) return false;
   for (char c : s) {
@@ -45,14 +42,13 @@ class Validator {
   absl::Status Run(const std::string& folder_name, std::vector<DType>* dtypes);
 
  private:
-  int LineOf(std::initializer_list<Step> path) const { return file_.LineOf(path); }
-  absl::Status Fail(std::initializer_list<Step> path, absl::string_view field,
+  absl::Status Fail(std::initializer_list<FieldStep> path, absl::string_view field,
                     absl::string_view reason) const {
     return file_.Fail(path, field, reason);
   }
 
   // Parses `text` unless already known and checks that it names only known identifiers.
-  absl::Status CheckExpr(std::initializer_list<Step> path, absl::string_view field,
+  absl::Status CheckExpr(std::initializer_list<FieldStep> path, absl::string_view field,
                          const std::string& text, bool allow_max_threads = true) {
     auto it = expressions_->find(text);
     if (it == expressions_->end()) {
@@ -74,7 +70,7 @@ class Validator {
   }
 
   absl::Status CheckLaunches(const char* list, absl::string_view what);
-  absl::Status CheckNameExpression(std::initializer_list<Step> path, absl::string_view field,
+  absl::Status CheckNameExpression(std::initializer_list<FieldStep> path, absl::string_view field,
                                    const std::string& text);
 
   const TextProtoFile& file_;
@@ -86,7 +82,7 @@ class Validator {
   std::set<std::string> args_;
 };
 
-absl::Status Validator::CheckNameExpression(std::initializer_list<Step> path,
+absl::Status Validator::CheckNameExpression(std::initializer_list<FieldStep> path,
                                             absl::string_view field, const std::string& text) {
   if (text.empty()) return Fail(path, field, "missing: the kernel's NVRTC name expression");
   size_t pos = 0;

@@ -34,6 +34,16 @@ class OrderedStrategy : public SearchStrategy {
   std::set<Config> reported_;
 };
 
+// The default config moved to the front (it is the baseline every winner's speed-up is
+// measured against, so a budget or a time limit must not skip it), then the space cut to
+// the budget (0: all).
+void DefaultFirstWithinBudget(std::vector<Config>& space, const Config& default_config,
+                              int64_t budget) {
+  auto d = std::find(space.begin(), space.end(), default_config);
+  if (d != space.end()) std::rotate(space.begin(), d, d + 1);
+  if (budget > 0 && static_cast<int64_t>(space.size()) > budget) space.resize(budget);
+}
+
 }  // namespace
 
 std::unique_ptr<SearchStrategy> NewExhaustiveStrategy(std::vector<Config> space) {
@@ -44,9 +54,7 @@ std::unique_ptr<SearchStrategy> NewRandomStrategy(std::vector<Config> space, int
                                                   uint64_t seed, const Config& default_config) {
   std::mt19937_64 rng(seed);
   std::shuffle(space.begin(), space.end(), rng);
-  auto d = std::find(space.begin(), space.end(), default_config);
-  if (d != space.end()) std::rotate(space.begin(), d, d + 1);
-  if (budget > 0 && static_cast<int64_t>(space.size()) > budget) space.resize(budget);
+  DefaultFirstWithinBudget(space, default_config, budget);
   return std::make_unique<OrderedStrategy>(std::move(space),
                                            absl::StrCat("random:", budget, ":", seed));
 }
@@ -56,11 +64,8 @@ absl::StatusOr<std::unique_ptr<SearchStrategy>> NewStrategy(const std::string& n
                                                            int64_t budget, uint64_t seed,
                                                            const Config& default_config) {
   if (name == "exhaustive") {
-    // The space's order with the default config first: it is the baseline every winner's
-    // speed-up is measured against, so a budget or a time limit must not skip it.
-    auto d = std::find(space.begin(), space.end(), default_config);
-    if (d != space.end()) std::rotate(space.begin(), d, d + 1);
-    if (budget > 0 && static_cast<int64_t>(space.size()) > budget) space.resize(budget);
+    // The space's order, with the default config first.
+    DefaultFirstWithinBudget(space, default_config, budget);
     return NewExhaustiveStrategy(std::move(space));
   }
   if (name == "random") return NewRandomStrategy(std::move(space), budget, seed, default_config);
