@@ -145,6 +145,14 @@ class Op:
     def is_prefill(self, s):
         return self.rows(s) >= PREFILL_ROWS
 
+    def is_goal_shape(self, s):
+        """The shape of the op's own time goal (gemv's 12 us), if it has one."""
+        return False
+
+    def quick_shapes(self, rows):
+        """--quick's shapes where the first variant's are not the right ones; None: those."""
+        return None
+
     def buffers(self, s):
         """{name: (torch shape, role "in"|"inout", (lo, hi) fill or None)} the op reads."""
         raise NotImplementedError
@@ -177,28 +185,37 @@ def rms_norm(x, w, eps):
     return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)).to(x.dtype) * w
 
 
-class RmsNorm(Op):
-    name = template = "rmsnorm"
-    scalars = {"eps": 1e-6}
+def rms_reference(x, weight, eps):
+    """rmsnorm in fp32 of a float tensor."""
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.float()
+
+
+class RowNorm(Op):
+    """What the norms share: [tokens, hidden] rows at hidden 4096 and 8192 (plus the dims in
+    `extra_dims`), one output `out`, a Triton peer."""
+    extra_dims = {}
     peers = ("eager", "compile", "triton")
 
     def shapes(self, rows):
-        return [{"tokens": r, "hidden": h} for h in (4096, 8192) for r in rows]
+        return [{"tokens": r, "hidden": h, **self.extra_dims} for h in (4096, 8192) for r in rows]
+
+    def outputs(self, s):
+        return {"out": (s["tokens"], s["hidden"])}
+
+
+class RmsNorm(RowNorm):
+    name = template = "rmsnorm"
+    scalars = {"eps": 1e-6}
 
     def buffers(self, s):
         t, h = s["tokens"], s["hidden"]
         return {"x": ((t, h), "in", (-1, 1)), "weight": ((h,), "in", (0.5, 1.5))}
 
-    def outputs(self, s):
-        return {"out": (s["tokens"], s["hidden"])}
-
     def nbytes(self, s, e):
         return (2 * s["tokens"] * s["hidden"] + s["hidden"]) * e
 
     def reference(self, inp, sc):
-        x = inp["x"].float()
-        inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + sc["eps"])
-        return {"out": x * inv * inp["weight"].float()}
+        return {"out": rms_reference(inp["x"].float(), inp["weight"], sc["eps"])}
 
     def eager(self, inp, sc):
         return {"out": rms_norm(inp["x"], inp["weight"], sc["eps"])}
@@ -207,30 +224,22 @@ class RmsNorm(Op):
         return {"out": triton_rmsnorm(inp["x"], inp["weight"], sc["eps"])}
 
 
-class AddRmsNorm(Op):
+class AddRmsNorm(RowNorm):
     """residual += x (rounded to the dtype, in place); out = rmsnorm(residual) * weight."""
     name = template = "add_rmsnorm"
     scalars = {"eps": 1e-6}
-    peers = ("eager", "compile", "triton")
-
-    def shapes(self, rows):
-        return [{"tokens": r, "hidden": h} for h in (4096, 8192) for r in rows]
 
     def buffers(self, s):
         t, h = s["tokens"], s["hidden"]
         return {"x": ((t, h), "in", (-1, 1)), "residual": ((t, h), "inout", (-1, 1)),
                 "weight": ((h,), "in", (0.5, 1.5))}
 
-    def outputs(self, s):
-        return {"out": (s["tokens"], s["hidden"])}
-
     def nbytes(self, s, e):
         return (4 * s["tokens"] * s["hidden"] + s["hidden"]) * e
 
     def reference(self, inp, sc):
         r = (inp["x"].float() + inp["residual"].float()).to(inp["x"].dtype).float()
-        inv = torch.rsqrt(r.pow(2).mean(dim=-1, keepdim=True) + sc["eps"])
-        return {"residual": r, "out": r * inv * inp["weight"].float()}
+        return {"residual": r, "out": rms_reference(r, inp["weight"], sc["eps"])}
 
     def eager(self, inp, sc):
         r = inp["x"] + inp["residual"]
@@ -241,17 +250,14 @@ class AddRmsNorm(Op):
         return {"residual": r, "out": out}
 
 
-class LayerNorm(Op):
+class LayerNorm(RowNorm):
     """With bias (the manifest's dim with_bias = 1), eps 1e-5 as torch's default."""
     name = template = "layernorm"
     scalars = {"eps": 1e-5}
     # The bias can cancel y * w to ~0: a peer that rounds y * w to bf16 before adding b is
     # then off by up to ~2^-9 * |y * w| (|y * w| up to ~5 here) where ktune rounds once.
     atol = 1e-2
-    peers = ("eager", "compile", "triton")
-
-    def shapes(self, rows):
-        return [{"tokens": r, "hidden": h, "with_bias": 1} for h in (4096, 8192) for r in rows]
+    extra_dims = {"with_bias": 1}
 
     def label(self, s):
         return f"{s['tokens']}x{s['hidden']}"
@@ -260,9 +266,6 @@ class LayerNorm(Op):
         t, h = s["tokens"], s["hidden"]
         return {"x": ((t, h), "in", (-1, 1.5)), "weight": ((h,), "in", (0.5, 1.5)),
                 "bias": ((h,), "in", (-0.5, 0.5))}
-
-    def outputs(self, s):
-        return {"out": (s["tokens"], s["hidden"])}
 
     def nbytes(self, s, e):
         return (2 * s["tokens"] * s["hidden"] + 2 * s["hidden"]) * e
@@ -334,9 +337,6 @@ class Gemv(Op):
     def label(self, s):
         return f"{s['n']}x{s['k']} b{s['batch']}"
 
-    def rows(self, s):
-        return s["batch"]
-
     def is_prefill(self, s):
         return False
 
@@ -355,8 +355,7 @@ class Gemv(Op):
     def eager(self, inp, sc):
         return {"y": F.linear(inp["x"], inp["w"])}
 
-    def cublas(self, inp, sc):
-        return {"y": F.linear(inp["x"], inp["w"])}
+    cublas = eager  # F.linear on a batch of vectors is cuBLAS; torch adds nothing around it
 
 
 class Softmax(Op):
@@ -689,32 +688,20 @@ def triton_layernorm(x, w, b, eps):
     return out
 
 
-def triton_softmax(x, out_dtype=None):
+def triton_softmax(x):
     m, n = x.shape
-    out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _softmax[(m,)](x, out, m, n)
     return out
 
 
 # ---- ktune's artifact on torch tensors, through cuda-python ------------------------------
 
-def _cu():
-    import ktune
-    return ktune.cuda_driver()
-
-
-def cu_check(result, call):
-    """cuda-python returns (err,) or (err, value...): raise naming the call, else the value."""
-    import ktune
-    return ktune.cuda_check(_cu(), result, call)
-
-
 class KtuneRunner:
     """ktune's kernel bound to tensors: inputs and inout buffers by name from `inputs`,
     outputs and scratch allocated here."""
 
     def __init__(self, kernel, inputs):
-        cu = _cu()
         art = kernel.artifact
         self.kernel = kernel
         self.outputs_ = {}
@@ -762,7 +749,7 @@ class KtuneRunner:
             self.keep.append(t)  # every bound tensor lives as long as the runner
         # Packed once: the pointers and scalars do not change between runs.
         self.bound = kernel.bind(pointers)
-        self.stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
+        self.stream = kernel.driver.CUstream(torch.cuda.current_stream().cuda_stream)
 
     def poison(self):
         for t in self.fresh_outputs:
@@ -1041,10 +1028,10 @@ def finish_record(rec, op, ceiling_gbps):
             rec["speedup"] = times[best] / kt
             goals["peer"] = "ok" if kt <= times[best] else \
                 f"MISS ({kt / times[best] - 1:+.1%} vs {best})"
-        if rec["prefill"] and op.name != "gemv" and ceiling_gbps:
+        if rec["prefill"] and ceiling_gbps:
             f = rec["ktune"]["ceiling_fraction"]
             goals["ceil"] = "ok" if f >= CEIL_GOAL else f"MISS ({(f - CEIL_GOAL) * 100:+.1f} pp)"
-        if op.name == "gemv" and op.is_goal_shape(rec["shape"]):
+        if op.is_goal_shape(rec["shape"]):
             goals["12us"] = "ok" if kt < GEMV_GOAL_US else f"MISS ({kt - GEMV_GOAL_US:+.2f} us)"
     rec["goals"] = goals
 
@@ -1340,11 +1327,11 @@ def parse_args(argv):
 
 
 def selected_shapes(op, args):
-    if args.quick and hasattr(op, "quick_shapes"):
-        return op.quick_shapes(args.rows)
-    shapes = op.shapes(args.rows)
-    if args.quick:  # the first variant (hidden 4096, vocab 32000, ...) at the quick rows
-        shapes = [s for s in shapes if op.variant(s) == op.variant(shapes[0])]
+    shapes = op.quick_shapes(args.rows) if args.quick else None
+    if shapes is None:
+        shapes = op.shapes(args.rows)
+        if args.quick:  # the first variant (hidden 4096, vocab 32000, ...) at the quick rows
+            shapes = [s for s in shapes if op.variant(s) == op.variant(shapes[0])]
     return [s for s in shapes if all(s.get(k) == v for k, v in args.only.items())]
 
 
@@ -1373,7 +1360,8 @@ def run_all(args, ops, meta, records, start):
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     torch.cuda.init()
     torch.empty(1, device=DEVICE)  # makes torch's primary context current for cuda-python
-    cu_check(_cu().cuInit(0), "cuInit")
+    driver = ktune.cuda_driver()
+    ktune.cuda_check(driver, driver.cuInit(0), "cuInit")
     for attr in ("cache_size_limit", "recompile_limit"):  # one compile per shape, all kept
         if hasattr(torch._dynamo.config, attr):
             setattr(torch._dynamo.config, attr, 256)
