@@ -292,8 +292,7 @@ class Display {
   Display(const std::string& model, int64_t total, bool quiet)
       : model_(model), total_(total), quiet_(quiet), tty_(!quiet && ::isatty(STDERR_FILENO)) {}
 
-  void StartKey(int64_t index, const SpecKey& key) {
-    index_ = index;
+  void StartKey(const SpecKey& key) {
     key_ = SpecKeyString(key);
     job_ = "looking up";
     Draw();
@@ -371,7 +370,6 @@ class Display {
   const bool quiet_;
   const bool tty_;
   const Clock::time_point start_ = Clock::now();
-  int64_t index_ = 0;
   int64_t finished_ = 0;
   int64_t tuned_ = 0;
   int64_t failed_ = 0;
@@ -501,7 +499,7 @@ int RunSpecTune(const SpecTuneArgs& args) {
   std::vector<KeyResult> results;
   for (size_t i = 0; i < keys->size(); ++i) {
     const SpecKey& key = (*keys)[i];
-    display.StartKey(static_cast<int64_t>(i), key);
+    display.StartKey(key);
     KeyResult result;
     result.key = key;
     std::optional<KeyResult> fresh;

@@ -3,7 +3,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <dirent.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -245,23 +244,16 @@ TEST(ShippedSpecsTest, EveryShippedSpecExpandsAgainstTheShippedTemplates) {
   ASSERT_OK_AND_ASSIGN(auto registry, LoadTemplateRegistry(testing::ShippedTemplatesDir()));
   EXPECT_THAT(registry->errors(), SizeIs(0));
   const std::string dir = absl::StrCat(testing::SourceDir(), "/specs");
-  DIR* d = opendir(dir.c_str());
-  ASSERT_NE(d, nullptr) << dir;
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, ListDir(dir));
   int specs = 0;
-  while (dirent* ent = readdir(d)) {
-    const std::string name = ent->d_name;
+  for (const std::string& name : names) {
     if (!absl::EndsWith(name, ".textproto")) continue;
     ++specs;
     SCOPED_TRACE(name);
     ASSERT_OK_AND_ASSIGN(TuningSpec spec, LoadTuningSpec(absl::StrCat(dir, "/", name)));
     ASSERT_OK_AND_ASSIGN(std::vector<SpecKey> keys, ExpandTuningSpec(spec, *registry));
     EXPECT_FALSE(keys.empty());
-    // ExpandTuningSpec checked each key against its template; the spec names some.
-    std::set<std::string> templates;
-    for (const SpecKey& k : keys) templates.insert(k.template_name);
-    EXPECT_FALSE(templates.empty());
   }
-  closedir(d);
   EXPECT_GT(specs, 0);
 }
 
