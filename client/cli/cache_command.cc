@@ -108,7 +108,7 @@ int RunLs(const LsArgs& args) {
                                                  "CREATED_UTC"}};
   for (const store::EntrySummary* e : shown) {
     rows.push_back({absl::StrCat(e->id), KeyText(e->key), e->key.device_model,
-                    ParamsText(e->config), KnobsText(e->config.knobs), Us(e->metrics.time_ns),
+                    ParamsText(e->config.params), KnobsText(e->config.knobs), Us(e->metrics.time_ns),
                     absl::StrFormat("%.0f", e->metrics.gbps), Pct(e->metrics.ceiling_fraction),
                     e->nvrtc_version, view.stale.count(e->id) ? "stale" : "-",
                     UtcTime(e->created_unix_ms)});
@@ -205,7 +205,7 @@ int RunShow(const ShowArgs& args) {
   absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, "source     ", e.source_hash, "  nvrtc ", e.nvrtc_version, "  ",
                   stale->count(e.id) ? "STALE (re-tuned on next demand)" : "fresh", "\n");
-  absl::StrAppend(&out, "winner     ", ParamsText(e.config), "  ", KnobsText(e.config.knobs), "\n");
+  absl::StrAppend(&out, "winner     ", ParamsText(e.config.params), "  ", KnobsText(e.config.knobs), "\n");
   absl::StrAppend(&out, absl::StrFormat(
       "time       %s us (spread %s, %d samples, batch %d%s)  %.1f GB/s  %.2f GFLOP/s  %s of "
       "copy ceiling\n",
@@ -264,7 +264,7 @@ int RunShow(const ShowArgs& args) {
                       m.time_ns > 0 ? absl::StrFormat("%.2fx", t.metrics.time_ns / m.time_ns) : "-",
                       SpreadPct(t.metrics), absl::StrCat(t.metrics.registers),
                       Pct(t.metrics.occupancy), absl::StrFormat("%.2f", t.metrics.waves),
-                      Pct(t.metrics.ceiling_fraction), ParamsText(t.config),
+                      Pct(t.metrics.ceiling_fraction), ParamsText(t.config.params),
                       KnobsText(t.config.knobs)});
     }
     absl::StrAppend(&out, Table(rows));
@@ -273,7 +273,7 @@ int RunShow(const ShowArgs& args) {
       std::vector<std::vector<std::string>> frows = {{"OUTCOME", "PARAMS", "KNOBS", "REASON"}};
       for (size_t i = 0; i < failed.size() && i < limit; ++i) {
         const store::Trial& t = *failed[i];
-        frows.push_back({std::string(OutcomeName(t.outcome)), ParamsText(t.config),
+        frows.push_back({std::string(OutcomeName(t.outcome)), ParamsText(t.config.params),
                          KnobsText(t.config.knobs), FirstLine(t.log)});
       }
       absl::StrAppend(&out, Table(frows));
@@ -353,7 +353,7 @@ int RunDiff(const DiffArgs& args) {
     std::vector<std::vector<std::string>> rows;
     for (const auto& [k, e] : sides[i]) {
       if (sides[1 - i].count(k) == 0) {
-        rows.push_back({"  " + label(e), Us(e.metrics.time_ns) + " us", ParamsText(e.config),
+        rows.push_back({"  " + label(e), Us(e.metrics.time_ns) + " us", ParamsText(e.config.params),
                         KnobsText(e.config.knobs)});
       }
     }
@@ -370,9 +370,9 @@ int RunDiff(const DiffArgs& args) {
       continue;
     }
     rows.push_back({"  " + label(a), "1: " + Us(a.metrics.time_ns) + " us",
-                    ParamsText(a.config) + " " + KnobsText(a.config.knobs),
+                    ParamsText(a.config.params) + " " + KnobsText(a.config.knobs),
                     "2: " + Us(b.metrics.time_ns) + " us",
-                    ParamsText(b.config) + " " + KnobsText(b.config.knobs),
+                    ParamsText(b.config.params) + " " + KnobsText(b.config.knobs),
                     a.metrics.time_ns > 0
                         ? absl::StrFormat("2/1 %.2fx", b.metrics.time_ns / a.metrics.time_ns)
                         : "-"});

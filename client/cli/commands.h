@@ -7,13 +7,16 @@
 #ifndef KTUNE_CLIENT_CLI_COMMANDS_H_
 #define KTUNE_CLIENT_CLI_COMMANDS_H_
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/base/candidate.h"
 #include "server/base/dtype.h"
 #include "server/templates/registry.h"
 #include "server/templates/shape.h"
@@ -63,6 +66,15 @@ absl::StatusOr<TemplateRequest> ResolveTemplateRequest(const std::string& templa
 // kExitUsage for caller mistakes (invalid argument, not found, out of range), else
 // kExitFailure.
 int Fail(const absl::Status& status);
+
+// A config as the CLI's tables print it: params "BLOCK=256,VEC=4"; knobs "sm_90a rreg64
+// minb2 fast" with the defaults (no register cap, one block, no fast math) left out; a time
+// in ns as microseconds, "12.35".
+std::string ParamsText(const std::map<std::string, int64_t>& params);
+std::string KnobsText(const std::string& target, int64_t maxrregcount, int64_t min_blocks,
+                      bool fast_math);
+std::string KnobsText(const Knobs& knobs);
+std::string Us(double ns);
 
 }  // namespace ktune::cli
 

@@ -1,6 +1,8 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
 #include "server/base/paths.h"
 #include "server/base/status_macros.h"
@@ -41,6 +43,23 @@ absl::StatusOr<TemplateRequest> ResolveTemplateRequest(const std::string& templa
   KTUNE_RETURN_IF_ERROR(ValidateRequest(*r.tmpl, r.dtype, r.shape));
   return r;
 }
+
+std::string ParamsText(const std::map<std::string, int64_t>& params) {
+  return absl::StrJoin(params, ",", absl::PairFormatter("="));
+}
+
+std::string KnobsText(const std::string& target, int64_t maxrregcount, int64_t min_blocks,
+                      bool fast_math) {
+  return absl::StrCat(target, maxrregcount ? absl::StrCat(" rreg", maxrregcount) : "",
+                      min_blocks > 1 ? absl::StrCat(" minb", min_blocks) : "",
+                      fast_math ? " fast" : "");
+}
+
+std::string KnobsText(const Knobs& k) {
+  return KnobsText(k.target, k.maxrregcount, k.min_blocks, k.fast_math);
+}
+
+std::string Us(double ns) { return absl::StrFormat("%.2f", ns / 1000.0); }
 
 int Fail(const absl::Status& status) {
   std::cerr << "ktune: " << status.message() << "\n";

@@ -79,17 +79,6 @@ struct JobProgress {
 };
 using JobProgressFn = std::function<void(const JobProgress&)>;
 
-std::string ParamsString(const std::map<std::string, int64_t>& params) {
-  return absl::StrJoin(params, ",", absl::PairFormatter("="));
-}
-
-std::string KnobsString(const std::string& target, int64_t maxrreg, int64_t min_blocks,
-                        bool fast_math) {
-  return absl::StrCat(target, maxrreg ? absl::StrCat(" rreg", maxrreg) : "",
-                      min_blocks > 1 ? absl::StrCat(" minb", min_blocks) : "",
-                      fast_math ? " fast" : "");
-}
-
 // Where keys are looked up and tuned. Not thread-safe; one spec run drives one.
 class Backend {
  public:
@@ -107,7 +96,7 @@ KeyResult FromEntry(const SpecKey& key, const store::Entry& e, KeyState state) {
   r.entry_id = e.id;
   r.params = e.config.params;
   const Knobs& k = e.config.knobs;
-  r.knobs = KnobsString(k.target, k.maxrregcount, k.min_blocks, k.fast_math);
+  r.knobs = KnobsText(k.target, k.maxrregcount, k.min_blocks, k.fast_math);
   r.time_ns = e.metrics.time_ns;
   r.gbps = e.metrics.gbps;
   r.ceiling_fraction = e.metrics.ceiling_fraction;
@@ -175,7 +164,7 @@ class LocalBackend : public Backend {
                              jp.eta_s = p.eta_s;
                              if (p.best != nullptr) {
                                jp.best_time_ns = p.best->metrics.time_ns;
-                               jp.best_params = ParamsString(p.best->config.params);
+                               jp.best_params = ParamsText(p.best->config.params);
                              }
                              progress(jp);
                              return true;
@@ -207,7 +196,7 @@ KeyResult FromArtifact(const SpecKey& key, const client::KernelArtifact& a, KeyS
   r.state = state;
   r.entry_id = a.entry_id;
   r.params = a.params;
-  r.knobs = KnobsString(a.knobs.target, a.knobs.maxrregcount, a.knobs.min_blocks,
+  r.knobs = KnobsText(a.knobs.target, a.knobs.maxrregcount, a.knobs.min_blocks,
                         a.knobs.fast_math);
   r.time_ns = a.metrics.time_ns;
   r.gbps = a.metrics.gbps;
@@ -261,7 +250,7 @@ class DaemonBackend : public Backend {
                              jp.total = p.total;
                              jp.eta_s = p.eta_s;
                              jp.best_time_ns = p.best_time_ns;
-                             jp.best_params = ParamsString(p.best_params);
+                             jp.best_params = ParamsText(p.best_params);
                              progress(jp);
                              return true;
                            }));
@@ -327,7 +316,7 @@ class Display {
         break;
       case KeyState::kTuned:
         what = absl::StrFormat("tuned in %s, %.2f us (%s)", Duration(r.seconds),
-                               r.time_ns / 1000, ParamsString(r.params));
+                               r.time_ns / 1000, ParamsText(r.params));
         break;
       case KeyState::kFailed:
         what = absl::StrCat("FAILED: ", r.error);
@@ -385,7 +374,7 @@ void PrintTable(const std::vector<KeyResult>& results) {
   for (const KeyResult& r : results) {
     key_w = std::max(key_w, static_cast<int>(SpecKeyString(r.key).size()));
     if (r.state == KeyState::kFailed) continue;
-    winner_w = std::max(winner_w, static_cast<int>(ParamsString(r.params).size()));
+    winner_w = std::max(winner_w, static_cast<int>(ParamsText(r.params).size()));
     knobs_w = std::max(knobs_w, static_cast<int>(r.knobs.size()));
   }
   std::printf("%-*s %-7s %-*s %-*s %10s %8s %6s %10s %8s\n", key_w, "key", "status", winner_w,
@@ -400,7 +389,7 @@ void PrintTable(const std::vector<KeyResult>& results) {
         r.default_time_ns > 0 ? absl::StrFormat("%.2f", r.default_time_ns / 1000) : "-";
     const std::string speedup = r.speedup() > 0 ? absl::StrFormat("%.2fx", r.speedup()) : "-";
     std::printf("%-*s %-7s %-*s %-*s %10.2f %8.0f %5.0f%% %10s %8s\n", key_w, key.c_str(),
-                KeyStateName(r.state), winner_w, ParamsString(r.params).c_str(), knobs_w,
+                KeyStateName(r.state), winner_w, ParamsText(r.params).c_str(), knobs_w,
                 r.knobs.c_str(), r.time_ns / 1000, r.gbps, 100 * r.ceiling_fraction, def.c_str(),
                 speedup.c_str());
   }

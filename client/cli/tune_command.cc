@@ -47,18 +47,6 @@ struct TuneArgs {
   bool force = false;
 };
 
-std::string Us(double ns) { return absl::StrFormat("%.2f", ns / 1000.0); }
-
-std::string ParamsString(const Config& c) {
-  return absl::StrJoin(c.params, ",", absl::PairFormatter("="));
-}
-
-std::string KnobsString(const Knobs& k) {
-  return absl::StrCat(k.target, k.maxrregcount ? absl::StrCat(" rreg", k.maxrregcount) : "",
-                      k.min_blocks > 1 ? absl::StrCat(" minb", k.min_blocks) : "",
-                      k.fast_math ? " fast" : "");
-}
-
 // "last" is how full the last wave is: 1.02 waves at 2% runs its tail nearly idle. "batch"
 // is runs per timed sample (0: not recorded, by a build before schema v3).
 void PrintTrials(const std::vector<store::Trial>& trials, int top) {
@@ -72,7 +60,7 @@ void PrintTrials(const std::vector<store::Trial>& trials, int top) {
     const TrialMetrics& m = t.metrics;
     std::printf(
         "%-4d %-40s %-18s %10s %7.1f%% %8.0f %4.0f%% %5lld %6lld %5.0f%% %6.2f %4.0f%% %5lld\n",
-        ++rank, ParamsString(t.config).c_str(), KnobsString(t.config.knobs).c_str(),
+        ++rank, ParamsText(t.config.params).c_str(), KnobsText(t.config.knobs).c_str(),
         Us(m.time_ns).c_str(), m.time_ns > 0 ? 100.0 * m.spread_ns / m.time_ns : 0.0, m.gbps,
         100.0 * m.ceiling_fraction, static_cast<long long>(m.registers),
         static_cast<long long>(m.spill_bytes), 100.0 * m.occupancy, m.waves,
@@ -126,7 +114,7 @@ int RunTune(const TuneArgs& args) {
   auto progress = [&](const TuneProgress& p) {
     if (args.quiet) return true;
     std::string best = p.best ? absl::StrCat("best ", Us(p.best->metrics.time_ns), " us (",
-                                             ParamsString(p.best->config), ")")
+                                             ParamsText(p.best->config.params), ")")
                               : "no passing candidate yet";
     std::string line = absl::StrFormat("[%lld/%lld] %s  %s  elapsed %.0fs ETA %.0fs",
                                        static_cast<long long>(p.done),
@@ -150,7 +138,7 @@ int RunTune(const TuneArgs& args) {
   for (const store::Trial& t : result->trials) ++by_outcome[static_cast<int>(t.outcome)];
   std::printf("tuned     %s %s %s on %s\n", e.key.template_id.c_str(), e.key.dtype.c_str(),
               e.key.shape.c_str(), e.key.device_model.c_str());
-  std::printf("winner    %s  %s\n", ParamsString(e.config).c_str(), KnobsString(e.config.knobs).c_str());
+  std::printf("winner    %s  %s\n", ParamsText(e.config.params).c_str(), KnobsText(e.config.knobs).c_str());
   std::printf("time      %s us (spread %.1f%%, %lld samples)  %.0f GB/s  %.1f%% of copy ceiling\n",
               Us(e.metrics.time_ns).c_str(),
               e.metrics.time_ns > 0 ? 100 * e.metrics.spread_ns / e.metrics.time_ns : 0.0,

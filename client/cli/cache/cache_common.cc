@@ -77,18 +77,6 @@ std::string KeyText(const store::EntryKey& key) {
   return absl::StrCat(key.template_id, "/", key.dtype, "/", key.shape);
 }
 
-std::string ParamsText(const Config& config) {
-  return absl::StrJoin(config.params, ",", absl::PairFormatter("="));
-}
-
-std::string KnobsText(const Knobs& k) {
-  return absl::StrCat(k.target, k.maxrregcount ? absl::StrCat(" rreg", k.maxrregcount) : "",
-                      k.min_blocks > 1 ? absl::StrCat(" minb", k.min_blocks) : "",
-                      k.fast_math ? " fast" : "");
-}
-
-std::string Us(double ns) { return absl::StrFormat("%.2f", ns / 1000.0); }
-
 std::string UtcTime(int64_t unix_ms) {
   return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(unix_ms),
                           absl::UTCTimeZone());

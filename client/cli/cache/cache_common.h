@@ -58,9 +58,6 @@ CacheView OpenCacheView(const std::string& path, const store::EntryFilter& filte
 // "rmsnorm/f16/hidden=4096,tokens=16": what `show` accepts (with "@DEVICE_MODEL" appended
 // when more than one device model has the key).
 std::string KeyText(const store::EntryKey& key);
-std::string ParamsText(const Config& config);         // "BLOCK=256,VEC=4"
-std::string KnobsText(const Knobs& knobs);            // "sm_90a rreg64 minb2 fast"
-std::string Us(double ns);                            // "12.35"
 std::string UtcTime(int64_t unix_ms);                 // "2023-11-14 22:13:21"
 
 // "30d", "2w", or anything absl::ParseDuration takes ("12h", "90m"); kInvalidArgument

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/cache/svg_chart.h"
+#include "client/cli/commands.h"
 
 namespace ktune::cli {
 namespace {
@@ -31,18 +32,9 @@ std::string Header(absl::string_view title) {
                       XmlEscape(title), "</title>\n<style>", kStyle, "</style>\n</head>\n<body>\n");
 }
 
-std::string ParamsText(const Config& c) {
-  return absl::StrJoin(c.params, ",", absl::PairFormatter("="));
-}
-
-std::string KnobsText(const Knobs& k) {
-  return absl::StrCat(k.target, " maxrreg=", k.maxrregcount == 0 ? "none" : absl::StrCat(k.maxrregcount),
-                      " minb=", k.min_blocks, k.fast_math ? " fast-math" : "");
-}
-
 std::string TrialLabel(const Config& c, const TrialMetrics& m, bool winner) {
   return absl::StrFormat("%s%s %s: %.2f us, %.0f GB/s, %.1f GFLOP/s", winner ? "winner: " : "",
-                         ParamsText(c), KnobsText(c.knobs), m.time_ns / 1000, m.gbps, m.gflops);
+                         ParamsText(c.params), KnobsText(c.knobs), m.time_ns / 1000, m.gbps, m.gflops);
 }
 
 // The x categories of each param and knob that takes more than one value among `ok`.
@@ -93,7 +85,7 @@ std::string EntrySection(const ReportEntry& r) {
   absl::StrAppend(
       &html, "<table class=\"facts\">\n",
       "<tr><td>device</td><td>", XmlEscape(e.key.device_model), "</td></tr>\n",
-      "<tr><td>winner</td><td><code>", XmlEscape(ParamsText(e.config)), "</code> ",
+      "<tr><td>winner</td><td><code>", XmlEscape(ParamsText(e.config.params)), "</code> ",
       XmlEscape(KnobsText(e.config.knobs)), "</td></tr>\n",
       absl::StrFormat("<tr><td>time</td><td>%.2f us (spread %.1f%%), %.0f GB/s, %.1f GFLOP/s, "
                       "%.1f%% of the copy ceiling</td></tr>\n",
