@@ -108,10 +108,10 @@ int RunLs(const LsArgs& args) {
                                                  "CREATED_UTC"}};
   for (const store::EntrySummary* e : shown) {
     rows.push_back({absl::StrCat(e->id), KeyText(e->key), e->key.device_model,
-                    ParamsText(e->config.params), KnobsText(e->config.knobs), Us(e->metrics.time_ns),
-                    absl::StrFormat("%.0f", e->metrics.gbps), Pct(e->metrics.ceiling_fraction),
-                    e->nvrtc_version, view.stale.count(e->id) ? "stale" : "-",
-                    UtcTime(e->created_unix_ms)});
+                    ParamsText(e->config.params), KnobsText(e->config.knobs),
+                    Us(e->metrics.time_ns), absl::StrFormat("%.0f", e->metrics.gbps),
+                    Pct(e->metrics.ceiling_fraction), e->nvrtc_version,
+                    view.stale.count(e->id) ? "stale" : "-", UtcTime(e->created_unix_ms)});
   }
   std::printf("%s", Table(rows).c_str());
   std::printf("%zu entries\n", shown.size());
@@ -205,7 +205,8 @@ int RunShow(const ShowArgs& args) {
   absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, "source     ", e.source_hash, "  nvrtc ", e.nvrtc_version, "  ",
                   stale->count(e.id) ? "STALE (re-tuned on next demand)" : "fresh", "\n");
-  absl::StrAppend(&out, "winner     ", ParamsText(e.config.params), "  ", KnobsText(e.config.knobs), "\n");
+  absl::StrAppend(&out, "winner     ", ParamsText(e.config.params), "  ", KnobsText(e.config.knobs),
+                  "\n");
   absl::StrAppend(&out, absl::StrFormat(
       "time       %s us (spread %s, %d samples, batch %d%s)  %.1f GB/s  %.2f GFLOP/s  %s of "
       "copy ceiling\n",

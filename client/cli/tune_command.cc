@@ -116,10 +116,10 @@ int RunTune(const TuneArgs& args) {
     std::string best = p.best ? absl::StrCat("best ", Us(p.best->metrics.time_ns), " us (",
                                              ParamsText(p.best->config.params), ")")
                               : "no passing candidate yet";
-    std::string line = absl::StrFormat("[%lld/%lld] %s  %s  elapsed %.0fs ETA %.0fs",
-                                       static_cast<long long>(p.done),
-                                       static_cast<long long>(p.total), best,
-                                       p.last ? OutcomeName(p.last->outcome) : "", p.elapsed_s, p.eta_s);
+    std::string line =
+        absl::StrFormat("[%lld/%lld] %s  %s  elapsed %.0fs ETA %.0fs",
+                        static_cast<long long>(p.done), static_cast<long long>(p.total), best,
+                        p.last ? OutcomeName(p.last->outcome) : "", p.elapsed_s, p.eta_s);
     // A terminal gets one line rewritten in place; a log gets a line per 10%.
     if (live) {
       std::fprintf(stderr, "\r\033[K%s", line.c_str());
@@ -138,7 +138,8 @@ int RunTune(const TuneArgs& args) {
   for (const store::Trial& t : result->trials) ++by_outcome[static_cast<int>(t.outcome)];
   std::printf("tuned     %s %s %s on %s\n", e.key.template_id.c_str(), e.key.dtype.c_str(),
               e.key.shape.c_str(), e.key.device_model.c_str());
-  std::printf("winner    %s  %s\n", ParamsText(e.config.params).c_str(), KnobsText(e.config.knobs).c_str());
+  std::printf("winner    %s  %s\n", ParamsText(e.config.params).c_str(),
+              KnobsText(e.config.knobs).c_str());
   std::printf("time      %s us (spread %.1f%%, %lld samples)  %.0f GB/s  %.1f%% of copy ceiling\n",
               Us(e.metrics.time_ns).c_str(),
               e.metrics.time_ns > 0 ? 100 * e.metrics.spread_ns / e.metrics.time_ns : 0.0,
@@ -146,17 +147,23 @@ int RunTune(const TuneArgs& args) {
               100 * e.metrics.ceiling_fraction);
   std::printf("kernel    %s  grid [%u,%u,%u] block [%u,%u,%u] smem %u B\n",
               e.launches.empty() ? "?" : e.launches[0].lowered_name.c_str(),
-              e.launches.empty() ? 0 : e.launches[0].grid[0], e.launches.empty() ? 0 : e.launches[0].grid[1],
-              e.launches.empty() ? 0 : e.launches[0].grid[2], e.launches.empty() ? 0 : e.launches[0].block[0],
-              e.launches.empty() ? 0 : e.launches[0].block[1], e.launches.empty() ? 0 : e.launches[0].block[2],
+              e.launches.empty() ? 0 : e.launches[0].grid[0],
+              e.launches.empty() ? 0 : e.launches[0].grid[1],
+              e.launches.empty() ? 0 : e.launches[0].grid[2],
+              e.launches.empty() ? 0 : e.launches[0].block[0],
+              e.launches.empty() ? 0 : e.launches[0].block[1],
+              e.launches.empty() ? 0 : e.launches[0].block[2],
               e.launches.empty() ? 0 : e.launches[0].shared_bytes);
   std::vector<std::string> counts;
   for (int o = 0; o < 7; ++o) {
-    if (by_outcome[o]) counts.push_back(absl::StrCat(OutcomeName(static_cast<Outcome>(o)), " ", by_outcome[o]));
+    if (by_outcome[o])
+      counts.push_back(absl::StrCat(OutcomeName(static_cast<Outcome>(o)), " ", by_outcome[o]));
   }
   std::printf("trials    %zu in %.1f s (%s)%s\n", result->trials.size(), result->seconds,
               absl::StrJoin(counts, ", ").c_str(),
-              result->resumed_trials ? absl::StrCat(", ", result->resumed_trials, " from an earlier run").c_str() : "");
+              result->resumed_trials
+                  ? absl::StrCat(", ", result->resumed_trials, " from an earlier run").c_str()
+                  : "");
   std::printf("stored    entry %lld in %s\n\n", static_cast<long long>(e.id), db.c_str());
   PrintTrials(result->trials, args.top);
   return kExitOk;
@@ -233,7 +240,8 @@ Command AddTuneCommand(CLI::App& parent) {
   app->add_option("--strategy", args->strategy, "exhaustive or random")->capture_default_str();
   app->add_option("--budget", args->budget, "Most candidates to measure (0 = all)");
   app->add_option("--time", args->time_s, "Stop starting candidates after this many seconds");
-  app->add_option("--seed", args->seed, "Random strategy and input data seed")->capture_default_str();
+  app->add_option("--seed", args->seed, "Random strategy and input data seed")
+      ->capture_default_str();
   app->add_option("--db", args->db, "SQLite file (default: the daemon's)");
   app->add_option("--templates", args->templates_dir, "Templates folder (default: shipped)");
   app->add_option("--cache-dir", args->cache_dir, "Cubin cache folder");

@@ -28,13 +28,15 @@ code { font-size: 12px; }
 )css";
 
 std::string Header(absl::string_view title) {
-  return absl::StrCat("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>",
-                      XmlEscape(title), "</title>\n<style>", kStyle, "</style>\n</head>\n<body>\n");
+  return absl::StrCat(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>",
+      XmlEscape(title), "</title>\n<style>", kStyle, "</style>\n</head>\n<body>\n");
 }
 
 std::string TrialLabel(const Config& c, const TrialMetrics& m, bool winner) {
   return absl::StrFormat("%s%s %s: %.2f us, %.0f GB/s, %.1f GFLOP/s", winner ? "winner: " : "",
-                         ParamsText(c.params), KnobsText(c.knobs), m.time_ns / 1000, m.gbps, m.gflops);
+                         ParamsText(c.params), KnobsText(c.knobs), m.time_ns / 1000, m.gbps,
+                         m.gflops);
 }
 
 // The x categories of each param and knob that takes more than one value among `ok`.
@@ -110,7 +112,8 @@ std::string EntrySection(const ReportEntry& r) {
     const bool winner = !winner_seen && t->config == e.config;
     winner_seen |= winner;
     const double ai = t->metrics.gbps > 0 ? t->metrics.gflops / t->metrics.gbps : 0;
-    roof.points.push_back({ai, t->metrics.gflops, winner, TrialLabel(t->config, t->metrics, winner)});
+    roof.points.push_back(
+        {ai, t->metrics.gflops, winner, TrialLabel(t->config, t->metrics, winner)});
   }
   if (!winner_seen) {  // trials pruned or not recorded: the entry's own figures
     const double ai = m.gbps > 0 ? m.gflops / m.gbps : 0;
@@ -130,7 +133,8 @@ std::string EntrySection(const ReportEntry& r) {
       bool marked = false;
       for (const store::Trial* t : ok) {
         const std::string v = value_of(t->config);
-        const double x = std::find(chart.values.begin(), chart.values.end(), v) - chart.values.begin();
+        const double x =
+            std::find(chart.values.begin(), chart.values.end(), v) - chart.values.begin();
         const bool winner = !marked && t->config == e.config;
         marked |= winner;
         chart.points.push_back({x, t->metrics.time_ns / 1000, winner,
