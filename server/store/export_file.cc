@@ -222,10 +222,7 @@ absl::StatusOr<Trial> ReadTrial(const Reader& r) {
 
 absl::StatusOr<JobState> ReadJobState(const Reader& r) {
   KTUNE_ASSIGN_OR_RETURN(std::string state, r.String("state"));
-  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed,
-                     JobState::kAbandoned}) {
-    if (JobStateName(s) == state) return s;
-  }
+  if (std::optional<JobState> s = ParseJobState(state)) return *s;
   return r.Invalid("state", absl::StrCat("unknown job state \"", state, "\""));
 }
 

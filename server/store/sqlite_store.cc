@@ -10,6 +10,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,14 +56,6 @@ absl::Status ValidateKey(const EntryKey& k) {
         absl::StrCat("incomplete key (every part is required): ", KeyString(k)));
   }
   return absl::OkStatus();
-}
-
-std::optional<JobState> ParseJobState(absl::string_view name) {
-  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed,
-                     JobState::kAbandoned}) {
-    if (JobStateName(s) == name) return s;
-  }
-  return std::nullopt;
 }
 
 // Reads the columns of a result row left to right, mirroring the SELECT's column list.
@@ -272,6 +265,41 @@ absl::Status VerifyCubin(const Entry& e) {
   return absl::OkStatus();
 }
 
+// A cubin handed in for storing (a winner, an import) matches the sha256 it comes with;
+// checked before anything is written, since a wrong hash stored would turn every later
+// lookup of a good cubin into kDataLoss. `what`: "winner for" or "imported entry".
+absl::Status CheckIncomingCubin(const Entry& e, absl::string_view what) {
+  const std::string actual = Sha256Hex(e.cubin);
+  if (actual != e.cubin_sha256) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s %s: cubin sha256 is %s, not \"%s\"",
+                                                      what, KeyString(e.key), actual,
+                                                      e.cubin_sha256));
+  }
+  return absl::OkStatus();
+}
+
+// Inserts a device row; an existing model_key is updated (`update`) or left as it is.
+absl::Status InsertDevice(Db& db, const Device& d, bool update) {
+  KTUNE_ASSIGN_OR_RETURN(
+      Stmt st,
+      db.Prepare(absl::StrCat(
+          "INSERT INTO devices (model_key, name, cc_major, cc_minor, sm_count, l2_bytes, "
+          "memory_bus_bits, memory_clock_khz, copy_gbps, uuid, driver_version, "
+          "updated_unix_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model_key) ",
+          update ? "DO UPDATE SET name = excluded.name, "
+                   "cc_major = excluded.cc_major, cc_minor = excluded.cc_minor, "
+                   "sm_count = excluded.sm_count, l2_bytes = excluded.l2_bytes, "
+                   "memory_bus_bits = excluded.memory_bus_bits, "
+                   "memory_clock_khz = excluded.memory_clock_khz, copy_gbps = excluded.copy_gbps, "
+                   "uuid = excluded.uuid, driver_version = excluded.driver_version, "
+                   "updated_unix_ms = excluded.updated_unix_ms"
+                 : "DO NOTHING")));
+  st.Bind(d.model_key).Bind(d.name).Bind(d.cc_major).Bind(d.cc_minor).Bind(d.sm_count);
+  st.Bind(d.l2_bytes).Bind(d.memory_bus_bits).Bind(d.memory_clock_khz).Bind(d.copy_gbps);
+  st.Bind(d.uuid).Bind(d.driver_version).Bind(NowUnixMs());
+  return st.Run();
+}
+
 const std::string& SummaryColumns() {
   static const std::string* const kColumns = new std::string(absl::StrCat(
       "id, device_model, template_id, dtype, shape, source_hash, nvrtc_version, config, ",
@@ -383,25 +411,7 @@ class SqliteStore final : public Store {
 
   absl::Status PutDevice(const Device& d) override {
     if (d.model_key.empty()) return absl::InvalidArgumentError("device model_key is empty");
-    return Write([&](Db& db) -> absl::Status {
-      KTUNE_ASSIGN_OR_RETURN(
-          Stmt st,
-          db.Prepare(
-              "INSERT INTO devices (model_key, name, cc_major, cc_minor, sm_count, l2_bytes, "
-              "memory_bus_bits, memory_clock_khz, copy_gbps, uuid, driver_version, "
-              "updated_unix_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-              "ON CONFLICT (model_key) DO UPDATE SET name = excluded.name, "
-              "cc_major = excluded.cc_major, cc_minor = excluded.cc_minor, "
-              "sm_count = excluded.sm_count, l2_bytes = excluded.l2_bytes, "
-              "memory_bus_bits = excluded.memory_bus_bits, "
-              "memory_clock_khz = excluded.memory_clock_khz, copy_gbps = excluded.copy_gbps, "
-              "uuid = excluded.uuid, driver_version = excluded.driver_version, "
-              "updated_unix_ms = excluded.updated_unix_ms"));
-      st.Bind(d.model_key).Bind(d.name).Bind(d.cc_major).Bind(d.cc_minor).Bind(d.sm_count);
-      st.Bind(d.l2_bytes).Bind(d.memory_bus_bits).Bind(d.memory_clock_khz).Bind(d.copy_gbps);
-      st.Bind(d.uuid).Bind(d.driver_version).Bind(NowUnixMs());
-      return st.Run();
-    });
+    return Write([&](Db& db) { return InsertDevice(db, d, /*update=*/true); });
   }
 
   absl::StatusOr<Device> GetDevice(const std::string& model_key) override {
@@ -528,14 +538,7 @@ class SqliteStore final : public Store {
       return absl::InvalidArgumentError(
           absl::StrCat("winner for ", KeyString(entry.key), " names no job"));
     }
-    // Checked before anything is written: a wrong hash stored now would turn every later
-    // lookup of a good cubin into kDataLoss.
-    const std::string actual = Sha256Hex(entry.cubin);
-    if (actual != entry.cubin_sha256) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("winner for %s: cubin sha256 is %s, not the given \"%s\"",
-                          KeyString(entry.key), actual, entry.cubin_sha256));
-    }
+    KTUNE_RETURN_IF_ERROR(CheckIncomingCubin(entry, "winner for"));
     for (const Trial& t : trials) {
       if (t.job_id != 0 && t.job_id != entry.job_id) {
         return absl::InvalidArgumentError(
@@ -679,6 +682,7 @@ class SqliteStore final : public Store {
       if (d.model_key.empty()) return absl::InvalidArgumentError("device model_key is empty");
     }
     // Every check before the transaction: a refused import leaves the file as it was.
+    std::set<std::string> keys;
     for (size_t i = 0; i < bundles.size(); ++i) {
       const Entry& e = bundles[i].entry;
       KTUNE_RETURN_IF_ERROR(ValidateKey(e.key));
@@ -687,32 +691,16 @@ class SqliteStore final : public Store {
             absl::StrCat("imported entry ", KeyString(e.key), " comes with a job for ",
                          KeyString(bundles[i].job.key)));
       }
-      const std::string actual = Sha256Hex(e.cubin);
-      if (actual != e.cubin_sha256) {
+      KTUNE_RETURN_IF_ERROR(CheckIncomingCubin(e, "imported entry"));
+      if (!keys.insert(KeyString(e.key)).second) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("imported entry %s: cubin sha256 is %s, not the recorded %s",
-                            KeyString(e.key), actual, e.cubin_sha256));
-      }
-      for (size_t j = 0; j < i; ++j) {
-        if (bundles[j].entry.key == e.key) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("imported entry ", KeyString(e.key), " is there twice"));
-        }
+            absl::StrCat("imported entry ", KeyString(e.key), " is there twice"));
       }
     }
     return Write([&](Db& db) -> absl::StatusOr<std::vector<ImportResult>> {
       KTUNE_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(&db));
       for (const Device& d : devices) {
-        KTUNE_ASSIGN_OR_RETURN(
-            Stmt st,
-            db.Prepare("INSERT INTO devices (model_key, name, cc_major, cc_minor, sm_count, "
-                       "l2_bytes, memory_bus_bits, memory_clock_khz, copy_gbps, uuid, "
-                       "driver_version, updated_unix_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                       "?, ?) ON CONFLICT (model_key) DO NOTHING"));
-        st.Bind(d.model_key).Bind(d.name).Bind(d.cc_major).Bind(d.cc_minor).Bind(d.sm_count);
-        st.Bind(d.l2_bytes).Bind(d.memory_bus_bits).Bind(d.memory_clock_khz).Bind(d.copy_gbps);
-        st.Bind(d.uuid).Bind(d.driver_version).Bind(NowUnixMs());
-        KTUNE_RETURN_IF_ERROR(st.Run());
+        KTUNE_RETURN_IF_ERROR(InsertDevice(db, d, /*update=*/false));
       }
       std::vector<ImportResult> results;
       for (const EntryBundle& b : bundles) {

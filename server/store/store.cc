@@ -18,4 +18,12 @@ absl::string_view JobStateName(JobState s) {
   return "?";
 }
 
+std::optional<JobState> ParseJobState(absl::string_view name) {
+  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed,
+                     JobState::kAbandoned}) {
+    if (JobStateName(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
 }  // namespace ktune::store

@@ -102,6 +102,7 @@ struct EntrySummary {
 
 enum class JobState { kQueued, kRunning, kDone, kFailed, kAbandoned };
 absl::string_view JobStateName(JobState s);  // "queued", "running", ...
+std::optional<JobState> ParseJobState(absl::string_view name);  // JobStateName's inverse
 
 struct Job {
   int64_t id = 0;  // assigned by the store
