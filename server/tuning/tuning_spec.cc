@@ -228,6 +228,22 @@ absl::StatusOr<std::vector<SpecKey>> ExpandTuningSpec(const TuningSpec& spec,
                                      "; it has ", absl::StrJoin(m.dtypes(), ", ")));
       }
     }
+    // The template's own check too, so a spec never lets through what a request would not.
+    // Its rules bound each dim on its own, so the shapes of every dim's smallest and of
+    // every dim's largest value stand for all the keys (checked here once, not per key).
+    Shape lowest, highest;
+    for (const SpecDim& d : e.dims) {
+      const auto [lo, hi] = std::minmax_element(d.values.begin(), d.values.end());
+      lowest[d.name] = *lo;
+      highest[d.name] = *hi;
+    }
+    for (DType t : e.dtypes) {
+      for (const Shape* shape : {&lowest, &highest}) {
+        if (absl::Status s = ValidateRequest(**tmpl, t, *shape); !s.ok()) {
+          return KeyError(spec, e, i, "dims", s.message());
+        }
+      }
+    }
 
     // The cross product, first dim slowest: an odometer over the dims' value indices.
     int64_t count = 1;
@@ -248,10 +264,6 @@ absl::StatusOr<std::vector<SpecKey>> ExpandTuningSpec(const TuningSpec& spec,
         key.dtype = t;
         key.line = e.line;
         for (size_t d = 0; d < e.dims.size(); ++d) key.shape[e.dims[d].name] = e.dims[d].values[at[d]];
-        // The template's own check too, so a spec never lets through what a request would not.
-        if (absl::Status s = ValidateRequest(**tmpl, t, key.shape); !s.ok()) {
-          return KeyError(spec, e, i, "dims", s.message());
-        }
         if (seen.insert(SpecKeyString(key)).second) keys.push_back(std::move(key));
         for (size_t d = e.dims.size(); d-- > 0;) {
           if (++at[d] < e.dims[d].values.size()) break;
