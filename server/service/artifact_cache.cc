@@ -25,15 +25,8 @@ std::string ArtifactCache::Key(const std::string& template_id, const std::string
 std::shared_ptr<const v1::KernelArtifact> ArtifactCache::Get(const std::string& key,
                                                              int64_t change_counter) {
   absl::MutexLock lock(&mu_);
-  auto it = index_.find(key);
+  auto it = AtCounterLocked(change_counter) ? index_.find(key) : index_.end();
   if (it == index_.end()) {
-    ++misses_;
-    return nullptr;
-  }
-  if (it->second->change_counter != change_counter) {
-    // The store changed since: this value may be outdated, and so may every other one
-    // read before the change; each goes when it is next asked for or evicted.
-    EraseLocked(it->second);
     ++misses_;
     return nullptr;
   }
@@ -47,10 +40,11 @@ void ArtifactCache::Put(const std::string& key, int64_t change_counter,
   if (artifact == nullptr) return;
   const int64_t bytes = static_cast<int64_t>(artifact->cubin().size());
   absl::MutexLock lock(&mu_);
+  if (!AtCounterLocked(change_counter)) return;  // read before a commit the cache has seen
   if (auto it = index_.find(key); it != index_.end()) EraseLocked(it->second);
   if (bytes > max_bytes_) return;
   while (bytes_ + bytes > max_bytes_ && !lru_.empty()) EraseLocked(std::prev(lru_.end()));
-  lru_.push_front(Value{key, change_counter, bytes, std::move(artifact)});
+  lru_.push_front(Value{key, bytes, std::move(artifact)});
   index_[key] = lru_.begin();
   bytes_ += bytes;
 }
@@ -58,6 +52,17 @@ void ArtifactCache::Put(const std::string& key, int64_t change_counter,
 ArtifactCache::Stats ArtifactCache::stats() const {
   absl::MutexLock lock(&mu_);
   return Stats{static_cast<int64_t>(lru_.size()), bytes_, hits_, misses_};
+}
+
+bool ArtifactCache::AtCounterLocked(int64_t change_counter) {
+  if (change_counter > change_counter_) {
+    // The store changed since every value was read: any of them may be outdated.
+    lru_.clear();
+    index_.clear();
+    bytes_ = 0;
+    change_counter_ = change_counter;
+  }
+  return change_counter == change_counter_;
 }
 
 void ArtifactCache::EraseLocked(Lru::iterator it) {

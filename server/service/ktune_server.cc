@@ -309,10 +309,17 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     // A fresh exact hit is the same answer under every policy, so the cache serves them all.
     // The counter is read before the store is: a commit in between tags what is read now
     // with the older counter, so it is never served past that commit.
-    const absl::StatusOr<int64_t> generation = options_.store->ChangeCounter();
-    const std::string cache_key = ArtifactCache::Key(request->template_id(), request->dtype(),
-                                                     request->shape(), request->gpu());
-    if (generation.ok()) {
+    // No counter (the cache is off, or it could not be read): neither served nor kept.
+    std::optional<int64_t> generation;
+    std::string cache_key;
+    if (artifacts_.enabled()) {
+      if (absl::StatusOr<int64_t> counter = options_.store->ChangeCounter(); counter.ok()) {
+        generation = *counter;
+        cache_key = ArtifactCache::Key(request->template_id(), request->dtype(),
+                                       request->shape(), request->gpu());
+      }
+    }
+    if (generation) {
       if (std::shared_ptr<const v1::KernelArtifact> a = artifacts_.Get(cache_key, *generation)) {
         *response->mutable_artifact() = *a;
         once->Finish(grpc::Status::OK);
@@ -334,7 +341,7 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
         return call;
       }
       auto kept = std::make_shared<const v1::KernelArtifact>(*std::move(a));
-      if (generation.ok()) artifacts_.Put(cache_key, *generation, kept);
+      if (generation) artifacts_.Put(cache_key, *generation, kept);
       *response->mutable_artifact() = *kept;
       once->Finish(grpc::Status::OK);
       return call;

@@ -46,7 +46,8 @@ TEST(ArtifactCacheTest, HitOnlyAtTheSameChangeCounter) {
   std::shared_ptr<const v1::KernelArtifact> hit = cache.Get("k", 7);
   ASSERT_NE(hit, nullptr);
   EXPECT_EQ(hit->template_id(), "a");
-  // The store changed: a miss, and the old value is gone for good.
+  cache.Put("j", 7, Artifact("b", 50));
+  // The store changed: a miss, and every value read before the change is gone at once.
   EXPECT_EQ(cache.Get("k", 8), nullptr);
   EXPECT_EQ(cache.Get("k", 7), nullptr);
   const ArtifactCache::Stats s = cache.stats();
@@ -54,6 +55,10 @@ TEST(ArtifactCacheTest, HitOnlyAtTheSameChangeCounter) {
   EXPECT_EQ(s.bytes, 0);
   EXPECT_EQ(s.hits, 1);
   EXPECT_EQ(s.misses, 3);
+  // A value read before the change (a call that raced the commit) is not kept.
+  cache.Put("k", 7, Artifact("old", 100));
+  EXPECT_EQ(cache.Get("k", 8), nullptr);
+  EXPECT_EQ(cache.stats().entries, 0);
 }
 
 TEST(ArtifactCacheTest, PutReplaces) {
@@ -84,6 +89,8 @@ TEST(ArtifactCacheTest, EvictsTheLeastRecentlyUsedBeyondTheBytes) {
 
 TEST(ArtifactCacheTest, ZeroBytesDisablesIt) {
   ArtifactCache cache(0);
+  EXPECT_FALSE(cache.enabled());
+  EXPECT_TRUE(ArtifactCache(1).enabled());
   cache.Put("k", 1, Artifact("a", 1));
   EXPECT_EQ(cache.Get("k", 1), nullptr);
   EXPECT_EQ(cache.stats().entries, 0);
