@@ -18,12 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
 #include "client/lib/ktune_client.h"
-#include "server/base/file.h"
-#include "server/base/paths.h"
 #include "server/base/status_macros.h"
-#include "server/compile/compile_pool.h"
 #include "server/gpu/device_model.h"
-#include "server/gpu/process_gpu.h"
 #include "server/store/store.h"
 #include "server/tuning/compile_request.h"
 #include "server/tuning/tuning_job.h"
@@ -111,20 +107,9 @@ class LocalBackend : public Backend {
   static absl::StatusOr<std::unique_ptr<LocalBackend>> Open(const SpecTuneArgs& args,
                                                             const TemplateRegistry* registry) {
     auto b = std::unique_ptr<LocalBackend>(new LocalBackend(args, registry));
-    const std::string db = args.db.empty() ? DefaultDbPath() : args.db;
-    if (args.db.empty()) KTUNE_RETURN_IF_ERROR(MakeDirs(DefaultCacheDir()));
-    KTUNE_ASSIGN_OR_RETURN(b->store_, store::OpenSqliteStore(db));
-    const std::string cache_dir =
-        args.cache_dir.empty() ? absl::StrCat(DefaultCacheDir(), "/cubins") : args.cache_dir;
-    KTUNE_ASSIGN_OR_RETURN(b->cache_, CubinCache::Open(cache_dir));
-    KTUNE_ASSIGN_OR_RETURN(b->compiler_, NewTemplateCompiler(*registry, b->cache_.get()));
-    b->pool_ = std::make_unique<CompilePool>(b->compiler_.get(), args.threads);
-    ProcessGpuOptions gpu_options;
-    gpu_options.worker_path = args.worker.empty() ? DefaultWorkerPath() : args.worker;
-    gpu_options.ordinal = args.ordinal;
-    KTUNE_ASSIGN_OR_RETURN(b->gpu_, StartProcessGpu(gpu_options));
+    KTUNE_ASSIGN_OR_RETURN(b->local_, OpenLocalTuning(args.job, *registry));
     // The device model names the keys; it needs the GPU even when every key is fresh.
-    KTUNE_ASSIGN_OR_RETURN(v1::DeviceInfo info, b->gpu_->Info());
+    KTUNE_ASSIGN_OR_RETURN(v1::DeviceInfo info, b->local_.gpu->Info());
     b->model_ = DeviceModelKey(info);
     return b;
   }
@@ -135,7 +120,7 @@ class LocalBackend : public Backend {
     const store::EntryKey entry_key{model_, key.template_name, std::string(DTypeName(key.dtype)),
                                     ShapeString(key.shape)};
     absl::StatusOr<store::Lookup> hit =
-        store_->LookupEntry(entry_key, tmpl->source_hash(), compiler_->Version());
+        local_.store->LookupEntry(entry_key, tmpl->source_hash(), local_.compiler->Version());
     // A damaged cubin (kDataLoss) is never served: tuning again replaces it.
     if (!hit.ok() && (hit.status().code() == absl::StatusCode::kNotFound ||
                       hit.status().code() == absl::StatusCode::kDataLoss)) {
@@ -151,11 +136,11 @@ class LocalBackend : public Backend {
     request.template_name = key.template_name;
     request.dtype = key.dtype;
     request.shape = key.shape;
-    request.strategy = args_.strategy;
-    request.budget = args_.budget;
-    request.time_limit_s = args_.time_s;
-    request.seed = args_.seed;
-    TuningEnv env{registry_, compiler_.get(), pool_.get(), gpu_.get(), store_.get()};
+    request.strategy = args_.job.strategy;
+    request.budget = args_.job.budget;
+    request.time_limit_s = args_.job.time_s;
+    request.seed = args_.job.seed;
+    const TuningEnv env = local_.Env(*registry_);
     KTUNE_ASSIGN_OR_RETURN(TuneResult result,
                            RunTuning(request, env, [&](const TuneProgress& p) {
                              JobProgress jp;
@@ -182,11 +167,7 @@ class LocalBackend : public Backend {
 
   const SpecTuneArgs& args_;
   const TemplateRegistry* registry_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<CubinCache> cache_;
-  std::unique_ptr<Compiler> compiler_;
-  std::unique_ptr<CompilePool> pool_;
-  std::unique_ptr<Gpu> gpu_;
+  LocalTuning local_;
   std::string model_;
 };
 
@@ -224,7 +205,7 @@ class DaemonBackend : public Backend {
     request.dtype = std::string(DTypeName(key.dtype));
     request.shape = key.shape;
     request.policy = client::Policy::kCacheOnly;
-    request.gpu = args_.ordinal;
+    request.gpu = args_.job.ordinal;
     absl::StatusOr<client::KernelArtifact> a = client_->GetKernel(request);
     if (!a.ok() && a.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
     if (!a.ok()) return a.status();
@@ -237,9 +218,9 @@ class DaemonBackend : public Backend {
     request.template_id = key.template_name;
     request.dtype = std::string(DTypeName(key.dtype));
     request.shape = key.shape;
-    request.gpu = args_.ordinal;
-    request.strategy = args_.strategy;
-    request.budget = args_.budget;
+    request.gpu = args_.job.ordinal;
+    request.strategy = args_.job.strategy;
+    request.budget = args_.job.budget;
     // Fresh() found no fresh entry (or --force): the daemon must not hand back a stale one.
     request.force = true;
     const Clock::time_point start = Clock::now();
@@ -269,7 +250,8 @@ class DaemonBackend : public Backend {
 
 std::string Duration(double s) {
   if (s < 60) return absl::StrFormat("%.0fs", s);
-  if (s < 3600) return absl::StrFormat("%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  if (s < 3600)
+    return absl::StrFormat("%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
   return absl::StrFormat("%dh%02dm", static_cast<int>(s) / 3600, static_cast<int>(s) / 60 % 60);
 }
 
@@ -441,22 +423,21 @@ nlohmann::json ToJson(const std::string& spec_path, const std::string& model,
 }  // namespace
 
 int RunSpecTune(const SpecTuneArgs& args) {
-  if (args.budget < 0) return Fail(absl::InvalidArgumentError("--budget: must be >= 0"));
-  if (args.time_s < 0) return Fail(absl::InvalidArgumentError("--time: must be >= 0"));
-  if (args.strategy != "exhaustive" && args.strategy != "random") {
+  if (absl::Status s = CheckTuneJobFlags(args.job); !s.ok()) return Fail(s);
+  if (args.job.strategy != "exhaustive" && args.job.strategy != "random") {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--strategy: unknown strategy '", args.strategy, "'; expected exhaustive or random")));
+        "--strategy: unknown strategy '", args.job.strategy, "'; expected exhaustive or random")));
   }
-  if (!args.daemon.empty() && args.time_s > 0) {
+  if (!args.daemon.empty() && args.job.time_s > 0) {
     return Fail(absl::InvalidArgumentError(
         "--time: not supported with --daemon (ktuned's Tune takes no time limit); use --budget"));
   }
   // Every key is checked before anything is tuned; against the local templates also in
   // daemon mode (the shipped ones, or --templates), the daemon checking its own again.
-  absl::StatusOr<TuningSpec> spec = LoadTuningSpec(args.spec);
+  absl::StatusOr<TuningSpec> spec = LoadTuningSpec(args.file);
   if (!spec.ok()) return Fail(spec.status());
   absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry =
-      LoadRegistryOrWarn(args.templates_dir);
+      LoadRegistryOrWarn(args.job.templates_dir);
   if (!registry.ok()) return Fail(registry.status());
   absl::StatusOr<std::vector<SpecKey>> keys = ExpandTuningSpec(*spec, **registry);
   if (!keys.ok()) return Fail(keys.status());
@@ -479,12 +460,12 @@ int RunSpecTune(const SpecTuneArgs& args) {
     where = args.daemon;
   }
 
-  if (!args.quiet) {
-    std::fprintf(stderr, "ktune: spec %s: model %s, %zu keys, tuning %s\n", args.spec.c_str(),
+  if (!args.job.quiet) {
+    std::fprintf(stderr, "ktune: spec %s: model %s, %zu keys, tuning %s\n", args.file.c_str(),
                  spec->model.c_str(), keys->size(),
                  args.daemon.empty() ? "on this host's GPU" : ("through " + args.daemon).c_str());
   }
-  Display display(spec->model, static_cast<int64_t>(keys->size()), args.quiet);
+  Display display(spec->model, static_cast<int64_t>(keys->size()), args.job.quiet);
   std::vector<KeyResult> results;
   for (size_t i = 0; i < keys->size(); ++i) {
     const SpecKey& key = (*keys)[i];
@@ -520,17 +501,17 @@ int RunSpecTune(const SpecTuneArgs& args) {
   int failed = 0;
   for (const KeyResult& r : results) failed += r.state == KeyState::kFailed;
   if (args.json) {
-    std::printf("%s\n", ToJson(args.spec, spec->model, where, results).dump(2).c_str());
+    std::printf("%s\n", ToJson(args.file, spec->model, where, results).dump(2).c_str());
   } else {
     PrintTable(results);
     std::printf("\n%s: %zu keys: %zu tuned, %zu fresh in the store, %d failed\n",
                 spec->model.c_str(), results.size(),
-                static_cast<size_t>(std::count_if(results.begin(), results.end(), [](const KeyResult& r) {
-                  return r.state == KeyState::kTuned;
-                })),
-                static_cast<size_t>(std::count_if(results.begin(), results.end(), [](const KeyResult& r) {
-                  return r.state == KeyState::kCached;
-                })),
+                static_cast<size_t>(
+                    std::count_if(results.begin(), results.end(),
+                                  [](const KeyResult& r) { return r.state == KeyState::kTuned; })),
+                static_cast<size_t>(
+                    std::count_if(results.begin(), results.end(),
+                                  [](const KeyResult& r) { return r.state == KeyState::kCached; })),
                 failed);
   }
   std::fflush(stdout);

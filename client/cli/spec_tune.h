@@ -11,30 +11,19 @@
 #ifndef KTUNE_CLIENT_CLI_SPEC_TUNE_H_
 #define KTUNE_CLIENT_CLI_SPEC_TUNE_H_
 
-#include <cstdint>
 #include <string>
+
+#include "client/cli/local_tuning.h"
 
 namespace ktune::cli {
 
 struct SpecTuneArgs {
-  std::string spec;
+  std::string file;    // the spec
   std::string daemon;  // empty: tune in this process
   std::string token;   // the daemon's bearer token
   bool json = false;
   bool force = false;  // re-tune keys that have a fresh entry
-  bool quiet = false;  // no progress display
-  // Per job, as `ktune tune`:
-  std::string strategy = "exhaustive";
-  int64_t budget = 0;
-  double time_s = 0;
-  uint64_t seed = 1;
-  // In-process only, as `ktune tune`:
-  std::string db;
-  std::string templates_dir;
-  std::string cache_dir;
-  std::string worker;
-  int ordinal = 0;
-  int threads = 0;
+  TuneJobFlags job;    // each key's job, as `ktune tune`'s
 };
 
 int RunSpecTune(const SpecTuneArgs& args);

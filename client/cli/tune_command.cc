@@ -11,10 +11,6 @@
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
 #include "client/cli/spec_tune.h"
-#include "server/base/file.h"
-#include "server/base/paths.h"
-#include "server/compile/compile_pool.h"
-#include "server/gpu/process_gpu.h"
 #include "server/store/store.h"
 #include "server/templates/search_space.h"
 #include "server/tuning/compile_request.h"
@@ -27,24 +23,8 @@ struct TuneArgs {
   std::string template_name;
   std::string dtype;
   std::string shape;
-  std::string strategy = "exhaustive";
-  int64_t budget = 0;
-  double time_s = 0;
-  uint64_t seed = 1;
-  std::string db;
-  std::string templates_dir;
-  std::string cache_dir;
-  std::string worker;
-  int ordinal = 0;
-  int threads = 0;
   int top = 10;
-  bool quiet = false;
-  // --spec mode (spec_tune.h):
-  std::string spec;
-  std::string daemon;
-  std::string token;
-  bool json = false;
-  bool force = false;
+  SpecTuneArgs spec;  // the job flags; the rest only with --spec (spec_tune.h)
 };
 
 // "last" is how full the last wave is: 1.02 waves at 2% runs its tail nearly idle. "batch"
@@ -75,44 +55,26 @@ void PrintTrials(const std::vector<store::Trial>& trials, int top) {
 }
 
 int RunTune(const TuneArgs& args) {
-  if (args.budget < 0) return Fail(absl::InvalidArgumentError("--budget: must be >= 0"));
-  if (args.time_s < 0) return Fail(absl::InvalidArgumentError("--time: must be >= 0"));
+  const TuneJobFlags& job = args.spec.job;
+  if (absl::Status s = CheckTuneJobFlags(job); !s.ok()) return Fail(s);
   absl::StatusOr<TemplateRequest> resolved = ResolveTemplateRequest(
-      args.templates_dir, args.template_name, args.dtype, args.shape);
+      job.templates_dir, args.template_name, args.dtype, args.shape);
   if (!resolved.ok()) return Fail(resolved.status());
   const TemplateRegistry& registry = *resolved->registry;
-
-  const std::string db = args.db.empty() ? DefaultDbPath() : args.db;
-  if (args.db.empty()) {
-    if (absl::Status s = MakeDirs(DefaultCacheDir()); !s.ok()) return Fail(s);
-  }
-  absl::StatusOr<std::unique_ptr<store::Store>> store = store::OpenSqliteStore(db);
-  if (!store.ok()) return Fail(store.status());
-  const std::string cache_dir =
-      args.cache_dir.empty() ? absl::StrCat(DefaultCacheDir(), "/cubins") : args.cache_dir;
-  absl::StatusOr<std::unique_ptr<CubinCache>> cache = CubinCache::Open(cache_dir);
-  if (!cache.ok()) return Fail(cache.status());
-  absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(registry, cache->get());
-  if (!compiler.ok()) return Fail(compiler.status());
-  CompilePool pool(compiler->get(), args.threads);
-
-  ProcessGpuOptions gpu_options;
-  gpu_options.worker_path = args.worker.empty() ? DefaultWorkerPath() : args.worker;
-  gpu_options.ordinal = args.ordinal;
-  absl::StatusOr<std::unique_ptr<Gpu>> gpu = StartProcessGpu(gpu_options);
-  if (!gpu.ok()) return Fail(gpu.status());
+  absl::StatusOr<LocalTuning> local = OpenLocalTuning(job, registry);
+  if (!local.ok()) return Fail(local.status());
 
   TuneRequest request;
   request.template_name = args.template_name;
   request.dtype = resolved->dtype;
   request.shape = resolved->shape;
-  request.strategy = args.strategy;
-  request.budget = args.budget;
-  request.time_limit_s = args.time_s;
-  request.seed = args.seed;
-  const bool live = !args.quiet && ::isatty(STDERR_FILENO);
+  request.strategy = job.strategy;
+  request.budget = job.budget;
+  request.time_limit_s = job.time_s;
+  request.seed = job.seed;
+  const bool live = !job.quiet && ::isatty(STDERR_FILENO);
   auto progress = [&](const TuneProgress& p) {
-    if (args.quiet) return true;
+    if (job.quiet) return true;
     std::string best = p.best ? absl::StrCat("best ", Us(p.best->metrics.time_ns), " us (",
                                              ParamsText(p.best->config.params), ")")
                               : "no passing candidate yet";
@@ -128,8 +90,7 @@ int RunTune(const TuneArgs& args) {
     }
     return true;
   };
-  TuningEnv env{&registry, compiler->get(), &pool, gpu->get(), store->get()};
-  absl::StatusOr<TuneResult> result = RunTuning(request, env, progress);
+  absl::StatusOr<TuneResult> result = RunTuning(request, local->Env(registry), progress);
   if (live) std::fprintf(stderr, "\n");
   if (!result.ok()) return Fail(result.status());
 
@@ -164,7 +125,8 @@ int RunTune(const TuneArgs& args) {
               result->resumed_trials
                   ? absl::StrCat(", ", result->resumed_trials, " from an earlier run").c_str()
                   : "");
-  std::printf("stored    entry %lld in %s\n\n", static_cast<long long>(e.id), db.c_str());
+  std::printf("stored    entry %lld in %s\n\n", static_cast<long long>(e.id),
+              local->db_path.c_str());
   PrintTrials(result->trials, args.top);
   return kExitOk;
 }
@@ -172,7 +134,7 @@ int RunTune(const TuneArgs& args) {
 
 // TEMPLATE --dtype --shape, or --spec FILE: exactly one; kInvalidArgument naming the flag.
 absl::Status CheckMode(const TuneArgs& args) {
-  if (!args.spec.empty()) {
+  if (!args.spec.file.empty()) {
     for (const auto& [given, flag] : {std::pair{!args.template_name.empty(), "TEMPLATE"},
                                       {!args.dtype.empty(), "--dtype"},
                                       {!args.shape.empty(), "--shape"}}) {
@@ -183,8 +145,8 @@ absl::Status CheckMode(const TuneArgs& args) {
     }
     return absl::OkStatus();
   }
-  for (const auto& [given, flag] : {std::pair{!args.daemon.empty(), "--daemon"},
-                                    {args.json, "--json"}, {args.force, "--force"}}) {
+  for (const auto& [given, flag] : {std::pair{!args.spec.daemon.empty(), "--daemon"},
+                                    {args.spec.json, "--json"}, {args.spec.force, "--force"}}) {
     if (given) return absl::InvalidArgumentError(absl::StrCat(flag, ": only with --spec"));
   }
   if (args.template_name.empty()) {
@@ -197,25 +159,8 @@ absl::Status CheckMode(const TuneArgs& args) {
 
 int RunTuneCommand(const TuneArgs& args) {
   if (absl::Status s = CheckMode(args); !s.ok()) return Fail(s);
-  if (args.spec.empty()) return RunTune(args);
-  SpecTuneArgs spec;
-  spec.spec = args.spec;
-  spec.daemon = args.daemon;
-  spec.token = args.token;
-  spec.json = args.json;
-  spec.force = args.force;
-  spec.quiet = args.quiet;
-  spec.strategy = args.strategy;
-  spec.budget = args.budget;
-  spec.time_s = args.time_s;
-  spec.seed = args.seed;
-  spec.db = args.db;
-  spec.templates_dir = args.templates_dir;
-  spec.cache_dir = args.cache_dir;
-  spec.worker = args.worker;
-  spec.ordinal = args.ordinal;
-  spec.threads = args.threads;
-  return RunSpecTune(spec);
+  if (args.spec.file.empty()) return RunTune(args);
+  return RunSpecTune(args.spec);
 }
 
 }  // namespace
@@ -229,27 +174,32 @@ Command AddTuneCommand(CLI::App& parent) {
   app->add_option("template", args->template_name, "Template name (or --spec)");
   app->add_option("--dtype", args->dtype, "f32, f16 or bf16");
   app->add_option("--shape", args->shape, "Dims, e.g. tokens=4096,hidden=8192");
-  app->add_option("--spec", args->spec,
+  app->add_option("--spec", args->spec.file,
                   "Tuning spec file (proto/ktune/v1/spec.proto), e.g. specs/llama-3-8b.textproto");
-  app->add_option("--daemon", args->daemon,
+  app->add_option("--daemon", args->spec.daemon,
                   "With --spec: tune through the ktuned at this target (unix:///PATH or "
                   "HOST:PORT) instead of in this process");
-  app->add_option("--token", args->token, "With --daemon: bearer token, if ktuned wants one");
-  app->add_flag("--json", args->json, "With --spec: print the summary as JSON");
-  app->add_flag("--force", args->force, "With --spec: re-tune keys already fresh in the store");
-  app->add_option("--strategy", args->strategy, "exhaustive or random")->capture_default_str();
-  app->add_option("--budget", args->budget, "Most candidates to measure (0 = all)");
-  app->add_option("--time", args->time_s, "Stop starting candidates after this many seconds");
-  app->add_option("--seed", args->seed, "Random strategy and input data seed")
+  app->add_option("--token", args->spec.token, "With --daemon: bearer token, if ktuned wants one");
+  app->add_flag("--json", args->spec.json, "With --spec: print the summary as JSON");
+  app->add_flag("--force", args->spec.force,
+                "With --spec: re-tune keys already fresh in the store");
+  app->add_option("--strategy", args->spec.job.strategy, "exhaustive or random")
       ->capture_default_str();
-  app->add_option("--db", args->db, "SQLite file (default: the daemon's)");
-  app->add_option("--templates", args->templates_dir, "Templates folder (default: shipped)");
-  app->add_option("--cache-dir", args->cache_dir, "Cubin cache folder");
-  app->add_option("--worker", args->worker, "ktune-worker program (default: beside ktune)");
-  app->add_option("--gpu", args->ordinal, "GPU ordinal")->capture_default_str();
-  app->add_option("--threads", args->threads, "Compile threads (0 = one per core)");
+  app->add_option("--budget", args->spec.job.budget, "Most candidates to measure (0 = all)");
+  app->add_option("--time", args->spec.job.time_s,
+                  "Stop starting candidates after this many seconds");
+  app->add_option("--seed", args->spec.job.seed, "Random strategy and input data seed")
+      ->capture_default_str();
+  app->add_option("--db", args->spec.job.db, "SQLite file (default: the daemon's)");
+  app->add_option("--templates", args->spec.job.templates_dir,
+                  "Templates folder (default: shipped)");
+  app->add_option("--cache-dir", args->spec.job.cache_dir, "Cubin cache folder");
+  app->add_option("--worker", args->spec.job.worker,
+                  "ktune-worker program (default: beside ktune)");
+  app->add_option("--gpu", args->spec.job.ordinal, "GPU ordinal")->capture_default_str();
+  app->add_option("--threads", args->spec.job.threads, "Compile threads (0 = one per core)");
   app->add_option("--top", args->top, "Candidates to list")->capture_default_str();
-  app->add_flag("--quiet", args->quiet, "No progress display");
+  app->add_flag("--quiet", args->spec.job.quiet, "No progress display");
   return {app, [args] { return RunTuneCommand(*args); }};
 }
 
