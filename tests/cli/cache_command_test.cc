@@ -15,6 +15,7 @@
 #include "server/store/store_testing.h"
 #include "tests/cli/cache_fixture.h"
 #include "tests/store/store_fixtures.h"
+#include "tests/testing/golden.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/subprocess.h"
 
@@ -47,16 +48,8 @@ class CacheCommandTest : public ::testing::Test {
   }
 
   void ExpectGolden(const std::string& name, const std::string& text) {
-    const std::string path = absl::StrCat(KTUNE_SOURCE_DIR "/tests/cli/testdata/", name);
-    const std::string actual = Normalized(text);
-    if (std::getenv("KTUNE_UPDATE_GOLDEN") != nullptr) {
-      WriteBytes(path, actual);
-      std::cerr << "rewrote " << path << "\n";
-      return;
-    }
-    EXPECT_EQ(actual, ReadBytes(path))
-        << "`ktune cache` output changed. If intended, regenerate with\n"
-           "  KTUNE_UPDATE_GOLDEN=1 build/bin/cache_cli_test\nand review the diff of " << path;
+    testing::ExpectMatchesGolden(absl::StrCat("tests/cli/testdata/", name), Normalized(text),
+                                 "build/bin/cache_cli_test");
   }
 
   std::string MainDb() {

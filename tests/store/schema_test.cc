@@ -13,6 +13,7 @@
 #include "server/store/store.h"
 #include "server/store/store_testing.h"
 #include "tests/store/store_fixtures.h"
+#include "tests/testing/golden.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune::store {
@@ -24,22 +25,12 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 using namespace ::ktune::store::testing;  // fixtures
 
-const char kGoldenPath[] = KTUNE_SOURCE_DIR "/tests/store/testdata/schema.golden.sql";
-
 // The migrations' text is the file format: an edit to an old migration means files made
 // by older builds no longer match what this build thinks they hold.
 TEST(Schema, MatchesGolden) {
-  const std::string actual = SchemaSql();
-  if (std::getenv("KTUNE_UPDATE_GOLDEN") != nullptr) {
-    WriteBytes(kGoldenPath, actual);
-    GTEST_SKIP() << "rewrote " << kGoldenPath;
-  }
-  ASSERT_TRUE(FileExists(kGoldenPath)) << kGoldenPath;
-  EXPECT_EQ(actual, ReadBytes(kGoldenPath))
-      << "The store schema changed. Never edit a released migration: append a new one to "
-         "server/store/schema.cc. If the change is intended, regenerate the golden file with\n"
-         "  KTUNE_UPDATE_GOLDEN=1 build/bin/store_test --gtest_filter=Schema.MatchesGolden\n"
-         "and review its diff.";
+  // Never edit a released migration: append a new one to server/store/schema.cc.
+  ktune::testing::ExpectMatchesGolden("tests/store/testdata/schema.golden.sql", SchemaSql(),
+                                      "build/bin/store_test --gtest_filter=Schema.MatchesGolden");
 }
 
 TEST(Schema, VersionsAreConsecutiveFromOne) {
