@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -52,12 +51,12 @@ class CacheReportTest : public ::testing::Test {
     cache_testing::BuildMainStore(db_);
     out_ = dir_.File("report");
     std::filesystem::create_directories(dir_.File("run"));
-    testing::Subprocess ktune(KTUNE_BINARY_DIR "/bin/ktune",
-                              {"cache", "report", "--db", db_, "--nvrtc-version", "13.0",
-                               "--out", out_},
-                              dir_.File("run"));
-    ASSERT_EQ(ktune.Wait(absl::Seconds(60)), 0) << ktune.Stdout() << ktune.Stderr();
-    report_out_ = ktune.Stdout();
+    const testing::RunResult r = testing::RunToEnd(
+        KTUNE_BINARY_DIR "/bin/ktune",
+        {"cache", "report", "--db", db_, "--nvrtc-version", "13.0", "--out", out_},
+        dir_.File("run"), absl::Seconds(60));
+    ASSERT_EQ(r.exit_code, 0) << r;
+    report_out_ = r.out;
   }
 
   TempDir dir_;
