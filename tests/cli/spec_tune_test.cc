@@ -20,6 +20,7 @@
 #include "server/base/file.h"
 #include "server/store/store.h"
 #include "tests/templates/template_fixture.h"
+#include "tests/testing/ktuned_process.h"
 #include "tests/testing/subprocess.h"
 
 namespace ktune {
@@ -33,7 +34,6 @@ using ::testing::Not;
 bool FileExists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
 constexpr char kKtune[] = KTUNE_BINARY_DIR "/bin/ktune";
-constexpr char kKtuned[] = KTUNE_BINARY_DIR "/bin/ktuned";
 constexpr char kFakeWorker[] = KTUNE_BINARY_DIR "/bin/fake_ktune_worker";
 
 using Result = testing::RunResult;
@@ -228,16 +228,10 @@ TEST_F(SpecTuneTest, KilledInTheMiddleResumesWithoutRedoingFinishedKeys) {
 TEST_F(SpecTuneTest, ThroughADaemonOnAUnixSocket) {
   const std::string socket = dir_ + "/run/ktuned.sock";
   const std::string daemon_dir = NewTempDir();
-  testing::Subprocess ktuned(kKtuned,
-                             {"--listen", "unix://" + socket, "--db", dir_ + "/daemon.db",
-                              "--templates", dir_ + "/templates", "--worker", kFakeWorker},
-                             daemon_dir);
-  const absl::Time end = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < end && ktuned.Running() &&
-         ktuned.Stderr().find("serving on") == std::string::npos) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_THAT(ktuned.Stderr(), HasSubstr("serving on"));
+  testing::Ktuned ktuned(daemon_dir,
+                         {"--listen", "unix://" + socket, "--db", dir_ + "/daemon.db",
+                          "--templates", dir_ + "/templates", "--worker", kFakeWorker});
+  ASSERT_THAT(ktuned.WaitServing(), HasSubstr(socket)) << ktuned.Stderr();
 
   const std::string spec = WriteSpec("64, 128");
   const std::vector<std::string> daemon = {"--daemon", "unix://" + socket, "--json"};

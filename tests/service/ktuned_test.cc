@@ -23,6 +23,7 @@
 #include "server/base/file.h"
 #include "tests/service/ops_testing.h"
 #include "tests/templates/template_fixture.h"
+#include "tests/testing/ktuned_process.h"
 #include "tests/testing/subprocess.h"
 
 namespace ktune {
@@ -30,28 +31,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// One ktuned process (tests/testing/subprocess.h), hermetic, its output in `dir`.
-class Ktuned : public testing::Subprocess {
- public:
-  Ktuned(const std::string& dir, const std::vector<std::string>& args)
-      : Subprocess(KTUNE_BINARY_DIR "/bin/ktuned", args, dir) {}
-  void Terminate() { Signal(SIGTERM); }
-
-  // Waits until stderr says "serving on ..." (it is printed once the listener is up);
-  // returns the rest of that line ("" on timeout or exit).
-  std::string WaitServing(absl::Duration timeout = absl::Seconds(30)) {
-    const absl::Time end = absl::Now() + timeout;
-    while (absl::Now() < end && Running()) {
-      const std::string err = Stderr();
-      const size_t at = err.find("serving on ");
-      if (at != std::string::npos && err.find('\n', at) != std::string::npos) {
-        return err.substr(at + 11, err.find('\n', at) - at - 11);
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return "";
-  }
-};
+using testing::Ktuned;
 
 class KtunedTest : public ::testing::Test {
  protected:
