@@ -364,8 +364,12 @@ absl::StatusOr<v1::DeviceInfo> CudaWorkerSession::Hello(const v1::Hello& hello) 
 
 absl::StatusOr<v1::Ceiling> CudaWorkerSession::Ceiling(const v1::MeasureCeiling& request) {
   KTUNE_RETURN_IF_ERROR(RequireHello());
-  if (request.bytes() < 0 || request.repeats() < 0) {
-    return absl::InvalidArgumentError("ceiling.bytes and ceiling.repeats must be >= 0");
+  for (const auto& [field, value] : {std::pair<const char*, int64_t>{"bytes", request.bytes()},
+                                     {"repeats", request.repeats()}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ceiling.", field, " must be >= 0 (0 = default), got ", value));
+    }
   }
   size_t free_bytes = 0, total_bytes = 0;
   KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemGetInfo, &free_bytes, &total_bytes));

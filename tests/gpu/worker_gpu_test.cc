@@ -228,6 +228,23 @@ TEST_F(WorkerGpuTest, CopyCeiling) {
   }
 }
 
+TEST_F(WorkerGpuTest, CopyCeilingRejectsNegativeFields) {
+  for (const char* field : {"bytes", "repeats"}) {
+    v1::Request r;
+    v1::MeasureCeiling* m = r.mutable_ceiling();
+    if (std::string(field) == "bytes") m->set_bytes(-1);
+    if (std::string(field) == "repeats") m->set_repeats(-1);
+    const v1::Response response = session_->Handle(r);
+    ASSERT_TRUE(response.has_error()) << field;
+    EXPECT_THAT(response.error().message(), HasSubstr(absl::StrCat("ceiling.", field))) << field;
+  }
+  // The session still answers.
+  v1::Request ok;
+  ok.mutable_ceiling()->set_bytes(int64_t{64} << 20);
+  ok.mutable_ceiling()->set_repeats(2);
+  EXPECT_TRUE(session_->Handle(ok).has_ceiling());
+}
+
 TEST_F(WorkerGpuTest, ProblemDigestIsReproducible) {
   const v1::ProblemReady a = SetProblem(TwiceProblem(kN, 7));
   EXPECT_GT(a.reference_time_ns(), 0);
