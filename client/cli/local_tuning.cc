@@ -1,5 +1,7 @@
 #include "client/cli/local_tuning.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "server/base/file.h"
 #include "server/base/paths.h"
@@ -12,7 +14,22 @@ namespace ktune::cli {
 absl::Status CheckTuneJobFlags(const TuneJobFlags& flags) {
   if (flags.budget < 0) return absl::InvalidArgumentError("--budget: must be >= 0");
   if (flags.time_s < 0) return absl::InvalidArgumentError("--time: must be >= 0");
+  if (flags.min_sample_us < 0) return absl::InvalidArgumentError("--min-sample-us: must be >= 0");
   return absl::OkStatus();
+}
+
+TuneRequest JobRequest(const TuneJobFlags& flags, std::string template_name, DType dtype,
+                       Shape shape) {
+  TuneRequest request;
+  request.template_name = std::move(template_name);
+  request.dtype = dtype;
+  request.shape = std::move(shape);
+  request.strategy = flags.strategy;
+  request.budget = flags.budget;
+  request.time_limit_s = flags.time_s;
+  request.seed = flags.seed;
+  request.timing.set_min_sample_us(flags.min_sample_us);
+  return request;
 }
 
 absl::StatusOr<LocalTuning> OpenLocalTuning(const TuneJobFlags& flags,

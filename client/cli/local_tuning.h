@@ -34,10 +34,17 @@ struct TuneJobFlags {
   std::string worker;
   int ordinal = 0;
   int threads = 0;
+  // The worker batches back-to-back runs after one L2 flush until a sample lasts this long
+  // (0 = its default, 20 us); a tiny value times every run alone after its own flush.
+  double min_sample_us = 0;
 };
 
-// kInvalidArgument naming --budget or --time when negative.
+// kInvalidArgument naming --budget, --time or --min-sample-us when negative.
 absl::Status CheckTuneJobFlags(const TuneJobFlags& flags);
+
+// A tuning request for one key with the job's strategy, budget, time limit, seed and timing.
+TuneRequest JobRequest(const TuneJobFlags& flags, std::string template_name, DType dtype,
+                       Shape shape);
 
 // Members in the order they are opened, so they close in reverse (the pool before the
 // compiler it uses).

@@ -132,14 +132,7 @@ class LocalBackend : public Backend {
   }
 
   absl::StatusOr<KeyResult> Tune(const SpecKey& key, const JobProgressFn& progress) override {
-    TuneRequest request;
-    request.template_name = key.template_name;
-    request.dtype = key.dtype;
-    request.shape = key.shape;
-    request.strategy = args_.job.strategy;
-    request.budget = args_.job.budget;
-    request.time_limit_s = args_.job.time_s;
-    request.seed = args_.job.seed;
+    const TuneRequest request = JobRequest(args_.job, key.template_name, key.dtype, key.shape);
     const TuningEnv env = local_.Env(*registry_);
     KTUNE_ASSIGN_OR_RETURN(TuneResult result,
                            RunTuning(request, env, [&](const TuneProgress& p) {
@@ -431,6 +424,10 @@ int RunSpecTune(const SpecTuneArgs& args) {
   if (!args.daemon.empty() && args.job.time_s > 0) {
     return Fail(absl::InvalidArgumentError(
         "--time: not supported with --daemon (ktuned's Tune takes no time limit); use --budget"));
+  }
+  if (!args.daemon.empty() && args.job.min_sample_us > 0) {
+    return Fail(absl::InvalidArgumentError(
+        "--min-sample-us: not supported with --daemon (ktuned times with its own settings)"));
   }
   // Every key is checked before anything is tuned; against the local templates also in
   // daemon mode (the shipped ones, or --templates), the daemon checking its own again.

@@ -64,14 +64,8 @@ int RunTune(const TuneArgs& args) {
   absl::StatusOr<LocalTuning> local = OpenLocalTuning(job, registry);
   if (!local.ok()) return Fail(local.status());
 
-  TuneRequest request;
-  request.template_name = args.template_name;
-  request.dtype = resolved->dtype;
-  request.shape = resolved->shape;
-  request.strategy = job.strategy;
-  request.budget = job.budget;
-  request.time_limit_s = job.time_s;
-  request.seed = job.seed;
+  const TuneRequest request =
+      JobRequest(job, args.template_name, resolved->dtype, resolved->shape);
   const bool live = !job.quiet && ::isatty(STDERR_FILENO);
   auto progress = [&](const TuneProgress& p) {
     if (job.quiet) return true;
@@ -198,6 +192,9 @@ Command AddTuneCommand(CLI::App& parent) {
                   "ktune-worker program (default: beside ktune)");
   app->add_option("--gpu", args->spec.job.ordinal, "GPU ordinal")->capture_default_str();
   app->add_option("--threads", args->spec.job.threads, "Compile threads (0 = one per core)");
+  app->add_option("--min-sample-us", args->spec.job.min_sample_us,
+                  "Runs shorter than this are timed in back-to-back batches after one L2 flush "
+                  "(0 = the worker's 20 us); 0.001 times each run alone after its own flush");
   app->add_option("--top", args->top, "Candidates to list")->capture_default_str();
   app->add_flag("--quiet", args->spec.job.quiet, "No progress display");
   return {app, [args] { return RunTuneCommand(*args); }};

@@ -9,11 +9,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -29,6 +31,7 @@ namespace {
 using ::ktune::testing::NewTempDir;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::Not;
 
 bool FileExists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
@@ -223,6 +226,42 @@ TEST_F(SpecTuneTest, KilledInTheMiddleResumesWithoutRedoingFinishedKeys) {
   EXPECT_GE(keys["f32 n=256"]["resumed_trials"].get<int64_t>(), 1);
   EXPECT_EQ(keys["f32 n=512"]["resumed_trials"], 0);
   for (const auto& [name, k] : keys) EXPECT_EQ(k["trials"], 3) << name;
+}
+
+// --min-sample-us reaches every measurement the worker is asked for, with one key or a spec;
+// a negative value, or one with --daemon, is refused before anything is tuned.
+TEST_F(SpecTuneTest, MinSampleUsReachesTheWorker) {
+  const std::string log = dir_ + "/worker.log";
+  setenv("FAKE_WORKER_LOG", log.c_str(), 1);
+  auto measures = [&] {
+    std::ifstream in(log);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) {
+      if (absl::StrContains(line, " measure ")) out.push_back(line);
+    }
+    return out;
+  };
+  const Result one = Run({"tune", "tiny", "--dtype", "f32", "--shape", "n=64", "--db",
+                          dir_ + "/one.db", "--templates", dir_ + "/templates", "--worker",
+                          kFakeWorker, "--budget", "2", "--quiet", "--min-sample-us", "0.5"});
+  ASSERT_EQ(one.exit_code, 0) << one;
+  ASSERT_THAT(measures(), Not(IsEmpty()));
+  for (const std::string& m : measures()) EXPECT_THAT(m, HasSubstr(" min_sample_us=0.5"));
+
+  ASSERT_EQ(::unlink(log.c_str()), 0);
+  const Result spec = Run(Args(WriteSpec("64"), {"--quiet", "--min-sample-us", "0.001"}));
+  ASSERT_EQ(spec.exit_code, 0) << spec;
+  ASSERT_THAT(measures(), Not(IsEmpty()));
+  for (const std::string& m : measures()) EXPECT_THAT(m, HasSubstr(" min_sample_us=0.001"));
+  unsetenv("FAKE_WORKER_LOG");
+
+  const Result negative = Run(Args(WriteSpec("64"), {"--min-sample-us", "-1"}));
+  EXPECT_EQ(negative.exit_code, 2) << negative;
+  EXPECT_THAT(negative.err, HasSubstr("--min-sample-us: must be >= 0"));
+  const Result daemon = Run(Args(WriteSpec("64"), {"--daemon", "unix:///nowhere.sock",
+                                                   "--min-sample-us", "1"}));
+  EXPECT_EQ(daemon.exit_code, 2) << daemon;
+  EXPECT_THAT(daemon.err, HasSubstr("--min-sample-us: not supported with --daemon"));
 }
 
 TEST_F(SpecTuneTest, ThroughADaemonOnAUnixSocket) {

@@ -32,7 +32,8 @@
 //                                  measures ok, 1000-1999 ns by a hash of the name
 //   FAKE_WORKER_MEASURE_MS=N       with FAKE_WORKER_ANY_OK, sleeps N ms per such measurement
 //   FAKE_WORKER_LOG=path           appends "<pid> <request>" per request (hello,
-//                                  ceiling, set_problem <seed>, measure <name>)
+//                                  ceiling, set_problem <seed>, measure <name>, the latter
+//                                  followed by " min_sample_us=<us>" when the request sets it)
 #include <signal.h>
 #include <unistd.h>
 
@@ -125,7 +126,10 @@ Response Ok(double time_ns) {
 
 void Measure(const ktune::v1::MeasureCandidate& request) {
   const std::string name = FirstName(request.candidate());
-  Log(absl::StrCat("measure ", name));
+  Log(absl::StrCat("measure ", name,
+                   request.timing().min_sample_us() > 0
+                       ? absl::StrCat(" min_sample_us=", request.timing().min_sample_us())
+                       : ""));
   int64_t n = 0;
   if (name == "ok") {
     Send(Ok(1000));
