@@ -53,9 +53,13 @@ a Triton autotune (first N: one compile per config) and ~0.1-0.3 s per timing, s
 set (60 keys) takes longer than one 10-minute device call: split it with --ops, or use
 --quick (16 keys), and --deadline-s to stop starting keys in time.
 
-Timer notes. The events go around each call after its L2 flush, so the CPU cost of
-launching (several kernels for torch eager) hides behind the flush unless it is longer; the
-header gives the timer's floor (the time of the smallest launch), which every time includes.
+Timer notes. The events go around each call after its L2 flush and then a GPU sleep of
+--launch-gap-us (200 by default), so the CPU cost of launching (several kernels for torch
+eager, guards for torch.compile, Triton's launcher) is paid while the GPU is still busy and
+the events see GPU time only. Without the gap (--launch-gap-us 0, as do_bench) a launch path
+slower than the flush's ~65 us is timed too: torch.compile read 47-65 us and Triton 3.8-18
+us, run to run, for the same 16x4096 rmsnorm. The header gives the timer's floor (the time
+of the smallest launch), which every time includes.
 do_bench's own flush (zeroing 256 MiB) leaves the L2 dirty, and a kernel that streams a
 large operand then also pays for writing those lines back; the read flush leaves it clean,
 as a preceding read-mostly kernel would (Timer's docstring; run both with --flush to see
@@ -815,6 +819,10 @@ class Timer:
     each call, the L2 flushed before each, fixed warm-up and measuring windows; median, 20th
     and 80th percentile in us), with a choice of flush.
 
+    After the flush the GPU sleeps for gap_us (torch.cuda._sleep, cycles calibrated once), so
+    the host has queued the start event, the call and the end event before the GPU reaches
+    them: the time is the GPU's, whatever the launch path costs on the CPU.
+
     flush "read" (default) sums a 256 MiB buffer: it leaves the L2 full of clean lines, as
     ktune's own timer does. flush "zero" writes it (do_bench's torch.zero_): it leaves up to
     the whole L2 dirty, so the timed call also pays for writing back lines it evicts, tens of
@@ -822,18 +830,36 @@ class Timer:
     zeros); that write-back is the flush's cost, not the kernel's, and it favours kernels that
     touch less memory rather than faster ones. Both are kept so a table can say which."""
 
-    def __init__(self, warmup_ms, rep_ms, flush="read"):
+    def __init__(self, warmup_ms, rep_ms, flush="read", gap_us=200.0):
         if flush not in ("read", "zero"):
             raise ValueError(f"flush: read or zero, not {flush!r}")
+        if gap_us < 0:
+            raise ValueError(f"gap_us: must be >= 0, not {gap_us}")
         self.warmup_ms, self.rep_ms, self.flush = warmup_ms, rep_ms, flush
         self._buf = torch.empty(64 << 20, dtype=torch.float32, device=DEVICE).fill_(1)
         self._sum = torch.empty((), dtype=torch.float32, device=DEVICE)
+        self._gap_cycles = self._cycles_for(gap_us) if gap_us > 0 else 0
+
+    @staticmethod
+    def _cycles_for(us):
+        """GPU sleep cycles that last about `us` at the clock a busy GPU runs at."""
+        cycles = 1_000_000
+        torch.cuda._sleep(cycles)  # ramps the clocks up first
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        per_us = cycles / max(start.elapsed_time(end) * 1e3, 1e-3)
+        return int(us * per_us)
 
     def _flush(self):
         if self.flush == "zero":
             self._buf.zero_()
         else:
             torch.sum(self._buf, dim=0, out=self._sum)
+        if self._gap_cycles:
+            torch.cuda._sleep(self._gap_cycles)
 
     def __call__(self, fn):
         fn()
@@ -1292,6 +1318,9 @@ def parse_args(argv):
     p.add_argument("--flush", choices=["read", "zero"], default="read",
                    help="L2 flush before each timed call: read a 256 MiB buffer (clean L2, as "
                         "ktune's timer) or zero it (do_bench's: dirty L2); see Timer")
+    p.add_argument("--launch-gap-us", type=float, default=200.0,
+                   help="GPU sleep after each flush, so that no launch path's CPU time is "
+                        "timed (0: none, as do_bench); see Timer")
     p.add_argument("--deadline-s", type=float, default=0.0,
                    help="start no key after this many seconds (0: none); the rest are listed "
                         "as skipped")
@@ -1323,6 +1352,8 @@ def parse_args(argv):
                          (kv.split("=") for kv in args.only.split(","))) if args.only else {}
     except ValueError:
         p.error(f"--only: expected DIM=VALUE[,DIM=VALUE], got '{args.only}'")
+    if args.launch_gap_us < 0:
+        p.error(f"--launch-gap-us: must be >= 0, got {args.launch_gap_us}")
     return args
 
 
@@ -1371,7 +1402,7 @@ def run_all(args, ops, meta, records, start):
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
     except Exception:  # older torch: no such setting
         pass
-    timer = Timer(args.warmup_ms, args.rep_ms, args.flush)
+    timer = Timer(args.warmup_ms, args.rep_ms, args.flush, args.launch_gap_us)
     ceiling = copy_ceiling(timer)
     meta["timer_floor_us"] = timer_floor(timer)
     meta["timer_floor"] = (f"{meta['timer_floor_us']:.2f} us for one kernel on a 1-element "
@@ -1428,7 +1459,8 @@ def main(argv):
     meta = {"dtype": args.dtype, "versions": versions(), "peers": args.peers,
             "timer": f"CUDA events around each call as triton.testing.do_bench, warmup "
                      f"{args.warmup_ms} ms, rep {args.rep_ms} ms, median, L2 flushed before "
-                     f"every rep by a {args.flush} of 256 MiB",
+                     f"every rep by a {args.flush} of 256 MiB, then a GPU sleep of "
+                     f"{args.launch_gap_us:g} us so that no launch's CPU time is timed",
             "tuning": ("cache_only (nothing tuned)" if args.policy == "cache_only" else
                        f"random, budget {args.budget} per key" if args.budget else "exhaustive")}
     records = []

@@ -1,7 +1,7 @@
 """bench/peers.py plans without a GPU or torch (--dry-run): every op finds its template's
 manifest and binds the buffers the manifest declares at every shape it would time, so a
 manifest change that would break the GPU-host bench fails here first; a shape filter that
-keeps nothing, or a malformed one, is refused (exit 2)."""
+keeps nothing, a malformed one or a negative launch gap, is refused (exit 2)."""
 
 import os
 import subprocess
@@ -40,6 +40,11 @@ class PeersPlanTest(unittest.TestCase):
         r = peers("--only", "cols")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--only: expected DIM=VALUE", r.stderr)
+
+    def test_negative_launch_gap_is_refused(self):
+        r = peers("--launch-gap-us", "-5")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--launch-gap-us: must be >= 0, got -5", r.stderr)
 
 
 if __name__ == "__main__":
