@@ -5,10 +5,11 @@
 // Keyed by the request as the client spelled it (template, dtype, shape, GPU), so a hit also
 // skips validation: a key is only ever inserted after it passed validation, and what
 // validation checks (the registry, the GPUs) is fixed for the daemon's life. The cache holds
-// values read at one store ChangeCounter (read before the lookup each came from): a Get or
-// Put with a newer counter drops them all at once, so anything committed since (a tune,
-// `ktune tune` or `ktune cache import` in another process, a prune) is read afresh, and an
-// older counter (a call that raced a commit) neither hits nor stores. Only fresh exact hits
+// values read at one store EntriesChangeCounter (read before the lookup each came from): a
+// Get or Put with a newer counter drops them all at once, so any entry committed since (a
+// tune's winner, `ktune tune` or `ktune cache import` in another process, a prune) is read
+// afresh, and an older counter (a call that raced a commit) neither hits nor stores. Commits
+// that touch no entry (a running tune's trials) leave the cache as it is. Only fresh exact hits
 // are kept: a stale entry or a fallback answer has work attached (a background tune) that a
 // copy would skip.
 //

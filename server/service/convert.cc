@@ -99,6 +99,7 @@ v1::EntrySummary ToProto(const store::EntrySummary& e, bool stale) {
   s.mutable_params()->insert(e.config.params.begin(), e.config.params.end());
   *s.mutable_knobs() = ToProto(e.config.knobs);
   *s.mutable_metrics() = ToProto(e.metrics);
+  s.mutable_metrics()->set_default_time_ns(e.default_time_ns);
   s.set_cubin_bytes(e.cubin_bytes);
   s.set_stale(stale);
   s.set_created_unix_ms(e.created_unix_ms);

@@ -313,7 +313,7 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     std::optional<int64_t> generation;
     std::string cache_key;
     if (artifacts_.enabled()) {
-      if (absl::StatusOr<int64_t> counter = options_.store->ChangeCounter(); counter.ok()) {
+      if (absl::StatusOr<int64_t> counter = options_.store->EntriesChangeCounter(); counter.ok()) {
         generation = *counter;
         cache_key = ArtifactCache::Key(request->template_id(), request->dtype(),
                                        request->shape(), request->gpu());

@@ -147,6 +147,25 @@ constexpr absl::string_view kV4 = R"sql(
 ALTER TABLE entries ADD COLUMN default_time_ns REAL NOT NULL DEFAULT 0;
 )sql";
 
+// v5: ktuned keeps GetKernel answers while the entries they were read from are unchanged.
+// Up to v4 it could only watch SQLite's data_version, which moves on every commit to any
+// table, so each trial of a running tune emptied that cache. A one-row counter that triggers
+// move on every insert, update and delete of an entry, whichever connection or process (or
+// program: the triggers are in the file) makes it.
+constexpr absl::string_view kV5 = R"sql(
+CREATE TABLE entries_generation (
+  id                INTEGER PRIMARY KEY CHECK (id = 1),
+  value             INTEGER NOT NULL
+);
+INSERT INTO entries_generation (id, value) VALUES (1, 0);
+CREATE TRIGGER entries_generation_on_insert AFTER INSERT ON entries
+BEGIN UPDATE entries_generation SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER entries_generation_on_update AFTER UPDATE ON entries
+BEGIN UPDATE entries_generation SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER entries_generation_on_delete AFTER DELETE ON entries
+BEGIN UPDATE entries_generation SET value = value + 1 WHERE id = 1; END;
+)sql";
+
 // Wraps the first read of a file: SQLite only finds out there that it is not a database.
 absl::Status NotSqliteOr(const absl::Status& s, const std::string& path) {
   if (s.code() == absl::StatusCode::kDataLoss) {
@@ -164,6 +183,7 @@ const std::vector<Migration>& Migrations() {
       {2, "jobs.strategy, jobs.error, jobs_by_state, entries.tuning_seconds", kV2},
       {3, "last_wave, batch and l2_flushed on trials and entries", kV3},
       {4, "entries.default_time_ns", kV4},
+      {5, "entries_generation, moved by triggers on entries", kV5},
   };
   return *kMigrations;
 }

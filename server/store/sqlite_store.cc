@@ -7,7 +7,6 @@
 // private to its connection, and the shared-cache alternative has no WAL (readers would
 // get SQLITE_LOCKED during writes), so a second connection would buy nothing.
 #include <algorithm>
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <set>
@@ -303,7 +302,7 @@ absl::Status InsertDevice(Db& db, const Device& d, bool update) {
 const std::string& SummaryColumns() {
   static const std::string* const kColumns = new std::string(absl::StrCat(
       "id, device_model, template_id, dtype, shape, source_hash, nvrtc_version, config, ",
-      kMetricColumns, ", length(cubin), job_id, created_unix_ms"));
+      kMetricColumns, ", length(cubin), job_id, created_unix_ms, default_time_ns"));
   return *kColumns;
 }
 
@@ -326,6 +325,7 @@ absl::StatusOr<std::vector<EntrySummary>> ReadSummaries(Stmt& st) {
     s.cubin_bytes = r.Int();
     s.job_id = r.Int();  // NULL (job pruned) reads as 0
     s.created_unix_ms = r.Int();
+    s.default_time_ns = r.Double();
     out.push_back(std::move(s));
   }
 }
@@ -772,23 +772,18 @@ class SqliteStore final : public Store {
     });
   }
 
-  absl::StatusOr<int64_t> ChangeCounter() override {
-    // ":memory:" has one connection, which sees no data_version change of its own: it counts
-    // its writes instead.
-    if (in_memory_) return own_writes_.load();
-    absl::MutexLock lock(&version_mu_);
-    if (version_db_ == nullptr) {
-      KTUNE_ASSIGN_OR_RETURN(version_db_,
-                             Db::Open(path_, OpenMode::kReadOnly, options_.busy_timeout_ms));
-    }
-    // data_version moves when any other connection commits, this store's writer and other
-    // processes alike; only values asked on one connection compare, hence one of its own.
-    KTUNE_ASSIGN_OR_RETURN(const int64_t data_version,
-                           version_db_->QueryInt("PRAGMA data_version"));
-    // Counted here rather than returned as is: SQLite promises only that the value differs
-    // after a change, not that it grows.
-    if (data_version != last_data_version_) {
-      last_data_version_ = data_version;
+  absl::StatusOr<int64_t> EntriesChangeCounter() override {
+    // Under the mutex, read and count as one step: two callers cannot count an older value
+    // after a newer one.
+    absl::MutexLock lock(&generation_mu_);
+    KTUNE_ASSIGN_OR_RETURN(
+        const int64_t generation, Read([](Db& db) {
+          return db.QueryInt("SELECT value FROM entries_generation WHERE id = 1");
+        }));
+    // Counted here rather than returned as is, so the answer only grows even if the file's
+    // counter went back (the file replaced by an older copy while this store is open).
+    if (generation != last_generation_) {
+      last_generation_ = generation;
       ++changes_;
     }
     return changes_;
@@ -817,9 +812,6 @@ class SqliteStore final : public Store {
           absl::StrCat("the store ", path_, " was opened read-only"));
     }
     absl::MutexLock lock(&write_mu_);
-    // ChangeCounter of ":memory:"; counted whether or not fn commits (a spurious change only
-    // costs a cache its entry).
-    if (in_memory_) own_writes_.fetch_add(1);
     return fn(*writer_);
   }
 
@@ -853,13 +845,10 @@ class SqliteStore final : public Store {
   absl::Mutex pool_mu_;
   std::vector<std::unique_ptr<Db>> idle_readers_ ABSL_GUARDED_BY(pool_mu_);
 
-  // ChangeCounter's state: writes counted for ":memory:"; for a file, a connection of its
-  // own (opened on first use) and the data_version changes it has seen.
-  std::atomic<int64_t> own_writes_{0};
-  absl::Mutex version_mu_;
-  std::unique_ptr<Db> version_db_ ABSL_GUARDED_BY(version_mu_);
-  int64_t last_data_version_ ABSL_GUARDED_BY(version_mu_) = -1;
-  int64_t changes_ ABSL_GUARDED_BY(version_mu_) = 0;
+  // EntriesChangeCounter's state: the file's counter as last read, and the changes seen.
+  absl::Mutex generation_mu_;
+  int64_t last_generation_ ABSL_GUARDED_BY(generation_mu_) = -1;
+  int64_t changes_ ABSL_GUARDED_BY(generation_mu_) = 0;
 };
 
 }  // namespace

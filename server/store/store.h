@@ -98,6 +98,7 @@ struct EntrySummary {
   int64_t cubin_bytes = 0;
   int64_t job_id = 0;  // 0 when the job was pruned
   int64_t created_unix_ms = 0;
+  double default_time_ns = 0;  // as Entry's
 };
 
 enum class JobState { kQueued, kRunning, kDone, kFailed, kAbandoned };
@@ -214,11 +215,12 @@ class Store {
   virtual absl::StatusOr<Lookup> LookupEntry(const EntryKey& key,
                                              const std::string& source_hash,
                                              const std::string& nvrtc_version) = 0;
-  // A number that changes whenever anything may have been committed to the store, by this
-  // Store or by any other connection or process (`ktune tune`, `ktune cache import`): equal
-  // answers mean nothing changed in between, so a caller may keep what it read (ktuned's
-  // artifact cache). Cheap: no table is read.
-  virtual absl::StatusOr<int64_t> ChangeCounter() = 0;
+  // A number that grows whenever an entry is inserted, replaced, changed or deleted, by this
+  // Store or by any other connection or process (`ktune tune`, `ktune cache import`, `prune`):
+  // equal answers mean no entry changed in between, so a caller may keep entries it read
+  // (ktuned's artifact cache). Trials, jobs, devices and templates do not move it: a running
+  // tune commits a trial at a time without emptying that cache. Cheap: one one-row read.
+  virtual absl::StatusOr<int64_t> EntriesChangeCounter() = 0;
 
   // By id, same checks as LookupEntry (stale is computed against the templates table).
   virtual absl::StatusOr<Lookup> GetEntry(int64_t entry_id) = 0;

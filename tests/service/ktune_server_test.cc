@@ -211,6 +211,9 @@ TEST_F(KtuneServerTest, MissThenTuneThenHit) {
   ASSERT_EQ(entries.entries_size(), 1);
   EXPECT_EQ(entries.entries(0).entry_id(), a.entry_id());
   EXPECT_FALSE(entries.entries(0).stale());
+  // The speed-up's baseline, as GetKernel gives it.
+  EXPECT_GT(a.metrics().default_time_ns(), 0);
+  EXPECT_EQ(entries.entries(0).metrics().default_time_ns(), a.metrics().default_time_ns());
   grpc::ClientContext ctx2;
   v1::ListEntriesRequest stale_only;
   stale_only.set_stale_only(true);

@@ -34,12 +34,12 @@ TEST(Schema, MatchesGolden) {
 }
 
 TEST(Schema, VersionsAreConsecutiveFromOne) {
-  ASSERT_THAT(Migrations(), SizeIs(4));
+  ASSERT_THAT(Migrations(), SizeIs(5));
   for (size_t i = 0; i < Migrations().size(); ++i) {
     EXPECT_EQ(Migrations()[i].version, static_cast<int>(i) + 1);
     EXPECT_FALSE(Migrations()[i].summary.empty());
   }
-  EXPECT_EQ(CurrentSchemaVersion(), 4);
+  EXPECT_EQ(CurrentSchemaVersion(), 5);
 }
 
 TEST(Schema, NewFileIsCreatedAtTheCurrentVersion) {
@@ -284,6 +284,37 @@ TEST(Schema, MigratesFromV2WithDataIntact) {
   ASSERT_OK_AND_ASSIGN(std::vector<EntrySummary> list, store->ListEntries({}));
   ASSERT_THAT(list, SizeIs(1));
   EXPECT_TRUE(SameMetrics(list[0].metrics, trial.metrics));
+}
+
+// v5's counter over a file that already has entries: they are kept, and a change to one of
+// them moves the counter like a change to a new one.
+TEST(Schema, MigratesFromV4WithEntriesWatched) {
+  TempDir dir;
+  const std::string path = dir.File("ktune.db");
+  const EntryKey key = MakeKey("n=1");
+  int64_t entry = 0;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(path));
+    ASSERT_OK_AND_ASSIGN(const int64_t job, store->CreateJob(MakeJob(key)));
+    ASSERT_OK_AND_ASSIGN(entry, store->CommitWinner(MakeEntry(key, job, 1), {}));
+  }
+  // Back to what v4 created: no counter table, no triggers.
+  ASSERT_OK(ExecSqlForTesting(path,
+                              "DROP TRIGGER entries_generation_on_insert;"
+                              "DROP TRIGGER entries_generation_on_update;"
+                              "DROP TRIGGER entries_generation_on_delete;"
+                              "DROP TABLE entries_generation; PRAGMA user_version = 4;"));
+  EXPECT_THAT(ReadSchemaVersion(path), IsOkAndHolds(4));
+
+  ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(path));
+  EXPECT_THAT(ReadSchemaVersion(path), IsOkAndHolds(CurrentSchemaVersion()));
+  EXPECT_THAT(CheckIntegrity(path), IsOkAndHolds("ok"));
+  ASSERT_OK_AND_ASSIGN(const Lookup kept, store->GetEntry(entry));
+  EXPECT_EQ(kept.entry.key.shape, "n=1");
+  ASSERT_OK_AND_ASSIGN(const int64_t before, store->EntriesChangeCounter());
+  ASSERT_OK(ExecSqlForTesting(path, "UPDATE entries SET time_ns = 1"));
+  ASSERT_OK_AND_ASSIGN(const int64_t after, store->EntriesChangeCounter());
+  EXPECT_GT(after, before);
 }
 
 TEST(Schema, TwoOpensOfANewFileMigrateOnce) {

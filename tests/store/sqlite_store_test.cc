@@ -21,6 +21,7 @@ namespace ktune::store {
 namespace {
 
 using ::ktune::testing::IsOk;
+using ::ktune::testing::IsOkAndHolds;
 using ::ktune::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -216,6 +217,8 @@ TEST(SqliteStore, EntryRoundTripThroughCommitWinner) {
   EXPECT_EQ(list[0].metrics.batch, 5);
   EXPECT_TRUE(list[0].metrics.l2_flushed);
   EXPECT_EQ(list[0].created_unix_ms, entry.created_unix_ms);
+  EXPECT_EQ(list[0].default_time_ns, entry.default_time_ns);
+  EXPECT_GT(list[0].default_time_ns, 0);
 }
 
 TEST(SqliteStore, EmptyCubinAndNoLaunchesRoundTrip) {
@@ -367,27 +370,50 @@ TEST(SqliteStore, MemoryStoreCannotBeReadOnly) {
 
 // ---- files ----
 
-// ktuned keeps artifacts while this counter holds; it must move on every commit, this
-// store's or another connection's, and only then.
-TEST(SqliteStore, ChangeCounterMovesOnEveryCommitAndOnlyThen) {
+// ktuned keeps artifacts while this counter holds: it must move on every change to an
+// entry, this store's or another connection's, and on nothing else, so that a running tune's
+// trials do not empty that cache.
+TEST(SqliteStore, EntriesChangeCounterMovesOnEntryChangesOnly) {
   TempDir dir;
   const std::string path = dir.File("ktune.db");
   ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(path));
-  ASSERT_OK_AND_ASSIGN(const int64_t start, store->ChangeCounter());
-  ASSERT_OK(store->ListDevices().status());
-  EXPECT_THAT(store->ChangeCounter(), ::ktune::testing::IsOkAndHolds(start));
-  ASSERT_OK(store->PutDevice(MakeDevice()));
-  ASSERT_OK_AND_ASSIGN(const int64_t after_own, store->ChangeCounter());
-  EXPECT_NE(after_own, start);
-  ASSERT_OK(ExecSqlForTesting(path, "UPDATE devices SET name = 'renamed'"));
-  ASSERT_OK_AND_ASSIGN(const int64_t after_other, store->ChangeCounter());
-  EXPECT_NE(after_other, after_own);
-  EXPECT_THAT(store->ChangeCounter(), ::ktune::testing::IsOkAndHolds(after_other));
+  auto counter = [&store] { return store->EntriesChangeCounter(); };
+  ASSERT_OK_AND_ASSIGN(const int64_t start, counter());
+  EXPECT_THAT(counter(), IsOkAndHolds(start));
 
+  // Everything a tune commits before its winner, and another process's writes elsewhere.
+  const EntryKey key = MakeKey("n=1");
+  ASSERT_OK(store->PutDevice(MakeDevice()));
+  ASSERT_OK(store->PutTemplate(key.template_id, "src-1"));
+  ASSERT_OK_AND_ASSIGN(const int64_t job, store->CreateJob(MakeJob(key)));
+  ASSERT_OK(store->AddTrial(MakeTrial(job, 0)).status());
+  ASSERT_OK(store->UpdateJob(job, JobState::kRunning, 1, 20, ""));
+  ASSERT_OK(ExecSqlForTesting(path, "UPDATE devices SET name = 'renamed'"));
+  EXPECT_THAT(counter(), IsOkAndHolds(start));
+
+  // The winner, then another connection's update and delete of it: each moves it, and it grows.
+  ASSERT_OK_AND_ASSIGN(const int64_t entry, store->CommitWinner(MakeEntry(key, job, 1), {}));
+  ASSERT_OK_AND_ASSIGN(const int64_t after_winner, counter());
+  EXPECT_GT(after_winner, start);
+  EXPECT_THAT(counter(), IsOkAndHolds(after_winner));
+  ASSERT_OK(
+      ExecSqlForTesting(path, absl::StrCat("UPDATE entries SET time_ns = 1 WHERE id = ", entry)));
+  ASSERT_OK_AND_ASSIGN(const int64_t after_update, counter());
+  EXPECT_GT(after_update, after_winner);
+  ASSERT_OK(store->DeleteEntries({entry}).status());
+  ASSERT_OK_AND_ASSIGN(const int64_t after_delete, counter());
+  EXPECT_GT(after_delete, after_update);
+
+  // ":memory:" (one connection) counts the same way.
   auto memory = OpenMemory();
-  ASSERT_OK_AND_ASSIGN(const int64_t mem_start, memory->ChangeCounter());
+  ASSERT_OK_AND_ASSIGN(const int64_t mem_start, memory->EntriesChangeCounter());
   ASSERT_OK(memory->PutDevice(MakeDevice()));
-  EXPECT_THAT(memory->ChangeCounter(), ::testing::Not(::ktune::testing::IsOkAndHolds(mem_start)));
+  ASSERT_OK_AND_ASSIGN(const int64_t mem_job, memory->CreateJob(MakeJob(key)));
+  ASSERT_OK(memory->AddTrial(MakeTrial(mem_job, 0)).status());
+  EXPECT_THAT(memory->EntriesChangeCounter(), IsOkAndHolds(mem_start));
+  ASSERT_OK(memory->CommitWinner(MakeEntry(key, mem_job, 1), {}).status());
+  ASSERT_OK_AND_ASSIGN(const int64_t mem_after, memory->EntriesChangeCounter());
+  EXPECT_GT(mem_after, mem_start);
 }
 
 TEST(SqliteStore, FileStoreKeepsDataAcrossReopen) {

@@ -114,3 +114,16 @@ ALTER TABLE entries ADD COLUMN l2_flushed INTEGER NOT NULL DEFAULT 0;
 -- v4: entries.default_time_ns
 ALTER TABLE entries ADD COLUMN default_time_ns REAL NOT NULL DEFAULT 0;
 
+-- v5: entries_generation, moved by triggers on entries
+CREATE TABLE entries_generation (
+  id                INTEGER PRIMARY KEY CHECK (id = 1),
+  value             INTEGER NOT NULL
+);
+INSERT INTO entries_generation (id, value) VALUES (1, 0);
+CREATE TRIGGER entries_generation_on_insert AFTER INSERT ON entries
+BEGIN UPDATE entries_generation SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER entries_generation_on_update AFTER UPDATE ON entries
+BEGIN UPDATE entries_generation SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER entries_generation_on_delete AFTER DELETE ON entries
+BEGIN UPDATE entries_generation SET value = value + 1 WHERE id = 1; END;
+
