@@ -23,7 +23,8 @@ class Gpu {
   virtual absl::StatusOr<v1::DeviceInfo> Info() = 0;
 
   // Device-to-device copy bandwidth, bytes read + written per second, median of several
-  // large copies: the ceiling every trial is compared against.
+  // large copies: the ceiling every trial is compared against. Measured by the first call
+  // that succeeds; later calls answer the same, so a caller may ask once per job.
   virtual absl::StatusOr<v1::Ceiling> MeasureCeiling() = 0;
 
   // Allocates and fills the problem's buffers and runs the reference once. An error here

@@ -279,6 +279,7 @@ class ProcessGpu final : public Gpu {
   bool ever_greeted_ = false;
 
   std::optional<v1::DeviceInfo> info_;
+  std::optional<v1::Ceiling> ceiling_;  // the first measurement, kept for later calls
   std::optional<v1::Problem> problem_;  // set by the last successful SetProblem
   v1::ProblemReady ready_;
   int64_t problem_bytes_ = 0;
@@ -534,6 +535,7 @@ absl::StatusOr<v1::DeviceInfo> ProcessGpu::Info() {
 }
 
 absl::StatusOr<v1::Ceiling> ProcessGpu::MeasureCeiling() {
+  if (ceiling_.has_value()) return *ceiling_;
   KTUNE_RETURN_IF_ERROR(EnsureWorker(/*with_problem=*/false));
   v1::Request request;
   request.mutable_ceiling();
@@ -545,7 +547,8 @@ absl::StatusOr<v1::Ceiling> ProcessGpu::MeasureCeiling() {
     return absl::InternalError(
         absl::StrCat(who, " answered MeasureCeiling with ", ResponseKind(response)));
   }
-  return response.ceiling();
+  ceiling_ = response.ceiling();
+  return *ceiling_;
 }
 
 absl::StatusOr<v1::ProblemReady> ProcessGpu::SetProblem(const v1::Problem& problem) {

@@ -212,6 +212,13 @@ TEST_F(ProcessGpuTest, MeasureCeiling) {
   ASSERT_NE(gpu, nullptr);
   ASSERT_OK_AND_ASSIGN(v1::Ceiling c, gpu->MeasureCeiling());
   EXPECT_EQ(c.copy_gbps(), 1000);
+  // Measured once: the second answer is the first one, without asking the worker.
+  ASSERT_OK_AND_ASSIGN(v1::Ceiling again, gpu->MeasureCeiling());
+  EXPECT_EQ(again.copy_gbps(), 1000);
+  EXPECT_THAT(PidsThatGot("ceiling"), SizeIs(1));
+  int asked = 0;
+  for (const auto& [pid, request] : Requests()) asked += request == "ceiling";
+  EXPECT_EQ(asked, 1);
 }
 
 TEST_F(ProcessGpuTest, MeasureBeforeSetProblemIsFailedPrecondition) {

@@ -95,6 +95,8 @@ class FakeGpu : public Gpu {
     return OkMeasurement(1000);
   };
   absl::Status info_status = absl::OkStatus();
+  double copy_gbps = 4000;
+  absl::Status ceiling_status = absl::OkStatus();
 
   absl::StatusOr<v1::DeviceInfo> Info() override {
     if (!info_status.ok()) return info_status;
@@ -115,10 +117,13 @@ class FakeGpu : public Gpu {
     d.set_driver_version("13.0");
     return d;
   }
+  // Unlike ProcessGpu, measures at every call, with what these say: a test can count the
+  // calls and change the answer between jobs.
   absl::StatusOr<v1::Ceiling> MeasureCeiling() override {
     ++ceiling_calls;
+    if (!ceiling_status.ok()) return ceiling_status;
     v1::Ceiling c;
-    c.set_copy_gbps(4000);
+    c.set_copy_gbps(copy_gbps);
     return c;
   }
   absl::StatusOr<v1::ProblemReady> SetProblem(const v1::Problem& problem) override {

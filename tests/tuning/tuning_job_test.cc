@@ -15,9 +15,11 @@ namespace ktune {
 namespace {
 
 using ::ktune::testing::FailedMeasurement;
+using ::ktune::testing::IsOkAndHolds;
 using ::ktune::testing::NameInts;
 using ::ktune::testing::OkMeasurement;
 using ::ktune::testing::StatusIs;
+using ::testing::Field;
 using ::testing::HasSubstr;
 
 // A landscape with one best point: BLOCK=256, VEC=4.
@@ -238,12 +240,38 @@ TEST_F(TuningJobTest, NoCandidatePasses) {
   EXPECT_THAT(failed[0].error, HasSubstr("no candidate passed"));
 }
 
-TEST_F(TuningJobTest, CeilingIsMeasuredOncePerDeviceModel) {
+// The stored ceiling is the best measurement so far: a lower one does not replace it (and a
+// trial's ceiling fraction is over the stored one), a higher one does, and a failed one
+// leaves the stored figure to serve.
+TEST_F(TuningJobTest, StoredCeilingIsTheBestMeasured) {
   request_.budget = 3;
-  ASSERT_OK(RunTuning(request_, Env()).status());
+  gpu_.copy_gbps = 3000;
+  ASSERT_OK_AND_ASSIGN(TuneResult first, RunTuning(request_, Env()));
+  const std::string model = first.entry.key.device_model;
+  EXPECT_THAT(store_->GetDevice(model), IsOkAndHolds(Field(&store::Device::copy_gbps, 3000)));
+
+  gpu_.copy_gbps = 4000;
   request_.shape = {{"n", 2000}};
   ASSERT_OK(RunTuning(request_, Env()).status());
-  EXPECT_EQ(gpu_.ceiling_calls, 1);
+  EXPECT_THAT(store_->GetDevice(model), IsOkAndHolds(Field(&store::Device::copy_gbps, 4000)));
+
+  gpu_.copy_gbps = 2000;
+  request_.shape = {{"n", 3000}};
+  ASSERT_OK_AND_ASSIGN(TuneResult low, RunTuning(request_, Env()));
+  EXPECT_THAT(store_->GetDevice(model), IsOkAndHolds(Field(&store::Device::copy_gbps, 4000)));
+  EXPECT_DOUBLE_EQ(low.entry.metrics.ceiling_fraction, low.entry.metrics.gbps / 4000);
+
+  gpu_.ceiling_status = absl::ResourceExhaustedError("too little free GPU memory");
+  request_.shape = {{"n", 4000}};
+  ASSERT_OK(RunTuning(request_, Env()).status());
+  EXPECT_THAT(store_->GetDevice(model), IsOkAndHolds(Field(&store::Device::copy_gbps, 4000)));
+  EXPECT_EQ(gpu_.ceiling_calls, 4);
+}
+
+TEST_F(TuningJobTest, CeilingFailureWithNothingStoredFailsTheJob) {
+  gpu_.ceiling_status = absl::ResourceExhaustedError("too little free GPU memory");
+  EXPECT_THAT(RunTuning(request_, Env()),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("free GPU memory")));
 }
 
 TEST_F(TuningJobTest, BadRequestsAndNoGpu) {
