@@ -174,21 +174,15 @@ int RunShow(const ShowArgs& args) {
   if (!store.ok()) return FailOpen(store.status());
   absl::StatusOr<int64_t> id = ResolveEntry(**store, args.entry, args.device_model);
   if (!id.ok()) return Fail(id.status());
-  absl::StatusOr<store::Lookup> found = (*store)->GetEntry(*id);
-  if (!found.ok()) return Fail(found.status());
+  absl::StatusOr<store::EntryBundle> bundle = LoadEntryBundle(**store, *id);
+  if (!bundle.ok()) return Fail(bundle.status());
   absl::StatusOr<std::set<int64_t>> stale = StaleIds(**store, NvrtcVersionOr(args.nvrtc_version));
   if (!stale.ok()) return Fail(stale.status());
-  const store::Entry& e = found->entry;
+  const store::Entry& e = bundle->entry;
   absl::StatusOr<store::Device> device = (*store)->GetDevice(e.key.device_model);
-  std::vector<store::Trial> trials;
-  std::optional<store::Job> job;
-  if (e.job_id != 0) {
-    absl::StatusOr<store::Job> j = (*store)->GetJob(e.job_id);
-    if (j.ok()) job = *std::move(j);
-    absl::StatusOr<std::vector<store::Trial>> t = (*store)->ListTrials(e.job_id);
-    if (!t.ok()) return Fail(t.status());
-    trials = *std::move(t);
-  }
+  const std::vector<store::Trial>& trials = bundle->trials;
+  // The entry's own job, not the stand-in for a pruned one.
+  const store::Job* job = e.job_id != 0 ? &bundle->job : nullptr;
 
   const TrialMetrics& m = e.metrics;
   std::string out;
@@ -409,15 +403,11 @@ int RunReport(const ReportArgs& args) {
   std::map<std::string, store::Device> devices;
   for (const store::EntrySummary& s : view.entries) {
     ReportEntry r;
-    absl::StatusOr<store::Lookup> found = store.GetEntry(s.id);
-    if (!found.ok()) return Fail(found.status());
-    r.entry = std::move(found->entry);
+    absl::StatusOr<store::EntryBundle> bundle = LoadEntryBundle(store, s.id);
+    if (!bundle.ok()) return Fail(bundle.status());
+    r.entry = std::move(bundle->entry);
+    r.trials = std::move(bundle->trials);
     r.stale = view.stale.count(s.id) > 0;
-    if (r.entry.job_id != 0) {
-      absl::StatusOr<std::vector<store::Trial>> t = store.ListTrials(r.entry.job_id);
-      if (!t.ok()) return Fail(t.status());
-      r.trials = *std::move(t);
-    }
     auto it = devices.find(s.key.device_model);
     if (it == devices.end()) {
       absl::StatusOr<store::Device> d = store.GetDevice(s.key.device_model);

@@ -65,6 +65,32 @@ struct KeyResult {
   }
 };
 
+// How many keys ended in each state: the live display's, the table's and the JSON's counts.
+struct Tally {
+  int64_t tuned = 0;
+  int64_t cached = 0;
+  int64_t failed = 0;
+
+  void Add(KeyState s) {
+    switch (s) {
+      case KeyState::kTuned:
+        ++tuned;
+        break;
+      case KeyState::kCached:
+        ++cached;
+        break;
+      case KeyState::kFailed:
+        ++failed;
+        break;
+    }
+  }
+  static Tally Of(const std::vector<KeyResult>& results) {
+    Tally t;
+    for (const KeyResult& r : results) t.Add(r.state);
+    return t;
+  }
+};
+
 // A job's progress, as both backends report it.
 struct JobProgress {
   int64_t done = 0;
@@ -278,11 +304,8 @@ class Display {
 
   void KeyDone(const KeyResult& r) {
     ++finished_;
-    if (r.state == KeyState::kTuned) {
-      tuned_seconds_ += r.seconds;
-      ++tuned_;
-    }
-    if (r.state == KeyState::kFailed) ++failed_;
+    tally_.Add(r.state);
+    if (r.state == KeyState::kTuned) tuned_seconds_ += r.seconds;
     if (quiet_) return;
     std::string what;
     switch (r.state) {
@@ -321,10 +344,11 @@ class Display {
     // Remaining keys at this run's pace per tuned key (fresh keys cost nothing).
     const int64_t left = total_ - finished_;
     const std::string eta =
-        tuned_ > 0 ? absl::StrCat(" ETA ", Duration(tuned_seconds_ / tuned_ * left)) : "";
+        tally_.tuned > 0 ? absl::StrCat(" ETA ", Duration(tuned_seconds_ / tally_.tuned * left))
+                         : "";
     const std::string spec_line =
         absl::StrFormat("%s: keys %d/%d (%d failed) elapsed %s%s  now %s", model_, finished_,
-                        total_, failed_, Duration(elapsed), eta, key_);
+                        total_, tally_.failed, Duration(elapsed), eta, key_);
     std::fprintf(stderr, "\r\033[K%s\n\r\033[K  %s\033[1A\r", spec_line.c_str(), job_.c_str());
     std::fflush(stderr);
   }
@@ -335,8 +359,7 @@ class Display {
   const bool tty_;
   const Clock::time_point start_ = Clock::now();
   int64_t finished_ = 0;
-  int64_t tuned_ = 0;
-  int64_t failed_ = 0;
+  Tally tally_;
   double tuned_seconds_ = 0;
   std::string key_;
   std::string job_;
@@ -373,9 +396,7 @@ void PrintTable(const std::vector<KeyResult>& results) {
 nlohmann::json ToJson(const std::string& spec_path, const std::string& model,
                       const std::string& where, const std::vector<KeyResult>& results) {
   nlohmann::json keys = nlohmann::json::array();
-  int64_t counts[3] = {};
   for (const KeyResult& r : results) {
-    ++counts[static_cast<int>(r.state)];
     nlohmann::json k;
     k["template"] = r.key.template_name;
     k["dtype"] = std::string(DTypeName(r.key.dtype));
@@ -406,9 +427,10 @@ nlohmann::json ToJson(const std::string& spec_path, const std::string& model,
   out["model"] = model;
   out["where"] = where;
   out["total"] = results.size();
-  out["tuned"] = counts[static_cast<int>(KeyState::kTuned)];
-  out["cached"] = counts[static_cast<int>(KeyState::kCached)];
-  out["failed"] = counts[static_cast<int>(KeyState::kFailed)];
+  const Tally tally = Tally::Of(results);
+  out["tuned"] = tally.tuned;
+  out["cached"] = tally.cached;
+  out["failed"] = tally.failed;
   out["keys"] = std::move(keys);
   return out;
 }
@@ -495,24 +517,17 @@ int RunSpecTune(const SpecTuneArgs& args) {
   }
   display.Finish();
 
-  int failed = 0;
-  for (const KeyResult& r : results) failed += r.state == KeyState::kFailed;
+  const Tally tally = Tally::Of(results);
   if (args.json) {
     std::printf("%s\n", ToJson(args.file, spec->model, where, results).dump(2).c_str());
   } else {
     PrintTable(results);
-    std::printf("\n%s: %zu keys: %zu tuned, %zu fresh in the store, %d failed\n",
-                spec->model.c_str(), results.size(),
-                static_cast<size_t>(
-                    std::count_if(results.begin(), results.end(),
-                                  [](const KeyResult& r) { return r.state == KeyState::kTuned; })),
-                static_cast<size_t>(
-                    std::count_if(results.begin(), results.end(),
-                                  [](const KeyResult& r) { return r.state == KeyState::kCached; })),
-                failed);
+    std::printf("\n%s: %zu keys: %lld tuned, %lld fresh in the store, %lld failed\n",
+                spec->model.c_str(), results.size(), static_cast<long long>(tally.tuned),
+                static_cast<long long>(tally.cached), static_cast<long long>(tally.failed));
   }
   std::fflush(stdout);
-  return failed > 0 ? kExitFailure : kExitOk;
+  return tally.failed > 0 ? kExitFailure : kExitOk;
 }
 
 }  // namespace ktune::cli

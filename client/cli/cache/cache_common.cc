@@ -73,6 +73,25 @@ absl::StatusOr<std::set<int64_t>> StaleIds(store::Store& store, const std::strin
   return ids;
 }
 
+absl::StatusOr<store::EntryBundle> LoadEntryBundle(store::Store& store, int64_t entry_id) {
+  store::EntryBundle b;
+  KTUNE_ASSIGN_OR_RETURN(store::Lookup found, store.GetEntry(entry_id));
+  b.entry = std::move(found.entry);
+  if (b.entry.job_id != 0) {
+    KTUNE_ASSIGN_OR_RETURN(b.job, store.GetJob(b.entry.job_id));
+    KTUNE_ASSIGN_OR_RETURN(b.trials, store.ListTrials(b.entry.job_id));
+  } else {
+    // The job was pruned: the entry's own tuning stats stand in for it.
+    b.job.key = b.entry.key;
+    b.job.source_hash = b.entry.source_hash;
+    b.job.nvrtc_version = b.entry.nvrtc_version;
+    b.job.state = store::JobState::kDone;
+    b.job.done = b.job.total = b.entry.trials_total;
+    b.job.created_unix_ms = b.job.updated_unix_ms = b.entry.created_unix_ms;
+  }
+  return b;
+}
+
 std::string KeyText(const store::EntryKey& key) {
   return absl::StrCat(key.template_id, "/", key.dtype, "/", key.shape);
 }

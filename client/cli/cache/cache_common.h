@@ -55,6 +55,11 @@ struct CacheView {
 CacheView OpenCacheView(const std::string& path, const store::EntryFilter& filter,
                         const std::optional<std::string>& nvrtc_version = std::nullopt);
 
+// An entry with the job that tuned it and every trial of that job: what `show`, `report` and
+// `export` present. A pruned job (the entry's job_id 0) is stood in for by the entry's own
+// tuning stats, with no trials.
+absl::StatusOr<store::EntryBundle> LoadEntryBundle(store::Store& store, int64_t entry_id);
+
 // "rmsnorm/f16/hidden=4096,tokens=16": what `show` accepts (with "@DEVICE_MODEL" appended
 // when more than one device model has the key).
 std::string KeyText(const store::EntryKey& key);

@@ -20,24 +20,6 @@
 namespace ktune::cli {
 namespace {
 
-absl::StatusOr<store::EntryBundle> LoadBundle(store::Store& store, int64_t entry_id) {
-  store::EntryBundle b;
-  KTUNE_ASSIGN_OR_RETURN(store::Lookup found, store.GetEntry(entry_id));
-  b.entry = std::move(found.entry);
-  if (b.entry.job_id != 0) {
-    KTUNE_ASSIGN_OR_RETURN(b.job, store.GetJob(b.entry.job_id));
-    KTUNE_ASSIGN_OR_RETURN(b.trials, store.ListTrials(b.entry.job_id));
-  } else {
-    // The job was pruned: the entry's own tuning stats stand in for it.
-    b.job.key = b.entry.key;
-    b.job.source_hash = b.entry.source_hash;
-    b.job.nvrtc_version = b.entry.nvrtc_version;
-    b.job.state = store::JobState::kDone;
-    b.job.done = b.job.total = b.entry.trials_total;
-    b.job.created_unix_ms = b.job.updated_unix_ms = b.entry.created_unix_ms;
-  }
-  return b;
-}
 
 bool FileExists(const std::string& path) {
   struct stat st;
@@ -62,7 +44,7 @@ int RunCacheExport(const CacheExportArgs& args) {
   std::set<std::string> models;
   size_t trials = 0;
   for (const store::EntrySummary& s : view.entries) {
-    absl::StatusOr<store::EntryBundle> b = LoadBundle(store, s.id);
+    absl::StatusOr<store::EntryBundle> b = LoadEntryBundle(store, s.id);
     if (!b.ok()) return Fail(b.status());
     trials += b->trials.size();
     models.insert(s.key.device_model);
