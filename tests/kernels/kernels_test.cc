@@ -18,7 +18,7 @@
 #include "tests/kernels/host_reference.h"
 #include "tests/kernels/kernel_case.h"
 #include "tests/kernels/kernel_variants.h"
-#include "tests/templates/template_fixture.h"
+#include "tests/templates/shipped_registry.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune::testing {
@@ -28,22 +28,6 @@ using ::testing::DoubleNear;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
-
-std::unique_ptr<TemplateRegistry> LoadShipped() {
-  absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry =
-      LoadTemplateRegistry(ShippedTemplatesDir());
-  EXPECT_OK(registry.status());
-  if (!registry.ok())
-    return nullptr;
-  // A folder that does not load would silently drop out of the coverage check
-  // below.
-  for (const absl::Status &e : (*registry)->errors()) {
-    ADD_FAILURE() << "a shipped template did not load, so its host reference "
-                     "is not checked: "
-                  << e;
-  }
-  return *std::move(registry);
-}
 
 // Runs the host reference of `name` on a hand-written problem.
 absl::StatusOr<HostOutputs> RunHost(const std::string &name,
@@ -55,7 +39,7 @@ absl::StatusOr<HostOutputs> RunHost(const std::string &name,
 }
 
 TEST(HostReferenceTableTest, EveryShippedTemplateHasOne) {
-  std::unique_ptr<TemplateRegistry> registry = LoadShipped();
+  std::unique_ptr<TemplateRegistry> registry = LoadShippedRegistry();
   ASSERT_NE(registry, nullptr);
   ASSERT_FALSE(registry->templates().empty());
   for (const auto &[name, tmpl] : registry->templates()) {
@@ -67,7 +51,7 @@ TEST(HostReferenceTableTest, EveryShippedTemplateHasOne) {
 }
 
 TEST(HostReferenceTableTest, EveryEntryIsAShippedTemplate) {
-  std::unique_ptr<TemplateRegistry> registry = LoadShipped();
+  std::unique_ptr<TemplateRegistry> registry = LoadShippedRegistry();
   ASSERT_NE(registry, nullptr);
   for (const auto &[name, ref] : HostReferences()) {
     EXPECT_TRUE(registry->templates().count(name))
@@ -81,7 +65,7 @@ TEST(HostReferenceTableTest, EveryEntryIsAShippedTemplate) {
 // reference and a candidate bind, and the host reference covers the outputs
 // with finite values.
 TEST(HostReferenceTableTest, RunsOnEveryCaseOfTheGpuCheck) {
-  std::unique_ptr<TemplateRegistry> registry = LoadShipped();
+  std::unique_ptr<TemplateRegistry> registry = LoadShippedRegistry();
   ASSERT_NE(registry, nullptr);
   ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
   for (const auto &[name, ref] : HostReferences()) {
@@ -128,7 +112,7 @@ TEST(HostReferenceTableTest, RunsOnEveryCaseOfTheGpuCheck) {
 // ---------------------------------------------------------
 
 TEST(KernelCaseTest, HostProblemHoldsTheWorkersInputsAndScalars) {
-  std::unique_ptr<TemplateRegistry> registry = LoadShipped();
+  std::unique_ptr<TemplateRegistry> registry = LoadShippedRegistry();
   ASSERT_NE(registry, nullptr);
   ASSERT_OK_AND_ASSIGN(auto tmpl, registry->Get("rmsnorm"));
   ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
@@ -153,7 +137,7 @@ TEST(KernelCaseTest, HostProblemHoldsTheWorkersInputsAndScalars) {
 }
 
 TEST(KernelCaseTest, ExpectedBytesAreRoundedToTheOutputType) {
-  std::unique_ptr<TemplateRegistry> registry = LoadShipped();
+  std::unique_ptr<TemplateRegistry> registry = LoadShippedRegistry();
   ASSERT_NE(registry, nullptr);
   ASSERT_OK_AND_ASSIGN(auto tmpl, registry->Get("elementwise"));
   ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
@@ -179,7 +163,7 @@ TEST(KernelCaseTest, ExpectedBytesAreRoundedToTheOutputType) {
 
 TEST(KernelCaseTest,
      CandidateIsTheDefaultWhereItFitsElseTheNearestValidConfig) {
-  std::unique_ptr<TemplateRegistry> registry = LoadShipped();
+  std::unique_ptr<TemplateRegistry> registry = LoadShippedRegistry();
   ASSERT_NE(registry, nullptr);
   ASSERT_OK_AND_ASSIGN(auto tmpl, registry->Get("rmsnorm"));
   ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
@@ -203,7 +187,7 @@ TEST(KernelCaseTest,
 // wanted kind, and is NotFound where the shape has valid configs but none it
 // accepts (gemv's tensor cores for f32).
 TEST(KernelCaseTest, CandidateOfAWantedKind) {
-  std::unique_ptr<TemplateRegistry> registry = LoadShipped();
+  std::unique_ptr<TemplateRegistry> registry = LoadShippedRegistry();
   ASSERT_NE(registry, nullptr);
   ASSERT_OK_AND_ASSIGN(auto tmpl, registry->Get("gemv"));
   ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
@@ -225,7 +209,7 @@ TEST(KernelCaseTest, CandidateOfAWantedKind) {
 // least (else the check would find none and pass without running it), and
 // each variant's filter rejects the default (which the check runs anyway).
 TEST(KernelVariantsTest, EachIsValidAtSomeCaseOfTheGpuCheck) {
-  std::unique_ptr<TemplateRegistry> registry = LoadShipped();
+  std::unique_ptr<TemplateRegistry> registry = LoadShippedRegistry();
   ASSERT_NE(registry, nullptr);
   ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
   for (const auto &[name, ref] : HostReferences()) {

@@ -13,7 +13,7 @@
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
 #include "server/templates/search_space.h"
-#include "tests/templates/template_fixture.h"
+#include "tests/templates/shipped_registry.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune {
@@ -29,10 +29,8 @@ using ::testing::Key;
 class ShippedRopeSiluGemvTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto registry = LoadTemplateRegistry(testing::ShippedTemplatesDir());
-    ASSERT_OK(registry.status());
-    registry_ = *std::move(registry);
-    for (const absl::Status& e : registry_->errors()) ADD_FAILURE() << e;
+    registry_ = testing::LoadShippedRegistry();
+    ASSERT_NE(registry_, nullptr);
   }
 
   std::shared_ptr<const KernelTemplate> Get(const std::string& name) {
