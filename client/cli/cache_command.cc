@@ -91,6 +91,10 @@ int RunLs(const LsArgs& args) {
                      {"gbps", e->metrics.gbps},
                      {"gflops", e->metrics.gflops},
                      {"ceiling_fraction", e->metrics.ceiling_fraction},
+                     // null when the default config's time was not measured.
+                     {"default_time_ns", e->default_time_ns > 0
+                                             ? nlohmann::json(e->default_time_ns)
+                                             : nlohmann::json(nullptr)},
                      {"registers", e->metrics.registers},
                      {"occupancy", e->metrics.occupancy},
                      {"cubin_bytes", e->cubin_bytes},
@@ -104,13 +108,18 @@ int RunLs(const LsArgs& args) {
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows = {{"ID", "KEY", "DEVICE", "PARAMS", "KNOBS",
-                                                 "TIME_US", "GB/S", "CEIL", "NVRTC", "STALE",
-                                                 "CREATED_UTC"}};
+                                                 "TIME_US", "GB/S", "CEIL", "VS_DEFAULT", "NVRTC",
+                                                 "STALE", "CREATED_UTC"}};
   for (const store::EntrySummary* e : shown) {
+    // The winner's speed-up over the template's default config, measured in the same job.
+    const std::string vs_default =
+        e->default_time_ns > 0 && e->metrics.time_ns > 0
+            ? absl::StrFormat("%.2fx", e->default_time_ns / e->metrics.time_ns)
+            : "-";
     rows.push_back({absl::StrCat(e->id), KeyText(e->key), e->key.device_model,
                     ParamsText(e->config.params), KnobsText(e->config.knobs),
                     Us(e->metrics.time_ns), absl::StrFormat("%.0f", e->metrics.gbps),
-                    Pct(e->metrics.ceiling_fraction), e->nvrtc_version,
+                    Pct(e->metrics.ceiling_fraction), vs_default, e->nvrtc_version,
                     view.stale.count(e->id) ? "stale" : "-", UtcTime(e->created_unix_ms)});
   }
   std::printf("%s", Table(rows).c_str());

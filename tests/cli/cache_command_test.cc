@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,10 @@ using ::ktune::cache_testing::BuildOtherStore;
 using ::ktune::store::testing::ReadBytes;
 using ::ktune::store::testing::TempDir;
 using ::ktune::store::testing::WriteBytes;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 using Result = ::ktune::testing::RunResult;
 
@@ -85,6 +88,19 @@ TEST_F(CacheCommandTest, LsGolden) {
   ASSERT_EQ(a100.exit_code, 0) << a100;
   EXPECT_THAT(a100.out, HasSubstr("elementwise/f32/n=1048576"));
   EXPECT_THAT(a100.out, HasSubstr("\n1 entries\n"));
+
+  // An entry whose default config was not measured (older builds, or the default failed):
+  // no speed-up in the table, null in the JSON.
+  ASSERT_OK(store::ExecSqlForTesting(db, "UPDATE entries SET default_time_ns = 0"));
+  const Result unknown = Cache({"ls", "--db", db, "--nvrtc-version", "13.0", "--device-model",
+                                cache_testing::kA100});
+  ASSERT_EQ(unknown.exit_code, 0) << unknown;
+  EXPECT_THAT(unknown.out, Not(ContainsRegex("[0-9]x ")));
+  const Result unknown_json = Cache({"ls", "--db", db, "--nvrtc-version", "13.0", "--json"});
+  ASSERT_EQ(unknown_json.exit_code, 0) << unknown_json;
+  for (const nlohmann::json& e : nlohmann::json::parse(unknown_json.out)) {
+    EXPECT_TRUE(e["default_time_ns"].is_null()) << e;
+  }
 }
 
 TEST_F(CacheCommandTest, ShowGolden) {
