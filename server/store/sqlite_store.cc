@@ -277,22 +277,43 @@ absl::Status CheckIncomingCubin(const Entry& e, absl::string_view what) {
   return absl::OkStatus();
 }
 
-// Inserts a device row; an existing model_key is updated (`update`) or left as it is.
-absl::Status InsertDevice(Db& db, const Device& d, bool update) {
+// What InsertDevice does with an existing model_key.
+enum class OnExistingDevice {
+  kReplace,          // the new row replaces it
+  kKeep,             // it stays as it is
+  kReplaceIfFaster,  // the new row replaces it only if its copy_gbps is higher
+};
+
+// Inserts a device row; an existing model_key is treated as `existing` says, in the same
+// statement (so atomically against other writers).
+absl::Status InsertDevice(Db& db, const Device& d, OnExistingDevice existing) {
+  constexpr absl::string_view kReplace =
+      "DO UPDATE SET name = excluded.name, "
+      "cc_major = excluded.cc_major, cc_minor = excluded.cc_minor, "
+      "sm_count = excluded.sm_count, l2_bytes = excluded.l2_bytes, "
+      "memory_bus_bits = excluded.memory_bus_bits, "
+      "memory_clock_khz = excluded.memory_clock_khz, copy_gbps = excluded.copy_gbps, "
+      "uuid = excluded.uuid, driver_version = excluded.driver_version, "
+      "updated_unix_ms = excluded.updated_unix_ms";
+  std::string on_conflict;
+  switch (existing) {
+    case OnExistingDevice::kReplace:
+      on_conflict = std::string(kReplace);
+      break;
+    case OnExistingDevice::kKeep:
+      on_conflict = "DO NOTHING";
+      break;
+    case OnExistingDevice::kReplaceIfFaster:
+      on_conflict = absl::StrCat(kReplace, " WHERE excluded.copy_gbps > devices.copy_gbps");
+      break;
+  }
   KTUNE_ASSIGN_OR_RETURN(
       Stmt st,
       db.Prepare(absl::StrCat(
           "INSERT INTO devices (model_key, name, cc_major, cc_minor, sm_count, l2_bytes, "
           "memory_bus_bits, memory_clock_khz, copy_gbps, uuid, driver_version, "
           "updated_unix_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model_key) ",
-          update ? "DO UPDATE SET name = excluded.name, "
-                   "cc_major = excluded.cc_major, cc_minor = excluded.cc_minor, "
-                   "sm_count = excluded.sm_count, l2_bytes = excluded.l2_bytes, "
-                   "memory_bus_bits = excluded.memory_bus_bits, "
-                   "memory_clock_khz = excluded.memory_clock_khz, copy_gbps = excluded.copy_gbps, "
-                   "uuid = excluded.uuid, driver_version = excluded.driver_version, "
-                   "updated_unix_ms = excluded.updated_unix_ms"
-                 : "DO NOTHING")));
+          on_conflict)));
   st.Bind(d.model_key).Bind(d.name).Bind(d.cc_major).Bind(d.cc_minor).Bind(d.sm_count);
   st.Bind(d.l2_bytes).Bind(d.memory_bus_bits).Bind(d.memory_clock_khz).Bind(d.copy_gbps);
   st.Bind(d.uuid).Bind(d.driver_version).Bind(NowUnixMs());
@@ -411,7 +432,20 @@ class SqliteStore final : public Store {
 
   absl::Status PutDevice(const Device& d) override {
     if (d.model_key.empty()) return absl::InvalidArgumentError("device model_key is empty");
-    return Write([&](Db& db) { return InsertDevice(db, d, /*update=*/true); });
+    return Write([&](Db& db) { return InsertDevice(db, d, OnExistingDevice::kReplace); });
+  }
+
+  absl::StatusOr<double> RaiseCopyCeiling(const Device& d) override {
+    if (d.model_key.empty()) return absl::InvalidArgumentError("device model_key is empty");
+    return Write([&](Db& db) -> absl::StatusOr<double> {
+      KTUNE_RETURN_IF_ERROR(InsertDevice(db, d, OnExistingDevice::kReplaceIfFaster));
+      KTUNE_ASSIGN_OR_RETURN(Stmt st,
+                             db.Prepare("SELECT copy_gbps FROM devices WHERE model_key = ?"));
+      st.Bind(d.model_key);
+      KTUNE_ASSIGN_OR_RETURN(bool found, st.Step());
+      if (!found) return absl::InternalError(absl::StrCat("device ", d.model_key, " vanished"));
+      return st.Double(0);
+    });
   }
 
   absl::StatusOr<Device> GetDevice(const std::string& model_key) override {
@@ -700,7 +734,7 @@ class SqliteStore final : public Store {
     return Write([&](Db& db) -> absl::StatusOr<std::vector<ImportResult>> {
       KTUNE_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(&db));
       for (const Device& d : devices) {
-        KTUNE_RETURN_IF_ERROR(InsertDevice(db, d, /*update=*/false));
+        KTUNE_RETURN_IF_ERROR(InsertDevice(db, d, OnExistingDevice::kKeep));
       }
       std::vector<ImportResult> results;
       for (const EntryBundle& b : bundles) {

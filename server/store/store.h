@@ -179,6 +179,10 @@ class Store {
 
   // Inserts or updates the device model's row.
   virtual absl::Status PutDevice(const Device& device) = 0;
+  // Inserts the device model's row if it is new; otherwise replaces it only if `device`
+  // measured a higher copy_gbps, in one statement, so that two processes raising it at once
+  // keep the higher figure. Returns the copy_gbps stored afterwards.
+  virtual absl::StatusOr<double> RaiseCopyCeiling(const Device& device) = 0;
   // kNotFound if the model was never seen.
   virtual absl::StatusOr<Device> GetDevice(const std::string& model_key) = 0;
   virtual absl::StatusOr<std::vector<Device>> ListDevices() = 0;

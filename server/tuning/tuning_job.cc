@@ -61,18 +61,16 @@ absl::StatusOr<std::optional<store::Job>> FindResumable(store::Store& store, con
 // 4160-4210 every other time) set the denominator of every later ceiling fraction.
 absl::StatusOr<double> EnsureCopyCeiling(store::Store& store, Gpu& gpu, const v1::DeviceInfo& info,
                                          const std::string& model) {
-  absl::StatusOr<store::Device> device = store.GetDevice(model);
-  if (!device.ok() && device.status().code() != absl::StatusCode::kNotFound) {
-    return device.status();
-  }
-  const double stored = device.ok() ? device->copy_gbps : 0;
   absl::StatusOr<v1::Ceiling> ceiling = gpu.MeasureCeiling();
   if (!ceiling.ok()) {
-    // E.g. too little free memory for the copy buffers: the stored figure still serves.
-    if (stored > 0) return stored;
+    // E.g. too little free memory for the copy buffers: a stored figure still serves.
+    absl::StatusOr<store::Device> device = store.GetDevice(model);
+    if (device.ok() && device->copy_gbps > 0) return device->copy_gbps;
+    if (!device.ok() && device.status().code() != absl::StatusCode::kNotFound) {
+      return device.status();
+    }
     return ceiling.status();
   }
-  if (stored >= ceiling->copy_gbps()) return stored;
   store::Device d;
   d.model_key = model;
   d.name = info.name();
@@ -85,8 +83,7 @@ absl::StatusOr<double> EnsureCopyCeiling(store::Store& store, Gpu& gpu, const v1
   d.copy_gbps = ceiling->copy_gbps();
   d.uuid = info.uuid();
   d.driver_version = info.driver_version();
-  KTUNE_RETURN_IF_ERROR(store.PutDevice(d));
-  return d.copy_gbps;
+  return store.RaiseCopyCeiling(d);
 }
 
 // Resumes the newest interrupted job like `job` (filling its id and `earlier` with its

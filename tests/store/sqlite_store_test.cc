@@ -79,6 +79,31 @@ TEST(SqliteStore, DeviceRoundTripAndUpdate) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model_key")));
 }
 
+// The stored ceiling only goes up: a new model is inserted, a lower reading leaves the row
+// as it is (uuid included), a higher one replaces it; each call answers what is stored.
+TEST(SqliteStore, RaiseCopyCeilingKeepsTheHighest) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(dir.File("ktune.db")));
+  Device d = MakeDevice();
+  d.copy_gbps = 4000;
+  EXPECT_THAT(store->RaiseCopyCeiling(d), IsOkAndHolds(4000));
+  Device lower = d;
+  lower.copy_gbps = 3890;
+  lower.uuid = "GPU-lower";
+  EXPECT_THAT(store->RaiseCopyCeiling(lower), IsOkAndHolds(4000));
+  ASSERT_OK_AND_ASSIGN(Device kept, store->GetDevice(d.model_key));
+  EXPECT_EQ(kept.uuid, d.uuid);
+  Device higher = d;
+  higher.copy_gbps = 4200;
+  higher.uuid = "GPU-higher";
+  EXPECT_THAT(store->RaiseCopyCeiling(higher), IsOkAndHolds(4200));
+  ASSERT_OK_AND_ASSIGN(Device raised, store->GetDevice(d.model_key));
+  EXPECT_EQ(raised.copy_gbps, 4200);
+  EXPECT_EQ(raised.uuid, "GPU-higher");
+  EXPECT_THAT(store->RaiseCopyCeiling(Device{}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model_key")));
+}
+
 TEST(SqliteStore, JobRoundTripAndUpdate) {
   auto store = OpenMemory();
   const int64_t before = absl::ToUnixMillis(absl::Now());
