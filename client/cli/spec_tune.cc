@@ -84,6 +84,7 @@ struct Tally {
         break;
     }
   }
+  int64_t total() const { return tuned + cached + failed; }
   static Tally Of(const std::vector<KeyResult>& results) {
     Tally t;
     for (const KeyResult& r : results) t.Add(r.state);
@@ -303,7 +304,6 @@ class Display {
   }
 
   void KeyDone(const KeyResult& r) {
-    ++finished_;
     tally_.Add(r.state);
     if (r.state == KeyState::kTuned) tuned_seconds_ += r.seconds;
     if (quiet_) return;
@@ -313,15 +313,15 @@ class Display {
         what = absl::StrFormat("fresh in the store, %.2f us", r.time_ns / 1000);
         break;
       case KeyState::kTuned:
-        what = absl::StrFormat("tuned in %s, %.2f us (%s)", Duration(r.seconds),
-                               r.time_ns / 1000, ParamsText(r.params));
+        what = absl::StrFormat("tuned in %s, %.2f us (%s)", Duration(r.seconds), r.time_ns / 1000,
+                               ParamsText(r.params));
         break;
       case KeyState::kFailed:
         what = absl::StrCat("FAILED: ", r.error);
         break;
     }
     const std::string line =
-        absl::StrFormat("[%d/%d] %s: %s", finished_, total_, SpecKeyString(r.key), what);
+        absl::StrFormat("[%d/%d] %s: %s", tally_.total(), total_, SpecKeyString(r.key), what);
     if (tty_) {
       // The finished key scrolls up above the two live lines.
       std::fprintf(stderr, "\r\033[K%s\n\033[K\n\033[K\033[2A", line.c_str());
@@ -342,12 +342,12 @@ class Display {
     if (!tty_) return;
     const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
     // Remaining keys at this run's pace per tuned key (fresh keys cost nothing).
-    const int64_t left = total_ - finished_;
+    const int64_t left = total_ - tally_.total();
     const std::string eta =
         tally_.tuned > 0 ? absl::StrCat(" ETA ", Duration(tuned_seconds_ / tally_.tuned * left))
                          : "";
     const std::string spec_line =
-        absl::StrFormat("%s: keys %d/%d (%d failed) elapsed %s%s  now %s", model_, finished_,
+        absl::StrFormat("%s: keys %d/%d (%d failed) elapsed %s%s  now %s", model_, tally_.total(),
                         total_, tally_.failed, Duration(elapsed), eta, key_);
     std::fprintf(stderr, "\r\033[K%s\n\r\033[K  %s\033[1A\r", spec_line.c_str(), job_.c_str());
     std::fflush(stderr);
@@ -358,8 +358,7 @@ class Display {
   const bool quiet_;
   const bool tty_;
   const Clock::time_point start_ = Clock::now();
-  int64_t finished_ = 0;
-  Tally tally_;
+  Tally tally_;  // of the keys finished so far
   double tuned_seconds_ = 0;
   std::string key_;
   std::string job_;
@@ -394,7 +393,8 @@ void PrintTable(const std::vector<KeyResult>& results) {
 }
 
 nlohmann::json ToJson(const std::string& spec_path, const std::string& model,
-                      const std::string& where, const std::vector<KeyResult>& results) {
+                      const std::string& where, const std::vector<KeyResult>& results,
+                      const Tally& tally) {
   nlohmann::json keys = nlohmann::json::array();
   for (const KeyResult& r : results) {
     nlohmann::json k;
@@ -427,7 +427,6 @@ nlohmann::json ToJson(const std::string& spec_path, const std::string& model,
   out["model"] = model;
   out["where"] = where;
   out["total"] = results.size();
-  const Tally tally = Tally::Of(results);
   out["tuned"] = tally.tuned;
   out["cached"] = tally.cached;
   out["failed"] = tally.failed;
@@ -519,7 +518,7 @@ int RunSpecTune(const SpecTuneArgs& args) {
 
   const Tally tally = Tally::Of(results);
   if (args.json) {
-    std::printf("%s\n", ToJson(args.file, spec->model, where, results).dump(2).c_str());
+    std::printf("%s\n", ToJson(args.file, spec->model, where, results, tally).dump(2).c_str());
   } else {
     PrintTable(results);
     std::printf("\n%s: %zu keys: %lld tuned, %lld fresh in the store, %lld failed\n",

@@ -20,7 +20,6 @@
 namespace ktune::cli {
 namespace {
 
-
 bool FileExists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
