@@ -1,7 +1,7 @@
 // The few CUDA driver entry points LoadedKernel needs, loaded at run time with
 // dlopen("libcuda.so.1"), declared WITHOUT <cuda.h>.
 //
-// Why not server/gpu/driver.h: it includes <cuda.h> (only server/gpu may), lives in
+// Why not server/worker/driver.h: it includes <cuda.h> (only server/worker may), lives in
 // ktune_worker_lib with the worker's session code, and lacks cuCtxGetCurrent and
 // cuCtxPush/PopCurrent, which a library loading into its caller's context needs. The
 // handful of types below are the driver ABI's own: CUresult and CUdevice are int,

@@ -1,7 +1,7 @@
 // The tuning loop's view of one GPU: describe it, measure its copy ceiling, set the problem
 // every candidate is checked against, and verify + time one candidate.
 //
-// Kept to a handful of methods so tests can fake it (tests/testing/fake_gpu.h). The real
+// Kept to a handful of methods so tests can fake it (tests/testing/fakes.h). The real
 // one (process_gpu.h) runs everything in a `ktune-worker` child process that it kills and
 // restarts when a candidate faults or hangs. Implementations are NOT thread-safe: one
 // caller at a time per GPU (DESIGN: one timing run touches a GPU at a time).

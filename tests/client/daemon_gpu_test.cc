@@ -13,7 +13,7 @@
 #include "absl/time/time.h"
 #include "client/lib/ktune_client.h"
 #include "client/lib/loaded_kernel.h"
-#include "server/gpu/driver.h"
+#include "server/worker/driver.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune::client {

@@ -12,7 +12,7 @@
 #include "client/lib/ktune_client.h"
 #include "client/lib/loaded_kernel.h"
 #include "server/compile/nvrtc_compiler.h"
-#include "server/gpu/driver.h"
+#include "server/worker/driver.h"
 #include "tests/client/fake_ktune_service.h"
 #include "tests/testing/status_matchers.h"
 

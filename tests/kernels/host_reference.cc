@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/gpu/host_buffers.h"
+#include "server/worker/host_buffers.h"
 
 namespace ktune::testing {
 

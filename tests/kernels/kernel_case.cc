@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/base/status_macros.h"
-#include "server/gpu/host_buffers.h"
+#include "server/worker/host_buffers.h"
 #include "server/templates/search_space.h"
 
 namespace ktune::testing {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "server/gpu/host_buffers.h"
+#include "server/worker/host_buffers.h"
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
 #include "server/templates/search_space.h"

@@ -1,11 +1,11 @@
-#include "server/gpu/device_info.h"
+#include "server/worker/device_info.h"
 
 #include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "server/base/status_macros.h"
-#include "server/gpu/driver.h"
+#include "server/worker/driver.h"
 
 namespace ktune {
 namespace {

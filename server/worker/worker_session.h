@@ -15,8 +15,8 @@
 // and the parent starts a fresh worker.
 //
 // Not thread-safe: one caller, always the same thread (the CUDA context is current on it).
-#ifndef KTUNE_SERVER_GPU_WORKER_SESSION_H_
-#define KTUNE_SERVER_GPU_WORKER_SESSION_H_
+#ifndef KTUNE_SERVER_WORKER_WORKER_SESSION_H_
+#define KTUNE_SERVER_WORKER_WORKER_SESSION_H_
 
 #include <memory>
 #include <string>
@@ -60,4 +60,4 @@ std::unique_ptr<WorkerSession> NewWorkerSession(int ordinal = -1);
 
 }  // namespace ktune
 
-#endif  // KTUNE_SERVER_GPU_WORKER_SESSION_H_
+#endif  // KTUNE_SERVER_WORKER_WORKER_SESSION_H_

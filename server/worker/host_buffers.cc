@@ -1,4 +1,4 @@
-#include "server/gpu/host_buffers.h"
+#include "server/worker/host_buffers.h"
 
 #include <algorithm>
 #include <cmath>

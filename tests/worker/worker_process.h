@@ -2,8 +2,8 @@
 // from its stdout, as its parent (process_gpu.cc) runs it.
 //
 // Thread-compatible; one test thread per Worker.
-#ifndef KTUNE_TESTS_GPU_WORKER_PROCESS_H_
-#define KTUNE_TESTS_GPU_WORKER_PROCESS_H_
+#ifndef KTUNE_TESTS_WORKER_WORKER_PROCESS_H_
+#define KTUNE_TESTS_WORKER_WORKER_PROCESS_H_
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -96,4 +96,4 @@ class Worker {
 
 }  // namespace ktune::testing
 
-#endif  // KTUNE_TESTS_GPU_WORKER_PROCESS_H_
+#endif  // KTUNE_TESTS_WORKER_WORKER_PROCESS_H_

@@ -1,6 +1,6 @@
 // The worker's request handler without a GPU: what it answers before and without a driver.
 // (With a GPU, worker_gpu_test.cc covers the rest.)
-#include "server/gpu/worker_session.h"
+#include "server/worker/worker_session.h"
 
 #include <dlfcn.h>
 #include <gmock/gmock.h>

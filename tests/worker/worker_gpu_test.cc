@@ -21,11 +21,11 @@
 #include "ktune/v1/worker.pb.h"
 #include "server/compile/compiler.h"
 #include "server/compile/nvrtc_compiler.h"
-#include "server/gpu/device_info.h"
+#include "server/worker/device_info.h"
 #include "server/gpu/framing.h"
-#include "server/gpu/host_buffers.h"
-#include "server/gpu/worker_session.h"
-#include "tests/gpu/worker_process.h"
+#include "server/worker/host_buffers.h"
+#include "server/worker/worker_session.h"
+#include "tests/worker/worker_process.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune {

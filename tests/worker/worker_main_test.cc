@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "ktune/v1/worker.pb.h"
 #include "server/gpu/framing.h"
-#include "tests/gpu/worker_process.h"
+#include "tests/worker/worker_process.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune {

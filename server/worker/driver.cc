@@ -1,4 +1,4 @@
-#include "server/gpu/driver.h"
+#include "server/worker/driver.h"
 
 #include <dlfcn.h>
 

@@ -1,5 +1,5 @@
 // The device-model key is a stored key: pinned by a golden string.
-#include "server/gpu/device_info.h"
+#include "server/worker/device_info.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "server/gpu/worker_session.h"
+#include "server/worker/worker_session.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -17,9 +17,9 @@
 #include "server/base/dtype.h"
 #include "server/base/sha256.h"
 #include "server/base/status_macros.h"
-#include "server/gpu/device_info.h"
-#include "server/gpu/driver.h"
-#include "server/gpu/host_buffers.h"
+#include "server/worker/device_info.h"
+#include "server/worker/driver.h"
+#include "server/worker/host_buffers.h"
 
 namespace ktune {
 namespace {

@@ -11,8 +11,8 @@
 // Thread-safety: Driver::Get() is safe from any thread and the Driver it returns is
 // immutable apart from its atomic poisoned flag. The handles are thread-compatible; a CUDA
 // context is current per thread, so ktune-worker makes every driver call from one thread.
-#ifndef KTUNE_SERVER_GPU_DRIVER_H_
-#define KTUNE_SERVER_GPU_DRIVER_H_
+#ifndef KTUNE_SERVER_WORKER_DRIVER_H_
+#define KTUNE_SERVER_WORKER_DRIVER_H_
 
 #include <cuda.h>
 
@@ -222,4 +222,4 @@ class Event {
 
 }  // namespace ktune
 
-#endif  // KTUNE_SERVER_GPU_DRIVER_H_
+#endif  // KTUNE_SERVER_WORKER_DRIVER_H_

@@ -5,8 +5,8 @@
 // Needs no driver, so CI tests all of it. Pure functions, thread-safe; GenerateFill and
 // CompareBuffers spread large buffers over std::thread::hardware_concurrency() threads of
 // their own.
-#ifndef KTUNE_SERVER_GPU_HOST_BUFFERS_H_
-#define KTUNE_SERVER_GPU_HOST_BUFFERS_H_
+#ifndef KTUNE_SERVER_WORKER_HOST_BUFFERS_H_
+#define KTUNE_SERVER_WORKER_HOST_BUFFERS_H_
 
 #include <cstdint>
 #include <string>
@@ -84,4 +84,4 @@ std::string DescribeMismatch(absl::string_view buffer_name, const Comparison& c,
 
 }  // namespace ktune
 
-#endif  // KTUNE_SERVER_GPU_HOST_BUFFERS_H_
+#endif  // KTUNE_SERVER_WORKER_HOST_BUFFERS_H_

@@ -27,7 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "ktune/v1/worker.pb.h"
 #include "server/gpu/framing.h"
-#include "server/gpu/worker_session.h"
+#include "server/worker/worker_session.h"
 
 namespace {
 

@@ -1,8 +1,8 @@
 // What the driver says about one GPU (v1::DeviceInfo).
 //
 // Pure functions over a loaded Driver; call them from the thread that holds the context.
-#ifndef KTUNE_SERVER_GPU_DEVICE_INFO_H_
-#define KTUNE_SERVER_GPU_DEVICE_INFO_H_
+#ifndef KTUNE_SERVER_WORKER_DEVICE_INFO_H_
+#define KTUNE_SERVER_WORKER_DEVICE_INFO_H_
 
 #include <string>
 
@@ -12,7 +12,7 @@
 
 namespace ktune {
 
-class Driver;  // server/gpu/driver.h; kept out so <cuda.h> stays out of this header
+class Driver;  // server/worker/driver.h; kept out so <cuda.h> stays out of this header
 
 // Every field of DeviceInfo for the visible GPU `ordinal`. kUnavailable if there is no
 // such GPU.
@@ -23,4 +23,4 @@ std::string FormatGpuUuid(const unsigned char bytes[16]);
 
 }  // namespace ktune
 
-#endif  // KTUNE_SERVER_GPU_DEVICE_INFO_H_
+#endif  // KTUNE_SERVER_WORKER_DEVICE_INFO_H_
