@@ -16,8 +16,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/base/candidate.h"
 #include "server/base/dtype.h"
+#include "server/base/knobs.h"
 #include "server/templates/registry.h"
 #include "server/templates/shape.h"
 

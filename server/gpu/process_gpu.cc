@@ -22,8 +22,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "server/base/candidate.h"
 #include "server/base/dtype.h"
+#include "server/base/outcome.h"
 #include "server/base/status_macros.h"
 #include "server/gpu/framing.h"
 

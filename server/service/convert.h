@@ -12,7 +12,8 @@
 
 #include "absl/status/status.h"
 #include "ktune/v1/ktune.pb.h"
-#include "server/base/candidate.h"
+#include "server/base/knobs.h"
+#include "server/base/trial_metrics.h"
 #include "server/store/store.h"
 #include "server/templates/instance.h"
 #include "server/templates/kernel_template.h"

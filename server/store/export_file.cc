@@ -8,8 +8,11 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "server/base/candidate.h"
+#include "server/base/config.h"
+#include "server/base/launch_spec.h"
+#include "server/base/outcome.h"
 #include "server/base/status_macros.h"
+#include "server/base/trial_metrics.h"
 
 namespace ktune::store {
 namespace {

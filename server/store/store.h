@@ -18,7 +18,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/base/candidate.h"
+#include "server/base/config.h"
+#include "server/base/launch_spec.h"
+#include "server/base/outcome.h"
+#include "server/base/trial_metrics.h"
 
 namespace ktune::store {
 

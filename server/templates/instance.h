@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "ktune/v1/manifest.pb.h"
-#include "server/base/candidate.h"
+#include "server/base/config.h"
 #include "server/base/dtype.h"
 #include "server/templates/kernel_template.h"
 #include "server/templates/shape.h"

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/base/candidate.h"
+#include "server/base/config.h"
 #include "server/templates/kernel_template.h"
 #include "server/templates/shape.h"
 #include "server/templates/target.h"

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "ktune/v1/worker.pb.h"
-#include "server/base/candidate.h"
+#include "server/base/launch_spec.h"
 #include "server/compile/compiler.h"
 #include "server/templates/instance.h"
 #include "server/templates/target.h"

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/base/candidate.h"
+#include "server/base/config.h"
+#include "server/base/outcome.h"
 
 namespace ktune {
 

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/base/candidate.h"
+#include "server/base/outcome.h"
 
 namespace ktune {
 namespace {

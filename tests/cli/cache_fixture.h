@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/base/candidate.h"
+#include "server/base/launch_spec.h"
+#include "server/base/outcome.h"
 #include "server/base/sha256.h"
 #include "server/store/store.h"
 #include "tests/store/store_fixtures.h"

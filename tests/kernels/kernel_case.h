@@ -16,7 +16,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/base/candidate.h"
+#include "server/base/config.h"
 #include "server/templates/instance.h"
 #include "server/templates/kernel_template.h"
 #include "server/templates/shape.h"

@@ -8,7 +8,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "server/base/candidate.h"
+#include "server/base/config.h"
+#include "server/base/launch_spec.h"
+#include "server/base/outcome.h"
 #include "server/base/sha256.h"
 #include "server/store/store.h"
 #include "server/store/store_testing.h"

@@ -14,8 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/base/candidate.h"
+#include "server/base/config.h"
+#include "server/base/launch_spec.h"
+#include "server/base/outcome.h"
 #include "server/base/sha256.h"
+#include "server/base/trial_metrics.h"
 #include "server/store/store.h"
 
 namespace ktune::store::testing {

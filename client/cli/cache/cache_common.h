@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/base/candidate.h"
+#include "server/base/knobs.h"
 #include "server/store/store.h"
 
 namespace ktune::cli {
