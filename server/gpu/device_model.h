@@ -1,7 +1,7 @@
 // The device-model key that tuned entries are stored and shared under.
 //
-// A pure function; thread-safe. Kept apart from device_info.h, which needs the driver, so
-// the tuning loop can name a device model without linking the worker's code.
+// A pure function; thread-safe. Kept apart from server/worker/device_info.h, which needs
+// the driver, so the tuning loop can name a device model without linking the worker's code.
 #ifndef KTUNE_SERVER_GPU_DEVICE_MODEL_H_
 #define KTUNE_SERVER_GPU_DEVICE_MODEL_H_
 

@@ -4,7 +4,7 @@
 // Kept to a handful of methods so tests can fake it (tests/testing/fakes.h). The real
 // one (process_gpu.h) runs everything in a `ktune-worker` child process that it kills and
 // restarts when a candidate faults or hangs. Implementations are NOT thread-safe: one
-// caller at a time per GPU (DESIGN: one timing run touches a GPU at a time).
+// caller at a time per GPU (only one timing run may touch a GPU at a time).
 #ifndef KTUNE_SERVER_GPU_GPU_H_
 #define KTUNE_SERVER_GPU_GPU_H_
 

@@ -37,7 +37,8 @@ using Clock = std::chrono::steady_clock;
 // ktune-worker's exit status after it reported a poisoned CUDA context.
 constexpr int kPoisonedExitStatus = 3;
 // After SIGKILL a process normally vanishes in microseconds, but one inside the GPU driver
-// can take seconds to be torn down (GPU.md saw 3 s); past this, a detached thread reaps it.
+// can take seconds to be torn down (3 s seen on the GPU test host); past this, a detached
+// thread reaps it.
 constexpr int64_t kReapAfterKillMs = 10000;
 // Request pipe capacity (Linux caps unprivileged processes at 1 MiB by default). A frame
 // that fits is written even by a worker that is not reading, which WriteFrame, having no

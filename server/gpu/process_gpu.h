@@ -29,9 +29,9 @@ struct ProcessGpuOptions {
   std::string worker_path;
   // Which visible GPU the worker serves.
   int ordinal = 0;
-  // Floor of every per-candidate deadline. GPU.md: a hang is ended only by SIGKILL and a
-  // fresh worker costs ~0.25 s, so a deadline far below a second buys nothing but false
-  // `timed_out`s.
+  // Floor of every per-candidate deadline. A hang is ended only by SIGKILL and a fresh
+  // worker costs ~0.25 s (measured on the GPU test host), so a deadline far below a second
+  // buys nothing but false `timed_out`s.
   int64_t min_deadline_ms = 1000;
   // First contact of every worker: driver init + context creation.
   int64_t hello_deadline_ms = 30000;

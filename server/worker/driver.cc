@@ -98,7 +98,7 @@ bool IsStickyCudaError(CUresult r) {
     case CUDA_ERROR_TENSOR_MEMORY_LEAK:
     case CUDA_ERROR_EXTERNAL_DEVICE:
     // Not documented as sticky, but nothing can be trusted after it; a restart costs
-    // about 0.25 s (GPU.md).
+    // about 0.25 s (measured on the GPU test host).
     case CUDA_ERROR_UNKNOWN:
       return true;
     default:

@@ -4,9 +4,9 @@
 //
 // The only code in ktune that includes <cuda.h>, and only for its types and enum values:
 // ktune never links libcuda, so a host without a driver starts and answers kUnavailable
-// (STYLE 7, jitify's LibCuda). Every driver call goes through Driver::Check, which names the
+// (as jitify's LibCuda does). Every driver call goes through Driver::Check, which names the
 // call, maps CUresult to the most specific absl::StatusCode and remembers when an error is
-// sticky (the context is poisoned for good: GPU.md).
+// sticky (the context is poisoned for good: every later call in the process fails).
 //
 // Thread-safety: Driver::Get() is safe from any thread and the Driver it returns is
 // immutable apart from its atomic poisoned flag. The handles are thread-compatible; a CUDA
@@ -76,7 +76,7 @@ struct DriverApi {
 };
 
 // True for the errors after which the context is unusable: every later call in the
-// process returns the same error (GPU.md), so the worker must exit and be restarted.
+// process returns the same error, so the worker must exit and be restarted.
 bool IsStickyCudaError(CUresult result);
 
 // The CUresult a status came from (attached by Driver::Check as a payload), or

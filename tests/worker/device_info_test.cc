@@ -8,7 +8,7 @@
 namespace ktune {
 namespace {
 
-// An H200 as its driver describes it (GPU.md's host).
+// An H200 as its driver describes it (the GPU test host's).
 v1::DeviceInfo H200() {
   v1::DeviceInfo d;
   d.set_ordinal(0);

@@ -1,9 +1,9 @@
 // ktune-worker on a real GPU (label `gpu`): kernels compiled here with NVRTC, checked against
 // a reference and timed. Every test skips, saying why, when Hello finds no driver or GPU.
 //
-// A faulting candidate poisons its process's CUDA context for good (GPU.md), so the crash
-// test drives the built ktune-worker over pipes, as the parent does; everything else runs
-// the session in this process.
+// A faulting candidate poisons its process's CUDA context for good (every later driver call
+// fails), so the crash test drives the built ktune-worker over pipes, as the parent does;
+// everything else runs the session in this process.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -224,7 +224,7 @@ TEST_F(WorkerGpuTest, CopyCeiling) {
   EXPECT_GT(response.ceiling().copy_gbps(), 100);
   EXPECT_GE(response.ceiling().spread_gbps(), 0);
   if (absl::StrContains(info_.name(), "H200")) {
-    EXPECT_GT(response.ceiling().copy_gbps(), 1000);  // GPU.md: about 4250
+    EXPECT_GT(response.ceiling().copy_gbps(), 1000);  // the GPU test host measures about 4250
   }
 }
 
