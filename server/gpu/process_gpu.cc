@@ -26,6 +26,7 @@
 #include "server/base/outcome.h"
 #include "server/base/status_macros.h"
 #include "server/gpu/framing.h"
+#include "server/gpu/timing_plan.h"
 
 extern char** environ;
 
@@ -664,9 +665,10 @@ absl::StatusOr<v1::Measurement> ProcessGpu::Measure(const v1::KernelBinary& cand
 
 int64_t MeasureDeadlineMs(const ProcessGpuOptions& options, const v1::TimingOptions& timing,
                           double reference_time_ns, int64_t problem_buffer_bytes) {
-  const double cap_ms = timing.time_cap_ms() > 0 ? timing.time_cap_ms() : 2000.0;
-  const double warmup = timing.warmup() > 0 ? timing.warmup() : 3;
-  const double max_repeats = timing.max_repeats() > 0 ? timing.max_repeats() : 200;
+  const TimingPlan plan = ResolveTiming(timing);
+  const double cap_ms = plan.time_cap_ms;
+  const double warmup = static_cast<double>(plan.warmup);
+  const double max_repeats = static_cast<double>(plan.max_repeats);
   const double ref_ms = reference_time_ns > 0 ? reference_time_ns / 1e6 : 0.0;
   const double bytes = problem_buffer_bytes > 0 ? static_cast<double>(problem_buffer_bytes) : 0;
   double ms = cap_ms + 20.0 * ref_ms * (warmup + max_repeats + 10) + 4e-6 * bytes;

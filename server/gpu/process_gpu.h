@@ -74,8 +74,8 @@ absl::StatusOr<std::unique_ptr<Gpu>> StartProcessGpu(const ProcessGpuOptions& op
 //   max(min_deadline_ms,
 //       cap + 20 * ref * (warmup + max_repeats + 10) + 4 ns * problem_buffer_bytes)
 //
-// with cap = timing.time_cap_ms (2000 when 0), ref = the reference's time in ms,
-// warmup/max_repeats with their proto defaults (3/200). Why: the worker stops repeating
+// with cap, warmup and max_repeats as ResolveTiming(timing) plans them (timing_plan.h),
+// ref = the reference's time in ms. Why: the worker stops repeating
 // once `cap` of timing is spent, but the runs outside the cap (verification, warm-up, the
 // sample that crosses the cap, host-side sync and L2 flushes) are not bounded by it; a
 // candidate 20x slower than the plain reference kernel on every one of them is still let

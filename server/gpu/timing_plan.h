@@ -1,0 +1,39 @@
+// How one candidate is timed: worker.proto's TimingOptions with every 0 ("use the
+// default") replaced by its default. The defaults are written here and nowhere else: the
+// worker times by the plan, and its parent sizes the worker's deadline from the same plan.
+//
+// A plain value type and a pure function; thread-safe.
+#ifndef KTUNE_SERVER_GPU_TIMING_PLAN_H_
+#define KTUNE_SERVER_GPU_TIMING_PLAN_H_
+
+#include <cstdint>
+
+#include "ktune/v1/worker.pb.h"
+
+namespace ktune {
+
+// The defaults of TimingOptions' fields, in the units of the plan's fields below.
+inline constexpr int64_t kDefaultWarmup = 3;
+inline constexpr int64_t kDefaultMinRepeats = 10;
+inline constexpr int64_t kDefaultMaxRepeats = 200;
+inline constexpr double kDefaultTargetRelSpread = 0.02;
+inline constexpr double kDefaultTimeCapMs = 2000;
+inline constexpr double kDefaultMinSampleUs = 20;
+
+struct TimingPlan {
+  int64_t warmup = kDefaultWarmup;          // runs timed one by one before the samples
+  int64_t min_repeats = kDefaultMinRepeats;  // samples before the spread may stop; <= max
+  int64_t max_repeats = kDefaultMaxRepeats;  // samples at the most
+  double target_rel_spread = kDefaultTargetRelSpread;  // stop below this IQR / median
+  double time_cap_ms = kDefaultTimeCapMs;    // stop sampling past this much timing
+  double min_sample_ms = kDefaultMinSampleUs * 1e-3;  // shorter runs are timed in batches
+  bool flush_l2 = true;                      // flush L2 before every timed sample
+};
+
+// The plan `options` asks for: each field that is 0 (or negative, or NaN) takes its
+// default, and min_repeats never exceeds max_repeats.
+TimingPlan ResolveTiming(const v1::TimingOptions& options);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_GPU_TIMING_PLAN_H_
