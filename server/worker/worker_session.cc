@@ -17,6 +17,7 @@
 #include "server/base/outcome.h"
 #include "server/base/sha256.h"
 #include "server/base/status_macros.h"
+#include "server/gpu/timing_plan.h"
 #include "server/worker/device_info.h"
 #include "server/worker/driver.h"
 #include "server/worker/host_buffers.h"
@@ -110,7 +111,9 @@ Quartiles ComputeQuartiles(std::vector<double> v) {
 // Bytes actually allocated for a buffer: whole 32-bit words, so cuMemsetD32 can poison it.
 size_t AllocBytes(size_t bytes) { return (bytes + 3) / 4 * 4; }
 
-// One argument's value as the kernel receives it; its address goes into kernelParams.
+// One argument's value as the kernel receives it; its address goes into kernelParams. A new
+// kind of argument (a CUtensorMap built over a buffer) adds its member and Kind here and is
+// built in CudaWorkerSession::BuildKernelArgs.
 struct ArgValue {
   CUdeviceptr ptr = 0;
   int32_t i32 = 0;
@@ -150,7 +153,9 @@ struct ProblemBuffer {
 
 struct Problem {
   std::vector<ProblemBuffer> buffers;
-  std::vector<ArgValue> values;  // one per Problem.args entry; never resized after setup
+  // One per Problem.args entry (BuildKernelArgs); never resized after setup, since launches
+  // hold the addresses of its elements.
+  std::vector<ArgValue> values;
   double atol = 0;
   double rtol = 0;
 };
@@ -202,6 +207,128 @@ absl::Status ValidateBinary(const v1::KernelBinary& binary, int num_args, absl::
   }
   return absl::OkStatus();
 }
+
+// "problem.args[2] (weight)": where an argument's error is.
+std::string ArgWhere(int i, const v1::ArgSpec& a) {
+  return absl::StrCat("problem.args[", i, "] (", a.name(), ")");
+}
+
+// The value a scalar argument passes to the kernels. kInvalidArgument for an i32 out of
+// range or a type other than i32, i64, f32.
+absl::StatusOr<ArgValue> ScalarArg(const v1::ArgSpec& a, absl::string_view at) {
+  ArgValue v;
+  if (a.scalar_type() == "i32") {
+    if (a.int_value() < INT32_MIN || a.int_value() > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": ", a.int_value(), " is no i32"));
+    }
+    v.kind = ArgValue::Kind::kI32;
+    v.i32 = static_cast<int32_t>(a.int_value());
+  } else if (a.scalar_type() == "i64") {
+    v.kind = ArgValue::Kind::kI64;
+    v.i64 = a.int_value();
+  } else if (a.scalar_type() == "f32") {
+    v.kind = ArgValue::Kind::kF32;
+    v.f32 = static_cast<float>(a.number());
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, ": scalar_type '", a.scalar_type(), "' is not i32, i64 or f32"));
+  }
+  return v;
+}
+
+// Buffer argument `i` checked and sized, without memory yet.
+absl::StatusOr<ProblemBuffer> PlanBuffer(const v1::ArgSpec& a, int i, absl::string_view at) {
+  std::optional<DType> dtype = ParseDType(a.dtype());
+  if (!dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(at, ": unknown dtype '", a.dtype(), "'"));
+  }
+  if (a.count() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(at, ": count ", a.count(), " < 1"));
+  }
+  if (a.role() == v1::Buffer::ROLE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat(at, ": role is unspecified"));
+  }
+  ProblemBuffer b;
+  b.arg_index = i;
+  b.name = a.name().empty() ? absl::StrCat("arg", i) : a.name();
+  b.dtype = *dtype;
+  b.role = a.role();
+  b.bytes = static_cast<size_t>(a.count()) * static_cast<size_t>(DTypeSize(*dtype));
+  // SCRATCH without a fill is zeroed (accumulators); inputs need data (checked on upload).
+  b.zero_fill = b.role == v1::Buffer::SCRATCH && (a.fill().kind() == v1::Fill::ZERO ||
+                                                  a.fill().kind() == v1::Fill::KIND_UNSPECIFIED);
+  return b;
+}
+
+// SetProblem's first phase: every argument checked and every buffer sized before any is
+// allocated. The buffers come back in argument order, without memory; the argument values
+// are built once the buffers exist (BuildKernelArgs).
+absl::StatusOr<std::unique_ptr<Problem>> PlanProblem(const v1::Problem& spec) {
+  auto problem = std::make_unique<Problem>();
+  problem->atol = spec.atol();
+  problem->rtol = spec.rtol();
+  for (int i = 0; i < spec.args_size(); ++i) {
+    const v1::ArgSpec& a = spec.args(i);
+    const std::string at = ArgWhere(i, a);
+    if (!a.is_buffer()) {
+      KTUNE_RETURN_IF_ERROR(ScalarArg(a, at).status());
+      continue;
+    }
+    KTUNE_ASSIGN_OR_RETURN(ProblemBuffer b, PlanBuffer(a, i, at));
+    problem->buffers.push_back(std::move(b));
+  }
+  return problem;
+}
+
+// GPU memory the problem takes: every buffer, plus a pristine copy of each one whose
+// contents are generated.
+size_t DeviceBytes(const Problem& problem) {
+  size_t bytes = 0;
+  for (const ProblemBuffer& b : problem.buffers) {
+    bytes += AllocBytes(b.bytes);
+    if (b.role != v1::Buffer::OUTPUT && !b.zero_fill) bytes += AllocBytes(b.bytes);
+  }
+  return bytes;
+}
+
+double MsSince(Clock::time_point began) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - began).count();
+}
+
+// Runs per timed sample for a kernel whose one run takes `per_run_ms`: 1, or enough
+// back-to-back runs to fill `min_sample_ms` (at most kMaxBatch).
+int64_t BatchFor(double per_run_ms, double min_sample_ms) {
+  int64_t batch = 1;
+  if (per_run_ms < min_sample_ms) {
+    batch = per_run_ms <= 0
+                ? kMaxBatch
+                : std::min<int64_t>(kMaxBatch,
+                                    static_cast<int64_t>(std::ceil(min_sample_ms / per_run_ms)));
+    batch = std::max<int64_t>(1, batch);
+  }
+  return batch;
+}
+
+// Whether sampling may stop: the samples' IQR is below `target` x median. Below about 1 us
+// per sample the spread is event resolution and launch jitter, not the kernel (seen on the
+// H200: a ~0.6 us floor), so a short kernel stops there instead of always running
+// max_repeats.
+bool SpreadIsSmall(const std::vector<double>& samples, int64_t batch, double target) {
+  const double floor_ms = 1e-3 / static_cast<double>(batch);
+  const Quartiles q = ComputeQuartiles(samples);
+  return q.median > 0 && (q.q3 - q.q1) < std::max(target * q.median, floor_ms);
+}
+
+// The kernelParams of one launch: the addresses of the argument values (BuildKernelArgs)
+// that its args name, in order. REQUIRES: every index is inside `values` (ValidateBinary).
+std::vector<void*> LaunchParams(const v1::LaunchBinary& launch, std::vector<ArgValue>& values) {
+  std::vector<void*> params;
+  for (int a : launch.args()) params.push_back(values[static_cast<size_t>(a)].address());
+  return params;
+}
+
+// Whether a phase of Measure ended the measurement with the candidate's outcome.
+bool Finished(const v1::Measurement& m) { return !m.outcome().empty(); }
 
 class CudaWorkerSession final : public WorkerSession {
  public:
@@ -259,6 +386,45 @@ class CudaWorkerSession final : public WorkerSession {
                                   bool flush_l2);
   absl::Status Download();
   absl::Status EnsureFlushBuffer();
+
+  // SetProblem's phases after PlanProblem, in order.
+  // kResourceExhausted when the problem's buffers do not fit the free GPU memory.
+  absl::Status CheckFreeMemory(size_t device_bytes);
+  // Allocates every buffer and uploads the generated contents as its pristine copy.
+  absl::Status UploadBuffers(const v1::Problem& spec, Problem& problem);
+  // The kernel argument list: one value per Problem.args entry, whose address a launch
+  // passes in kernelParams (Prepare picks those its LaunchBinary.args names). A buffer
+  // passes its device pointer, a scalar its value; REQUIRES: the buffers are allocated, so
+  // an argument built over a buffer (a CUtensorMap) belongs here too.
+  absl::StatusOr<std::vector<ArgValue>> BuildKernelArgs(
+      const v1::Problem& spec, const std::vector<ProblemBuffer>& buffers) const;
+  // Runs the reference once on the problem_ just set and keeps its outputs as expected.
+  absl::StatusOr<v1::ProblemReady> RunReference(const v1::KernelBinary& reference);
+
+  // Measure's phases, in order. Each sets the candidate's outcome through Fail when the
+  // candidate fails (Finished(m) after it); a Status error is the worker's own.
+  //
+  // Sets m's outcome and detail from a failed step: a sticky error (or any error once the
+  // context is suspect) is a crash; running out of registers/shared memory/threads is a
+  // resource limit; the rest is `otherwise`.
+  void Fail(const absl::Status& s, Outcome otherwise, absl::string_view step,
+            v1::Measurement* m) const;
+  // Registers, local and shared memory, occupancy and waves of the first launch.
+  void ReadResources(const PreparedLaunch& first, v1::Measurement* m) const;
+  void SetOccupancy(const PreparedLaunch& first, int blocks_per_sm, v1::Measurement* m) const;
+  // One run on fresh inputs and poisoned outputs, compared with the reference.
+  absl::Status CheckCandidate(const std::vector<PreparedLaunch>& launches, v1::Measurement* m);
+  void CompareWithReference(v1::Measurement* m) const;
+  // Warm-up, then samples until the spread, the repeat limit or the time cap stops them.
+  absl::Status TimeCandidate(const std::vector<PreparedLaunch>& launches, const TimingPlan& plan,
+                             v1::Measurement* m);
+  // Times plan.warmup single runs (fewer past half the cap); the batch size they imply.
+  absl::StatusOr<int64_t> WarmUp(const std::vector<PreparedLaunch>& launches,
+                                 const TimingPlan& plan, Clock::time_point began);
+  // Per-run times of the timed samples, in ms.
+  absl::StatusOr<std::vector<double>> Sample(const std::vector<PreparedLaunch>& launches,
+                                             const TimingPlan& plan, int64_t batch,
+                                             Clock::time_point began);
 
   const int fixed_ordinal_;
   Driver* driver_ = nullptr;
@@ -458,7 +624,7 @@ absl::StatusOr<std::vector<PreparedLaunch>> CudaWorkerSession::Prepare(
                          " bytes of dynamic shared memory: ", s.message()));
       }
     }
-    for (int a : l.args()) p.params.push_back(problem_->values[static_cast<size_t>(a)].address());
+    p.params = LaunchParams(l, problem_->values);
     out.push_back(std::move(p));
   }
   return out;
@@ -575,60 +741,24 @@ absl::StatusOr<v1::ProblemReady> CudaWorkerSession::SetProblem(const v1::Problem
     return absl::InvalidArgumentError("problem.atol and problem.rtol must be >= 0");
   }
   KTUNE_RETURN_IF_ERROR(ValidateBinary(spec.reference(), spec.args_size(), "problem.reference"));
-
-  auto problem = std::make_unique<Problem>();
-  problem->atol = spec.atol();
-  problem->rtol = spec.rtol();
-  problem->values.resize(static_cast<size_t>(spec.args_size()));
-  // Check every argument and size the memory before allocating any.
-  size_t device_bytes = 0;
-  for (int i = 0; i < spec.args_size(); ++i) {
-    const v1::ArgSpec& a = spec.args(i);
-    const std::string at = absl::StrCat("problem.args[", i, "] (", a.name(), ")");
-    ArgValue& v = problem->values[static_cast<size_t>(i)];
-    if (!a.is_buffer()) {
-      if (a.scalar_type() == "i32") {
-        if (a.int_value() < INT32_MIN || a.int_value() > INT32_MAX) {
-          return absl::InvalidArgumentError(absl::StrCat(at, ": ", a.int_value(), " is no i32"));
-        }
-        v.kind = ArgValue::Kind::kI32;
-        v.i32 = static_cast<int32_t>(a.int_value());
-      } else if (a.scalar_type() == "i64") {
-        v.kind = ArgValue::Kind::kI64;
-        v.i64 = a.int_value();
-      } else if (a.scalar_type() == "f32") {
-        v.kind = ArgValue::Kind::kF32;
-        v.f32 = static_cast<float>(a.number());
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat(at, ": scalar_type '", a.scalar_type(), "' is not i32, i64 or f32"));
-      }
-      continue;
-    }
-    std::optional<DType> dtype = ParseDType(a.dtype());
-    if (!dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(at, ": unknown dtype '", a.dtype(), "'"));
-    }
-    if (a.count() < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(at, ": count ", a.count(), " < 1"));
-    }
-    if (a.role() == v1::Buffer::ROLE_UNSPECIFIED) {
-      return absl::InvalidArgumentError(absl::StrCat(at, ": role is unspecified"));
-    }
-    ProblemBuffer b;
-    b.arg_index = i;
-    b.name = a.name().empty() ? absl::StrCat("arg", i) : a.name();
-    b.dtype = *dtype;
-    b.role = a.role();
-    b.bytes = static_cast<size_t>(a.count()) * static_cast<size_t>(DTypeSize(*dtype));
-    // SCRATCH without a fill is zeroed (accumulators); inputs need data (checked below).
-    b.zero_fill = b.role == v1::Buffer::SCRATCH && (a.fill().kind() == v1::Fill::ZERO ||
-                                                    a.fill().kind() == v1::Fill::KIND_UNSPECIFIED);
-    device_bytes += AllocBytes(b.bytes);
-    if (b.role != v1::Buffer::OUTPUT && !b.zero_fill) device_bytes += AllocBytes(b.bytes);
-    problem->buffers.push_back(std::move(b));
-  }
+  KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Problem> problem, PlanProblem(spec));
   KTUNE_RETURN_IF_ERROR(EnsureFlushBuffer());
+  KTUNE_RETURN_IF_ERROR(CheckFreeMemory(DeviceBytes(*problem)));
+  KTUNE_RETURN_IF_ERROR(UploadBuffers(spec, *problem));
+  KTUNE_ASSIGN_OR_RETURN(problem->values, BuildKernelArgs(spec, problem->buffers));
+  problem_ = std::move(problem);
+  outputs_current_ = false;
+
+  // From here on a failure leaves no problem behind.
+  absl::StatusOr<v1::ProblemReady> ready = RunReference(spec.reference());
+  if (!ready.ok()) {
+    problem_.reset();
+    return Annotate(ready.status(), "reference");
+  }
+  return ready;
+}
+
+absl::Status CudaWorkerSession::CheckFreeMemory(size_t device_bytes) {
   size_t free_bytes = 0, total_bytes = 0;
   KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemGetInfo, &free_bytes, &total_bytes));
   if (device_bytes > free_bytes) {
@@ -638,13 +768,14 @@ absl::StatusOr<v1::ProblemReady> CudaWorkerSession::SetProblem(const v1::Problem
                      "copies), ",
                      free_bytes, " are free"));
   }
+  return absl::OkStatus();
+}
 
-  // Allocate, generate and upload.
-  for (ProblemBuffer& b : problem->buffers) {
+absl::Status CudaWorkerSession::UploadBuffers(const v1::Problem& spec, Problem& problem) {
+  for (ProblemBuffer& b : problem.buffers) {
     const v1::ArgSpec& a = spec.args(b.arg_index);
     const std::string at = absl::StrCat("problem.args[", b.arg_index, "] (", b.name, ")");
     KTUNE_ASSIGN_OR_RETURN(b.memory, DeviceMemory::Allocate(driver_, AllocBytes(b.bytes)));
-    problem->values[static_cast<size_t>(b.arg_index)].ptr = b.memory.ptr();
     if (b.role == v1::Buffer::OUTPUT || b.zero_fill) continue;
     absl::StatusOr<std::string> data =
         GenerateFill(b.dtype, a.count(), a.fill(), BufferSeed(spec.seed(), b.arg_index));
@@ -653,37 +784,47 @@ absl::StatusOr<v1::ProblemReady> CudaWorkerSession::SetProblem(const v1::Problem
     KTUNE_ASSIGN_OR_RETURN(b.pristine, DeviceMemory::Allocate(driver_, AllocBytes(b.bytes)));
     KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemcpyHtoD, b.pristine.ptr(), data->data(), b.bytes));
   }
-  problem_ = std::move(problem);
-  outputs_current_ = false;
+  return absl::OkStatus();
+}
 
-  // From here on a failure leaves no problem behind.
-  auto result = [&]() -> absl::StatusOr<v1::ProblemReady> {
-    KTUNE_ASSIGN_OR_RETURN(Module module, Module::Load(driver_, spec.reference().cubin()));
-    KTUNE_ASSIGN_OR_RETURN(std::vector<PreparedLaunch> launches, Prepare(module, spec.reference()));
-    KTUNE_RETURN_IF_ERROR(RestoreBuffers(/*poison=*/true));
-    KTUNE_RETURN_IF_ERROR(Launch(launches, 1));
-    if (absl::Status s = KTUNE_CU(driver_, CtxSynchronize); !s.ok()) {
-      if (!poisoned()) forced_poison_ = true;  // an asynchronous error: trust nothing more
-      return absl::InternalError(absl::StrCat("the reference failed: ", s.message()));
-    }
-    KTUNE_RETURN_IF_ERROR(Download());
-    Sha256Builder digest;
-    for (ProblemBuffer& b : problem_->buffers) {
-      if (!b.checked()) continue;
-      b.expected = b.got;
-      digest.AddField(b.expected);
-    }
-    KTUNE_ASSIGN_OR_RETURN(double ms, TimeRuns(launches, 1, /*flush_l2=*/true));
-    v1::ProblemReady ready;
-    ready.set_reference_time_ns(ms * 1e6);
-    ready.set_output_digest(digest.Finish());
-    return ready;
-  }();
-  if (!result.ok()) {
-    problem_.reset();
-    return Annotate(result.status(), "reference");
+absl::StatusOr<std::vector<ArgValue>> CudaWorkerSession::BuildKernelArgs(
+    const v1::Problem& spec, const std::vector<ProblemBuffer>& buffers) const {
+  std::vector<ArgValue> values(static_cast<size_t>(spec.args_size()));
+  for (const ProblemBuffer& b : buffers) {
+    ArgValue& v = values[static_cast<size_t>(b.arg_index)];
+    v.kind = ArgValue::Kind::kPtr;
+    v.ptr = b.memory.ptr();
   }
-  return result;
+  for (int i = 0; i < spec.args_size(); ++i) {
+    const v1::ArgSpec& a = spec.args(i);
+    if (a.is_buffer()) continue;
+    KTUNE_ASSIGN_OR_RETURN(values[static_cast<size_t>(i)], ScalarArg(a, ArgWhere(i, a)));
+  }
+  return values;
+}
+
+absl::StatusOr<v1::ProblemReady> CudaWorkerSession::RunReference(
+    const v1::KernelBinary& reference) {
+  KTUNE_ASSIGN_OR_RETURN(Module module, Module::Load(driver_, reference.cubin()));
+  KTUNE_ASSIGN_OR_RETURN(std::vector<PreparedLaunch> launches, Prepare(module, reference));
+  KTUNE_RETURN_IF_ERROR(RestoreBuffers(/*poison=*/true));
+  KTUNE_RETURN_IF_ERROR(Launch(launches, 1));
+  if (absl::Status s = KTUNE_CU(driver_, CtxSynchronize); !s.ok()) {
+    if (!poisoned()) forced_poison_ = true;  // an asynchronous error: trust nothing more
+    return absl::InternalError(absl::StrCat("the reference failed: ", s.message()));
+  }
+  KTUNE_RETURN_IF_ERROR(Download());
+  Sha256Builder digest;
+  for (ProblemBuffer& b : problem_->buffers) {
+    if (!b.checked()) continue;
+    b.expected = b.got;
+    digest.AddField(b.expected);
+  }
+  KTUNE_ASSIGN_OR_RETURN(double ms, TimeRuns(launches, 1, /*flush_l2=*/true));
+  v1::ProblemReady ready;
+  ready.set_reference_time_ns(ms * 1e6);
+  ready.set_output_digest(digest.Finish());
+  return ready;
 }
 
 // ---- MeasureCandidate ----------------------------------------------------------------
@@ -700,91 +841,119 @@ absl::StatusOr<v1::Measurement> CudaWorkerSession::Measure(const v1::MeasureCand
   // Not cleared (Download would zero-fill them again on every candidate before copying).
   outputs_current_ = false;
 
+  // Each phase either goes on, ends the measurement with the candidate's outcome (Fail), or
+  // returns an error of the worker's own.
   v1::Measurement m;
-  // Sets the candidate's outcome from a failed step. A sticky error (or any error once the
-  // context is suspect) is a crash; running out of registers/shared memory/threads is a
-  // resource limit; the rest is `otherwise`.
-  auto fail = [&](const absl::Status& s, Outcome otherwise, absl::string_view step) {
-    Outcome o = otherwise;
-    if (poisoned() || IsStickyCudaError(CudaResultOf(s))) {
-      o = Outcome::kCrashed;
-    } else if (s.code() == absl::StatusCode::kResourceExhausted) {
-      o = Outcome::kResourceLimit;
-    }
-    m.set_outcome(std::string(OutcomeName(o)));
-    m.set_detail(absl::StrCat(step, ": ", s.message()));
-    m.set_time_ns(0);
-    m.set_spread_ns(0);
-    m.set_repeats(0);
-    m.set_batch(0);
-    return m;
-  };
-
   absl::StatusOr<Module> module = Module::Load(driver_, candidate.cubin());
-  if (!module.ok()) return fail(module.status(), Outcome::kLaunchFailed, "loading the cubin");
-  absl::StatusOr<std::vector<PreparedLaunch>> launches = Prepare(*module, candidate);
-  if (!launches.ok()) return fail(launches.status(), Outcome::kLaunchFailed, "preparing");
-
-  // Resources of the first launch, from the driver.
-  {
-    const PreparedLaunch& first = launches->front();
-    int registers = 0, local = 0, static_smem = 0, blocks_per_sm = 0;
-    absl::Status s =
-        KTUNE_CU(driver_, FuncGetAttribute, &registers, CU_FUNC_ATTRIBUTE_NUM_REGS, first.function);
-    if (s.ok()) {
-      s = KTUNE_CU(driver_, FuncGetAttribute, &local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
-                   first.function);
-    }
-    if (s.ok()) {
-      s = KTUNE_CU(driver_, FuncGetAttribute, &static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                   first.function);
-    }
-    if (s.ok()) {
-      s = KTUNE_CU(driver_, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks_per_sm,
-                   first.function, static_cast<int>(first.threads()), first.shared_bytes);
-    }
-    if (!s.ok()) return fail(s, Outcome::kLaunchFailed, "querying the kernel");
-    m.set_registers(registers);
-    m.set_local_bytes(local);
-    m.set_static_smem(static_smem);
-    m.set_blocks_per_sm(blocks_per_sm);
-    if (blocks_per_sm <= 0) {
-      return fail(absl::ResourceExhaustedError(
-                      absl::StrCat("no block of ", first.threads(), " threads with ", registers,
-                                   " registers per thread and ", static_smem + first.shared_bytes,
-                                   " bytes of shared memory fits on a multiprocessor")),
-                  Outcome::kResourceLimit, "occupancy");
-    }
-    const int64_t warps_per_block = (first.threads() + 31) / 32;
-    const int64_t max_warps = std::max(1, info_.max_threads_per_sm() / 32);
-    m.set_occupancy(std::min(1.0, static_cast<double>(blocks_per_sm * warps_per_block) /
-                                      static_cast<double>(max_warps)));
-    const double per_wave = static_cast<double>(info_.sm_count()) * blocks_per_sm;
-    if (per_wave > 0) {
-      const double waves = static_cast<double>(first.blocks()) / per_wave;
-      m.set_waves(waves);
-      const double frac = waves - std::floor(waves);
-      m.set_last_wave(frac == 0 ? 1.0 : frac);
-    }
+  if (!module.ok()) {
+    Fail(module.status(), Outcome::kLaunchFailed, "loading the cubin", &m);
+    return m;
   }
+  absl::StatusOr<std::vector<PreparedLaunch>> launches = Prepare(*module, candidate);
+  if (!launches.ok()) {
+    Fail(launches.status(), Outcome::kLaunchFailed, "preparing", &m);
+    return m;
+  }
+  ReadResources(launches->front(), &m);
+  if (Finished(m)) return m;
+  KTUNE_RETURN_IF_ERROR(CheckCandidate(*launches, &m));
+  if (Finished(m)) return m;
+  KTUNE_RETURN_IF_ERROR(TimeCandidate(*launches, ResolveTiming(request.timing()), &m));
+  return m;
+}
 
-  // Check: fresh inputs, poisoned outputs, one run, compare with the reference.
+void CudaWorkerSession::Fail(const absl::Status& s, Outcome otherwise, absl::string_view step,
+                             v1::Measurement* m) const {
+  Outcome o = otherwise;
+  if (poisoned() || IsStickyCudaError(CudaResultOf(s))) {
+    o = Outcome::kCrashed;
+  } else if (s.code() == absl::StatusCode::kResourceExhausted) {
+    o = Outcome::kResourceLimit;
+  }
+  m->set_outcome(std::string(OutcomeName(o)));
+  m->set_detail(absl::StrCat(step, ": ", s.message()));
+  m->set_time_ns(0);
+  m->set_spread_ns(0);
+  m->set_repeats(0);
+  m->set_batch(0);
+}
+
+void CudaWorkerSession::ReadResources(const PreparedLaunch& first, v1::Measurement* m) const {
+  int registers = 0, local = 0, static_smem = 0, blocks_per_sm = 0;
+  absl::Status s =
+      KTUNE_CU(driver_, FuncGetAttribute, &registers, CU_FUNC_ATTRIBUTE_NUM_REGS, first.function);
+  if (s.ok()) {
+    s = KTUNE_CU(driver_, FuncGetAttribute, &local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+                 first.function);
+  }
+  if (s.ok()) {
+    s = KTUNE_CU(driver_, FuncGetAttribute, &static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                 first.function);
+  }
+  if (s.ok()) {
+    s = KTUNE_CU(driver_, OccupancyMaxActiveBlocksPerMultiprocessor, &blocks_per_sm,
+                 first.function, static_cast<int>(first.threads()), first.shared_bytes);
+  }
+  if (!s.ok()) return Fail(s, Outcome::kLaunchFailed, "querying the kernel", m);
+  m->set_registers(registers);
+  m->set_local_bytes(local);
+  m->set_static_smem(static_smem);
+  m->set_blocks_per_sm(blocks_per_sm);
+  if (blocks_per_sm <= 0) {
+    return Fail(absl::ResourceExhaustedError(absl::StrCat(
+                    "no block of ", first.threads(), " threads with ", registers,
+                    " registers per thread and ", static_smem + first.shared_bytes,
+                    " bytes of shared memory fits on a multiprocessor")),
+                Outcome::kResourceLimit, "occupancy", m);
+  }
+  SetOccupancy(first, blocks_per_sm, m);
+}
+
+void CudaWorkerSession::SetOccupancy(const PreparedLaunch& first, int blocks_per_sm,
+                                     v1::Measurement* m) const {
+  const int64_t warps_per_block = (first.threads() + 31) / 32;
+  const int64_t max_warps = std::max(1, info_.max_threads_per_sm() / 32);
+  m->set_occupancy(std::min(1.0, static_cast<double>(blocks_per_sm * warps_per_block) /
+                                     static_cast<double>(max_warps)));
+  const double per_wave = static_cast<double>(info_.sm_count()) * blocks_per_sm;
+  if (per_wave > 0) {
+    const double waves = static_cast<double>(first.blocks()) / per_wave;
+    m->set_waves(waves);
+    const double frac = waves - std::floor(waves);
+    m->set_last_wave(frac == 0 ? 1.0 : frac);
+  }
+}
+
+absl::Status CudaWorkerSession::CheckCandidate(const std::vector<PreparedLaunch>& launches,
+                                               v1::Measurement* m) {
+  // Fresh inputs, poisoned outputs, one run, compare with the reference.
   if (absl::Status s = RestoreBuffers(/*poison=*/true); !s.ok()) {
     if (!poisoned()) return s;  // the worker's own copies failed: not the candidate's doing
-    return fail(s, Outcome::kCrashed, "restoring inputs");
+    Fail(s, Outcome::kCrashed, "restoring inputs", m);
+    return absl::OkStatus();
   }
-  absl::Status launched = Launch(*launches, 1);
+  absl::Status launched = Launch(launches, 1);
   // Drain the stream whatever happened: an earlier launch may have faulted.
   absl::Status synced = KTUNE_CU(driver_, CtxSynchronize);
   if (!synced.ok()) {
     forced_poison_ = true;  // an asynchronous error from the candidate's kernels
-    return fail(synced, Outcome::kCrashed, "running the candidate");
+    Fail(synced, Outcome::kCrashed, "running the candidate", m);
+    return absl::OkStatus();
   }
-  if (!launched.ok()) return fail(launched, Outcome::kLaunchFailed, "launching");
+  if (!launched.ok()) {
+    Fail(launched, Outcome::kLaunchFailed, "launching", m);
+    return absl::OkStatus();
+  }
   if (absl::Status s = Download(); !s.ok()) {
     if (!poisoned()) return s;
-    return fail(s, Outcome::kCrashed, "reading outputs");
+    Fail(s, Outcome::kCrashed, "reading outputs", m);
+    return absl::OkStatus();
   }
+  CompareWithReference(m);
+  return absl::OkStatus();
+}
+
+void CudaWorkerSession::CompareWithReference(v1::Measurement* m) const {
   int64_t mismatches = 0;
   double max_abs = 0;
   std::string first_mismatch;
@@ -797,82 +966,73 @@ absl::StatusOr<v1::Measurement> CudaWorkerSession::Measure(const v1::MeasureCand
       first_mismatch = DescribeMismatch(b.name, c, problem_->atol, problem_->rtol);
     }
   }
-  m.set_max_abs_error(max_abs);
-  m.set_mismatches(mismatches);
+  m->set_max_abs_error(max_abs);
+  m->set_mismatches(mismatches);
   if (mismatches > 0) {
-    m.set_outcome(std::string(OutcomeName(Outcome::kWrongResult)));
-    m.set_detail(first_mismatch);
-    return m;
+    m->set_outcome(std::string(OutcomeName(Outcome::kWrongResult)));
+    m->set_detail(first_mismatch);
   }
+}
 
-  // Time.
-  const v1::TimingOptions& t = request.timing();
-  const int64_t warmup = t.warmup() > 0 ? t.warmup() : 3;
-  const int64_t max_repeats = t.max_repeats() > 0 ? t.max_repeats() : 200;
-  const int64_t min_repeats =
-      std::min<int64_t>(t.min_repeats() > 0 ? t.min_repeats() : 10, max_repeats);
-  const double target = t.target_rel_spread() > 0 ? t.target_rel_spread() : 0.02;
-  const double cap_ms = t.time_cap_ms() > 0 ? t.time_cap_ms() : 2000;
-  const double min_sample_ms = (t.min_sample_us() > 0 ? t.min_sample_us() : 20) * 1e-3;
-  const bool flush = !t.no_l2_flush();
-  if (flush) {
-    if (absl::Status s = EnsureFlushBuffer(); !s.ok()) return s;
-  }
+absl::Status CudaWorkerSession::TimeCandidate(const std::vector<PreparedLaunch>& launches,
+                                              const TimingPlan& plan, v1::Measurement* m) {
+  if (plan.flush_l2) KTUNE_RETURN_IF_ERROR(EnsureFlushBuffer());
   const Clock::time_point began = Clock::now();
-  auto elapsed_ms = [&] {
-    return std::chrono::duration<double, std::milli>(Clock::now() - began).count();
-  };
-
-  // Warm-up runs, timed one by one, tell how long one run takes.
-  std::vector<double> warm;
-  for (int64_t i = 0; i < warmup; ++i) {
-    absl::StatusOr<double> ms = TimeRuns(*launches, 1, flush);
-    if (!ms.ok()) return fail(ms.status(), Outcome::kLaunchFailed, "warm-up");
-    warm.push_back(*ms);
-    if (elapsed_ms() > cap_ms / 2) break;  // a slow kernel: keep time for the samples
+  absl::StatusOr<int64_t> batch = WarmUp(launches, plan, began);
+  if (!batch.ok()) {
+    Fail(batch.status(), Outcome::kLaunchFailed, "warm-up", m);
+    return absl::OkStatus();
   }
-  const double per_run_ms = ComputeQuartiles(warm).median;
-  int64_t batch = 1;
-  if (per_run_ms < min_sample_ms) {
-    batch = per_run_ms <= 0
-                ? kMaxBatch
-                : std::min<int64_t>(kMaxBatch,
-                                    static_cast<int64_t>(std::ceil(min_sample_ms / per_run_ms)));
-    batch = std::max<int64_t>(1, batch);
-  }
-
-  std::vector<double> samples;  // ms per run
-  while (true) {
-    absl::StatusOr<double> ms = TimeRuns(*launches, batch, flush);
-    if (!ms.ok()) return fail(ms.status(), Outcome::kLaunchFailed, "timing");
-    samples.push_back(*ms / static_cast<double>(batch));
-    const int64_t n = static_cast<int64_t>(samples.size());
-    if (n >= max_repeats || elapsed_ms() >= cap_ms) break;
-    if (n >= min_repeats) {
-      // Below about 1 us per sample the spread is event resolution and launch jitter, not
-      // the kernel (seen on the H200: a ~0.6 us floor), so a short kernel stops there
-      // instead of always running max_repeats.
-      const double floor_ms = 1e-3 / static_cast<double>(batch);
-      const Quartiles q = ComputeQuartiles(samples);
-      if (q.median > 0 && (q.q3 - q.q1) < std::max(target * q.median, floor_ms)) break;
-    }
+  absl::StatusOr<std::vector<double>> samples = Sample(launches, plan, *batch, began);
+  if (!samples.ok()) {
+    Fail(samples.status(), Outcome::kLaunchFailed, "timing", m);
+    return absl::OkStatus();
   }
   if (absl::Status s = KTUNE_CU(driver_, CtxSynchronize); !s.ok()) {
     forced_poison_ = true;
-    return fail(s, Outcome::kCrashed, "after timing");
+    Fail(s, Outcome::kCrashed, "after timing", m);
+    return absl::OkStatus();
   }
   if (poisoned()) {
-    return fail(absl::InternalError("the context was poisoned while timing"), Outcome::kCrashed,
-                "timing");
+    Fail(absl::InternalError("the context was poisoned while timing"), Outcome::kCrashed,
+         "timing", m);
+    return absl::OkStatus();
   }
-  const Quartiles q = ComputeQuartiles(samples);
-  m.set_outcome(std::string(OutcomeName(Outcome::kOk)));
-  m.set_time_ns(q.median * 1e6);
-  m.set_spread_ns((q.q3 - q.q1) * 1e6);
-  m.set_repeats(static_cast<int64_t>(samples.size()));
-  m.set_batch(batch);
-  m.set_l2_flushed(flush);
-  return m;
+  const Quartiles q = ComputeQuartiles(*samples);
+  m->set_outcome(std::string(OutcomeName(Outcome::kOk)));
+  m->set_time_ns(q.median * 1e6);
+  m->set_spread_ns((q.q3 - q.q1) * 1e6);
+  m->set_repeats(static_cast<int64_t>(samples->size()));
+  m->set_batch(*batch);
+  m->set_l2_flushed(plan.flush_l2);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CudaWorkerSession::WarmUp(const std::vector<PreparedLaunch>& launches,
+                                                  const TimingPlan& plan,
+                                                  Clock::time_point began) {
+  // Warm-up runs, timed one by one, tell how long one run takes.
+  std::vector<double> warm;
+  for (int64_t i = 0; i < plan.warmup; ++i) {
+    KTUNE_ASSIGN_OR_RETURN(double ms, TimeRuns(launches, 1, plan.flush_l2));
+    warm.push_back(ms);
+    if (MsSince(began) > plan.time_cap_ms / 2) break;  // a slow kernel: keep time for samples
+  }
+  return BatchFor(ComputeQuartiles(warm).median, plan.min_sample_ms);
+}
+
+absl::StatusOr<std::vector<double>> CudaWorkerSession::Sample(
+    const std::vector<PreparedLaunch>& launches, const TimingPlan& plan, int64_t batch,
+    Clock::time_point began) {
+  std::vector<double> samples;  // ms per run
+  while (true) {
+    KTUNE_ASSIGN_OR_RETURN(double ms, TimeRuns(launches, batch, plan.flush_l2));
+    samples.push_back(ms / static_cast<double>(batch));
+    const int64_t n = static_cast<int64_t>(samples.size());
+    if (n >= plan.max_repeats || MsSince(began) >= plan.time_cap_ms) break;
+    if (n >= plan.min_repeats && SpreadIsSmall(samples, batch, plan.target_rel_spread)) break;
+  }
+  return samples;
 }
 
 }  // namespace
