@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -20,6 +22,7 @@
 #include "server/gpu/device_info.h"
 #include "server/gpu/driver.h"
 #include "server/gpu/host_buffers.h"
+#include "server/gpu/tensor_map.h"
 
 namespace ktune {
 namespace {
@@ -151,6 +154,8 @@ struct ProblemBuffer {
 struct Problem {
   std::vector<ProblemBuffer> buffers;
   std::vector<ArgValue> values;  // one per Problem.args entry; never resized after setup
+  // Tensor-map args by index, the reference's numbers (a binary may carry its own).
+  std::map<int, v1::BoundTensorMap> tensor_maps;
   double atol = 0;
   double rtol = 0;
 };
@@ -163,6 +168,7 @@ struct PreparedLaunch {
   unsigned block[3] = {1, 1, 1};
   unsigned shared_bytes = 0;
   std::vector<void*> params;
+  std::vector<std::unique_ptr<CUtensorMap>> tensor_maps;  // what tensor-map params point at
 
   int64_t threads() const { return int64_t{block[0]} * block[1] * block[2]; }
   int64_t blocks() const { return int64_t{grid[0]} * grid[1] * grid[2]; }
@@ -458,7 +464,27 @@ absl::StatusOr<std::vector<PreparedLaunch>> CudaWorkerSession::Prepare(
                          " bytes of dynamic shared memory: ", s.message()));
       }
     }
-    for (int a : l.args()) p.params.push_back(problem_->values[static_cast<size_t>(a)].address());
+    for (int a : l.args()) {
+      auto tm = problem_->tensor_maps.find(a);
+      if (tm == problem_->tensor_maps.end()) {
+        p.params.push_back(problem_->values[static_cast<size_t>(a)].address());
+        continue;
+      }
+      const v1::BoundTensorMap& map = TensorMapFor(binary, a, tm->second);
+      const ProblemBuffer* buffer = nullptr;
+      for (const ProblemBuffer& b : problem_->buffers) {
+        if (b.arg_index == map.buffer_arg()) buffer = &b;
+      }
+      if (buffer == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ": tensor map arg ", a, " names arg ", map.buffer_arg(), ", not a buffer"));
+      }
+      absl::StatusOr<std::unique_ptr<CUtensorMap>> encoded =
+          EncodeTensorMap(driver_, map, buffer->memory.ptr(), buffer->bytes);
+      if (!encoded.ok()) return Annotate(encoded.status(), absl::StrCat(at, ": tensor map arg ", a));
+      p.params.push_back(encoded->get());
+      p.tensor_maps.push_back(*std::move(encoded));
+    }
     out.push_back(std::move(p));
   }
   return out;
@@ -599,6 +625,13 @@ absl::StatusOr<v1::ProblemReady> CudaWorkerSession::SetProblem(const v1::Problem
       } else if (a.scalar_type() == "f32") {
         v.kind = ArgValue::Kind::kF32;
         v.f32 = static_cast<float>(a.number());
+      } else if (a.scalar_type() == "tensor_map") {
+        const int b = a.tensor_map().buffer_arg();
+        if (b < 0 || b >= spec.args_size() || !spec.args(b).is_buffer()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(at, ": tensor_map.buffer_arg ", b, " is not a buffer arg"));
+        }
+        problem->tensor_maps[i] = a.tensor_map();
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat(at, ": scalar_type '", a.scalar_type(), "' is not i32, i64 or f32"));
