@@ -27,19 +27,9 @@ uint16_t FloatToBf16(float f);
 float HalfToFloat(uint16_t h);
 float Bf16ToFloat(uint16_t b);
 
-// The OCP fp8 formats of <cuda_fp8.h> from float, rounding to nearest, ties to even, and
-// saturating: a value (or infinity) beyond the finite max gives the max of its sign (448
-// for e4m3, 57344 for e5m2), as __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...) does. NaN
-// gives NaN (0x7F / 0xFF for e4m3, which has no infinity; 0x7F / 0xFF for e5m2).
-uint8_t FloatToFp8E4M3(float f);
-uint8_t FloatToFp8E5M2(float f);
-// Exact.
-float Fp8E4M3ToFloat(uint8_t b);
-float Fp8E5M2ToFloat(uint8_t b);
-
 // Writes `value` as one element of `dtype` (DTypeSize(dtype) bytes at `out`). Float types
-// round through float to nearest even (fp8 saturating to its finite max); i32 rounds to
-// nearest and saturates, NaN giving 0.
+// round through float to nearest even (fp8 saturating to its finite max: server/base/fp8.h);
+// i32 rounds to nearest and saturates, NaN giving 0.
 void EncodeElement(DType dtype, double value, void* out);
 // The element of `dtype` at `in`, exactly, as a double.
 double DecodeElement(DType dtype, const void* in);
