@@ -44,7 +44,7 @@ Command AddCacheCommand(CLI::App& parent);
 // that did not load. kNotFound if the folder cannot be read.
 absl::StatusOr<std::unique_ptr<TemplateRegistry>> LoadRegistryOrWarn(const std::string& dir);
 
-// The --dtype flag: kInvalidArgument naming the flag for anything but f32, f16, bf16.
+// The --dtype flag: kInvalidArgument naming the flag for anything but f32, f16, bf16, f8e4m3, f8e5m2.
 absl::StatusOr<DType> ParseDTypeFlag(const std::string& dtype);
 
 // A template, dtype and shape named on the command line, checked against each other.

@@ -26,7 +26,7 @@ absl::StatusOr<DType> ParseDTypeFlag(const std::string& dtype) {
   std::optional<DType> d = ParseDType(dtype);
   if (!d) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--dtype: unknown dtype '", dtype, "'; expected f32, f16 or bf16"));
+        absl::StrCat("--dtype: unknown dtype '", dtype, "'; expected f32, f16, bf16, f8e4m3 or f8e5m2"));
   }
   return *d;
 }

@@ -173,7 +173,7 @@ Command AddCompileCommand(CLI::App& parent) {
       "compile", "Compile one candidate of a template to a cubin (params default to the "
                  "template's defaults)");
   app->add_option("template", args->template_name, "Template name")->required();
-  app->add_option("--dtype", args->dtype, "f32, f16 or bf16")->required();
+  app->add_option("--dtype", args->dtype, "f32, f16, bf16, f8e4m3 or f8e5m2")->required();
   app->add_option("--shape", args->shape, "Dims, e.g. tokens=4096,hidden=8192")->required();
   app->add_option("--param", args->params, "NAME=VALUE, repeatable");
   app->add_option("--arch", args->arch, "Target: sm_XY or sm_XYa")->capture_default_str();

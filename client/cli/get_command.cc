@@ -74,6 +74,12 @@ void PrintArtifact(const client::KernelArtifact& a) {
     } else if (arg.scalar_type == "f32") {
       o << "arg:         " << arg.name << " f32 = " << std::setprecision(6) << arg.number
         << std::setprecision(2) << "\n";
+    } else if (arg.scalar_type == "tensor_map") {
+      const client::TensorMapArg& t = arg.tensor_map;
+      o << "arg:         " << arg.name << " tensor_map over " << t.buffer << " " << t.dtype
+        << " dims [" << absl::StrJoin(t.dims, ", ") << "] strides ["
+        << absl::StrJoin(t.strides, ", ") << "] box [" << absl::StrJoin(t.box, ", ")
+        << "] swizzle " << t.swizzle << "\n";
     } else {
       o << "arg:         " << arg.name << " " << arg.scalar_type << " = " << arg.int_value
         << "\n";
@@ -128,7 +134,7 @@ Command AddGetCommand(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "get", "Ask ktuned for a template's tuned kernel (GetKernel) and print it");
   app->add_option("template", args->template_id, "Template name, e.g. rmsnorm")->required();
-  app->add_option("--dtype", args->dtype, "f32, f16 or bf16")->required();
+  app->add_option("--dtype", args->dtype, "f32, f16, bf16, f8e4m3 or f8e5m2")->required();
   app->add_option("--shape", args->shape, "Every dim, e.g. tokens=4096,hidden=8192")
       ->required();
   app->add_option("--policy", args->policy, "On a miss: cache_only, tune or fallback")

@@ -166,7 +166,7 @@ Command AddTuneCommand(CLI::App& parent) {
       "Tune one template for a dtype and shape on this host's GPU, store the winner; or, with "
       "--spec FILE, every key of a model's tuning spec (here or through --daemon)");
   app->add_option("template", args->template_name, "Template name (or --spec)");
-  app->add_option("--dtype", args->dtype, "f32, f16 or bf16");
+  app->add_option("--dtype", args->dtype, "f32, f16, bf16, f8e4m3 or f8e5m2");
   app->add_option("--shape", args->shape, "Dims, e.g. tokens=4096,hidden=8192");
   app->add_option("--spec", args->spec.file,
                   "Tuning spec file (proto/ktune/v1/spec.proto), e.g. specs/llama-3-8b.textproto");

@@ -36,6 +36,10 @@ absl::StatusOr<const CudaApi*> Load() {
   resolve(api.GetErrorName, "cuGetErrorName");
   resolve(api.GetErrorString, "cuGetErrorString");
   if (!missing.ok()) return missing;
+  // Optional (CUDA 12.0+): only artifacts with tensor maps need it, and LoadedKernel::Load
+  // refuses those when it is null.
+  api.TensorMapEncodeTiled = reinterpret_cast<decltype(api.TensorMapEncodeTiled)>(
+      dlsym(lib, "cuTensorMapEncodeTiled"));
   if (absl::Status s = CheckCu(api, api.Init(0), "cuInit"); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("no usable CUDA driver: ", s.message()));
   }

@@ -49,6 +49,14 @@ struct CudaApi {
                            unsigned shared_bytes, CuStream stream, void** params, void** extra);
   CuResult (*GetErrorName)(CuResult error, const char** name);
   CuResult (*GetErrorString)(CuResult error, const char** text);
+  // cuTensorMapEncodeTiled (CUDA 12.0 and later; null on older drivers). `map` points at
+  // 128 bytes aligned to at least 64 (CUtensorMap); the enums are passed as their int values
+  // (CUtensorMapDataType, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+  // CUtensorMapFloatOOBfill), which manifest.proto's TensorMap enums carry.
+  CuResult (*TensorMapEncodeTiled)(void* map, int data_type, uint32_t rank, void* global,
+                                   const uint64_t* dims, const uint64_t* strides,
+                                   const uint32_t* box, const uint32_t* element_strides,
+                                   int interleave, int swizzle, int l2_promotion, int oob_fill);
 };
 
 // Loads libcuda.so.1 once per process and calls cuInit(0). kUnavailable with the reason

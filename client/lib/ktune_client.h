@@ -55,11 +55,30 @@ struct KernelLaunch {
   std::vector<int32_t> args;           // indices into KernelArtifact::args, in param order
 };
 
-// A device buffer the caller provides (is_buffer) or a scalar ktune fixed for the shape.
+// A CUDA tensor map (CUtensorMap) over one of the artifact's buffer args, described by
+// value: LoadedKernel builds it with cuTensorMapEncodeTiled from the caller's pointer for
+// that buffer at every launch. Enum fields carry the CUDA driver's values.
+struct TensorMapArg {
+  std::string buffer;   // the buffer arg's name
+  int32_t buffer_arg = -1;  // its index in KernelArtifact::args
+  std::string dtype;    // element type, the buffer's
+  std::vector<int64_t> dims;             // elements, innermost first (rank 1..5)
+  std::vector<int64_t> strides;          // bytes of dims[1..] (rank - 1)
+  std::vector<int64_t> box;              // elements per copy (rank)
+  std::vector<int64_t> element_strides;  // rank values
+  int swizzle = 0;       // CUtensorMapSwizzle
+  int interleave = 0;    // CUtensorMapInterleave
+  int l2_promotion = 0;  // CUtensorMapL2promotion
+  int oob_fill = 0;      // CUtensorMapFloatOOBfill
+};
+
+// A device buffer the caller provides (is_buffer), a scalar ktune fixed for the shape, or a
+// tensor map over a buffer (scalar_type "tensor_map").
 struct KernelArg {
   std::string name;
   bool is_buffer = false;
-  // Buffers: element type ("f32", "f16", "bf16", "i32"), elements (not bytes), role; a
+  // Buffers: element type ("f32", "f16", "bf16", "f8e4m3", "f8e5m2", "i32"), elements (not
+  // bytes), role; a
   // SCRATCH buffer with kZero fill must be zeroed by the caller before each run.
   std::string dtype;
   int64_t count = 0;
@@ -69,6 +88,8 @@ struct KernelArg {
   std::string scalar_type;
   int64_t int_value = 0;
   double number = 0;
+  // Set iff scalar_type == "tensor_map".
+  TensorMapArg tensor_map;
 };
 
 struct Knobs {

@@ -1,13 +1,16 @@
 #include "client/lib/loaded_kernel.h"
 
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/lib/cuda_api.h"
+#include "server/base/dtype.h"
 #include "server/base/status_macros.h"
+#include "server/base/tensor_map.h"
 
 namespace ktune::client {
 
@@ -160,6 +163,47 @@ absl::StatusOr<uint64_t> ScalarBytes(const KernelArg& arg) {
   return bits;
 }
 
+// The server's description of a tensor map, for CheckTensorMap.
+absl::StatusOr<TensorMapDesc> ToDesc(const TensorMapArg& t) {
+  TensorMapDesc d;
+  std::optional<DType> dtype = ParseDType(t.dtype);
+  if (!dtype) return absl::InvalidArgumentError(absl::StrCat("dtype: unknown '", t.dtype, "'"));
+  d.dtype = *dtype;
+  d.buffer = t.buffer;
+  d.buffer_arg = t.buffer_arg;
+  d.dims = t.dims;
+  d.strides = t.strides;
+  d.box = t.box;
+  d.element_strides = t.element_strides;
+  d.swizzle = t.swizzle;
+  d.interleave = t.interleave;
+  d.l2_promotion = t.l2_promotion;
+  d.oob_fill = t.oob_fill;
+  return d;
+}
+
+// A tensor-map arg must cover a buffer arg of the artifact and obey the driver's rules
+// against that buffer's size.
+absl::Status CheckTensorMapArg(const KernelArtifact& a, size_t i) {
+  const KernelArg& arg = a.args[i];
+  const TensorMapArg& t = arg.tensor_map;
+  const std::string where = absl::StrCat("args[", i, "] (", arg.name, ").tensor_map");
+  if (t.buffer_arg < 0 || static_cast<size_t>(t.buffer_arg) >= a.args.size() ||
+      !a.args[static_cast<size_t>(t.buffer_arg)].is_buffer) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".buffer_arg: ", t.buffer_arg, " is not a buffer arg"));
+  }
+  const KernelArg& buffer = a.args[static_cast<size_t>(t.buffer_arg)];
+  absl::StatusOr<TensorMapDesc> desc = ToDesc(t);
+  absl::Status s = desc.status();
+  if (s.ok()) {
+    std::optional<DType> dtype = ParseDType(buffer.dtype);
+    s = CheckTensorMap(*desc, dtype ? buffer.count * DTypeSize(*dtype) : -1);
+  }
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ".", s.message()));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArtifact& artifact) {
@@ -167,12 +211,23 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArt
   std::unique_ptr<LoadedKernel> kernel(new LoadedKernel());
   kernel->args_ = artifact.args;
   kernel->scalar_values_.assign(artifact.args.size(), 0);
+  bool has_tensor_map = false;
   for (size_t i = 0; i < artifact.args.size(); ++i) {
     if (artifact.args[i].is_buffer) continue;
+    if (artifact.args[i].scalar_type == "tensor_map") {
+      KTUNE_RETURN_IF_ERROR(CheckTensorMapArg(artifact, i));
+      has_tensor_map = true;
+      continue;
+    }
     KTUNE_ASSIGN_OR_RETURN(kernel->scalar_values_[i], ScalarBytes(artifact.args[i]));
   }
 
   KTUNE_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
+  if (has_tensor_map && api->TensorMapEncodeTiled == nullptr) {
+    return absl::UnavailableError(
+        "the artifact takes a tensor map and this CUDA driver has no cuTensorMapEncodeTiled "
+        "(CUDA 12.0 or later is needed)");
+  }
   CuContext context = nullptr;
   KTUNE_RETURN_IF_ERROR(CheckCu(*api, api->CtxGetCurrent(&context), "cuCtxGetCurrent"));
   if (context == nullptr) {
@@ -225,12 +280,47 @@ absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffer
     return absl::FailedPreconditionError(
         "Launch: the kernel's CUDA context is not current on this thread");
   }
+  // Tensor maps are encoded from this call's pointers, aligned as CUtensorMap (the driver
+  // wants 64 bytes, CUDA 13's header declares 128; C++17's aligned new honours it).
+  struct alignas(kTensorMapAlignment) EncodedMap {
+    unsigned char bytes[kTensorMapBytes];
+  };
+  bool any_map = false;
+  for (const KernelArg& a : args_) any_map |= a.scalar_type == "tensor_map";
+  std::vector<EncodedMap> maps(any_map ? args_.size() : 0);
+  for (size_t i = 0; any_map && i < args_.size(); ++i) {
+    if (args_[i].scalar_type != "tensor_map") continue;
+    const TensorMapArg& t = args_[i].tensor_map;
+    const CuDevicePtr base = addresses[static_cast<size_t>(t.buffer_arg)];
+    if (base % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffers: '", t.buffer, "' is not 16-byte aligned, as its tensor map needs"));
+    }
+    std::optional<DType> dtype = ParseDType(t.dtype);
+    std::vector<uint64_t> dims(t.dims.begin(), t.dims.end());
+    std::vector<uint64_t> strides(t.strides.begin(), t.strides.end());
+    strides.push_back(0);  // never an empty array
+    std::vector<uint32_t> box(t.box.begin(), t.box.end());
+    std::vector<uint32_t> element_strides(t.element_strides.begin(), t.element_strides.end());
+    KTUNE_RETURN_IF_ERROR(CheckCu(
+        *module_->api,
+        module_->api->TensorMapEncodeTiled(
+            maps[i].bytes, TensorMapDataType(dtype ? *dtype : DType::kF32),
+            static_cast<uint32_t>(dims.size()), reinterpret_cast<void*>(base), dims.data(),
+            strides.data(), box.data(), element_strides.data(), t.interleave, t.swizzle,
+            t.l2_promotion, t.oob_fill),
+        absl::StrCat("cuTensorMapEncodeTiled(", args_[i].name, ")")));
+  }
   std::vector<void*> params;
   for (size_t n = 0; n < launches_.size(); ++n) {
     const ResolvedLaunch& l = launches_[n];
     params.clear();
     for (int32_t a : l.args) {
       // The driver only reads through these pointers.
+      if (args_[a].scalar_type == "tensor_map") {
+        params.push_back(maps[a].bytes);
+        continue;
+      }
       params.push_back(args_[a].is_buffer ? static_cast<void*>(&addresses[a])
                                           : const_cast<uint64_t*>(&scalar_values_[a]));
     }

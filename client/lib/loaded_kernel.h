@@ -31,11 +31,13 @@ namespace ktune::client {
 class LoadedKernel {
  public:
   // Checks the cubin's sha256 (kDataLoss), the launches (kInvalidArgument naming the
-  // launch or arg: 3-value grid and block, arg indices in range, known scalar types), then
+  // launch or arg: 3-value grid and block, arg indices in range, known scalar types, tensor
+  // maps that cover a buffer arg and obey the driver's rules), then
   // loads the cubin into the calling thread's current context, gets every launch's
   // function (kNotFound naming a missing one) and raises
   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES where a launch wants above 48 KiB.
-  // kUnavailable without a driver; kFailedPrecondition without a current context.
+  // kUnavailable without a driver, or for an artifact with a tensor map on a driver without
+  // cuTensorMapEncodeTiled; kFailedPrecondition without a current context.
   static absl::StatusOr<std::unique_ptr<LoadedKernel>> Load(const KernelArtifact& artifact);
 
   ~LoadedKernel();
@@ -48,6 +50,9 @@ class LoadedKernel {
   // args are ignored (pass nullptr). Scalars come from the artifact. kInvalidArgument for
   // a wrong count or a null buffer; kFailedPrecondition unless the kernel's context is
   // current on this thread. The caller owns zeroing SCRATCH buffers with a ZERO fill.
+  // Tensor-map args (scalar_type "tensor_map") take no entry of their own (pass nullptr):
+  // each is encoded with cuTensorMapEncodeTiled from its buffer's pointer (which must be
+  // 16-byte aligned) and passed by value.
   absl::Status Launch(void* stream, const std::vector<void*>& buffers) const;
   // The same with buffers by arg name; every buffer arg must be named, and nothing else.
   absl::Status Launch(void* stream, const std::map<std::string, void*>& buffers) const;

@@ -53,6 +53,21 @@ KernelArtifact ArtifactFromProto(const v1::KernelArtifact& p) {
     arg.scalar_type = g.scalar_type();
     arg.int_value = g.int_value();
     arg.number = g.number();
+    if (g.has_tensor_map()) {
+      const v1::BoundTensorMap& m = g.tensor_map();
+      TensorMapArg& t = arg.tensor_map;
+      t.buffer = m.buffer();
+      t.buffer_arg = m.buffer_arg();
+      t.dtype = m.dtype();
+      t.dims.assign(m.dims().begin(), m.dims().end());
+      t.strides.assign(m.strides().begin(), m.strides().end());
+      t.box.assign(m.box().begin(), m.box().end());
+      t.element_strides.assign(m.element_strides().begin(), m.element_strides().end());
+      t.swizzle = m.swizzle();
+      t.interleave = m.interleave();
+      t.l2_promotion = m.l2_promotion();
+      t.oob_fill = m.oob_fill();
+    }
     a.args.push_back(std::move(arg));
   }
   a.params = ToMap(p.params());

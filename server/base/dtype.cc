@@ -8,6 +8,8 @@ absl::string_view DTypeName(DType t) {
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
     case DType::kI32: return "i32";
+    case DType::kF8E4M3: return "f8e4m3";
+    case DType::kF8E5M2: return "f8e5m2";
   }
   return "?";
 }
@@ -18,6 +20,8 @@ absl::string_view DTypeCudaName(DType t) {
     case DType::kF16: return "__half";
     case DType::kBF16: return "__nv_bfloat16";
     case DType::kI32: return "int";
+    case DType::kF8E4M3: return "__nv_fp8_e4m3";
+    case DType::kF8E5M2: return "__nv_fp8_e5m2";
   }
   return "?";
 }
@@ -28,12 +32,16 @@ int64_t DTypeSize(DType t) {
     case DType::kF16: return 2;
     case DType::kBF16: return 2;
     case DType::kI32: return 4;
+    case DType::kF8E4M3: return 1;
+    case DType::kF8E5M2: return 1;
   }
   return 0;
 }
 
+bool IsRequestDType(DType t) { return t != DType::kI32; }
+
 std::optional<DType> ParseDType(absl::string_view name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32}) {
+  for (DType t : kAllDTypes) {
     if (DTypeName(t) == name) return t;
   }
   return std::nullopt;

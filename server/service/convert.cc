@@ -1,6 +1,8 @@
 #include "server/service/convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/base/status_macros.h"
+#include "server/gpu/tensor_map_proto.h"
 #include "server/templates/shape.h"
 
 namespace ktune {
@@ -46,6 +48,7 @@ v1::KernelArg ToProto(const BoundArg& arg) {
     a.set_scalar_type(arg.scalar_type);
     a.set_int_value(arg.int_value);
     a.set_number(arg.number);
+    if (arg.is_tensor_map()) *a.mutable_tensor_map() = TensorMapToProto(arg.tensor_map);
   }
   return a;
 }
@@ -112,8 +115,22 @@ absl::StatusOr<v1::KernelArtifact> ToArtifact(const store::Entry& e, bool stale,
   v1::KernelArtifact a;
   a.set_cubin(e.cubin);
   a.set_cubin_sha256(e.cubin_sha256);
+  // Tensor maps follow the config (a box is a tile size): `bound` may be the reference's
+  // binding, so the entry's own config is bound for them.
+  std::optional<Instance> own;
+  bool has_tensor_map = false;
+  for (const BoundArg& arg : bound.args) has_tensor_map |= arg.is_tensor_map();
+  if (has_tensor_map && !(bound.config == e.config)) {
+    KTUNE_ASSIGN_OR_RETURN(BindResult r,
+                           Bind(bound.tmpl, bound.dtype, bound.shape, e.config, bound.target));
+    if (!r.instance) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "entry ", e.id, ": its config does not bind for this shape: ", r.rejected_because));
+    }
+    own = *std::move(r.instance);
+  }
   std::map<std::string, int> index;
-  for (const BoundArg& arg : bound.args) {
+  for (const BoundArg& arg : (own ? *own : bound).args) {
     index.emplace(arg.name, a.args_size());
     *a.add_args() = ToProto(arg);
   }

@@ -35,7 +35,9 @@ v1::EntrySummary ToProto(const store::EntrySummary& entry, bool stale);
 // The artifact of `entry` (its cubin, launches, config, metrics, key and provenance) with
 // the arguments of `bound` (any binding of the request's template, dtype and shape: they
 // all have the same arguments); each launch's args become indices into them. kInternal if a
-// launch names an argument `bound` does not have.
+// launch names an argument `bound` does not have. Tensor maps depend on the config (a box
+// is a tile): when `bound` has one and another config, the entry's config is bound for
+// them (kFailedPrecondition if it does not bind).
 absl::StatusOr<v1::KernelArtifact> ToArtifact(const store::Entry& entry, bool stale,
                                               const Instance& bound,
                                               v1::Provenance provenance);

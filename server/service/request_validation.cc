@@ -23,11 +23,11 @@ absl::StatusOr<KernelQuery> ValidateKernelQuery(
                         absl::StrCat("template_id: ", tmpl.status().message()));
   }
   q.tmpl = *tmpl;
-  if (dtype.empty()) return absl::InvalidArgumentError("dtype: required (f32, f16 or bf16)");
+  if (dtype.empty()) return absl::InvalidArgumentError("dtype: required (f32, f16, bf16, f8e4m3 or f8e5m2)");
   std::optional<DType> parsed = ParseDType(dtype);
-  if (!parsed || *parsed == DType::kI32) {
+  if (!parsed || !IsRequestDType(*parsed)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dtype: unknown '", dtype, "'; one of f32, f16, bf16"));
+        absl::StrCat("dtype: unknown '", dtype, "'; one of f32, f16, bf16, f8e4m3, f8e5m2"));
   }
   q.dtype = *parsed;
   if (shape.empty()) return absl::InvalidArgumentError("shape: required");

@@ -46,7 +46,7 @@ struct Device {
 struct EntryKey {
   std::string device_model;
   std::string template_id;
-  std::string dtype;  // "f32", "f16", "bf16"
+  std::string dtype;  // "f32", "f16", "bf16", "f8e4m3", "f8e5m2"
   std::string shape;
 
   friend bool operator==(const EntryKey& a, const EntryKey& b) {

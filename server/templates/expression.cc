@@ -406,7 +406,7 @@ class Parser {
       node->value = DTypeSize(*fixed);
     } else {
       Fail(arg.col,
-           absl::StrCat("sizeof takes 'dtype' or f32, f16, bf16, i32, not ", Describe(arg)));
+           absl::StrCat("sizeof takes 'dtype' or f32, f16, bf16, i32, f8e4m3, f8e5m2, not ", Describe(arg)));
       return nullptr;
     }
     ++pos_;

@@ -1,11 +1,13 @@
 #include "server/templates/instance.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "server/base/status_macros.h"
+#include "server/templates/shape.h"
 
 namespace ktune {
 namespace {
@@ -32,10 +34,50 @@ Scope BaseScope(DType dtype, const Shape& shape, const Config& config, const Tar
   scope.values["KTUNE_MIN_BLOCKS"] = config.knobs.min_blocks;
   scope.values["KTUNE_FAST_MATH"] = config.knobs.fast_math ? 1 : 0;
   scope.values["KTUNE_SM"] = target.sm;
+  scope.values["KTUNE_ARCH_SPECIFIC"] =
+      target.has_arch_specific && config.knobs.target == target.ArchSpecificTarget() ? 1 : 0;
   scope.values["KTUNE_SM_COUNT"] = target.sm_count;
   scope.values["KTUNE_THREADS_PER_SM"] = target.max_threads_per_sm;
   scope.values["KTUNE_REGS_PER_SM"] = target.registers_per_sm;
   return scope;
+}
+
+// Evaluates tensor map `tm` into `*out` and checks it against its buffer in `args` (bound
+// already). Returns why the candidate is left out ("box[0]: 512 is outside 1..256"), or "".
+absl::StatusOr<std::string> BindTensorMap(const KernelTemplate& t, const v1::TensorMap& tm,
+                                          const Scope& scope, const std::vector<BoundArg>* args,
+                                          TensorMapDesc* out) {
+  for (size_t j = 0; j < args->size(); ++j) {
+    if ((*args)[j].is_buffer && (*args)[j].name == tm.buffer()) {
+      out->buffer_arg = static_cast<int>(j);
+    }
+  }
+  if (out->buffer_arg < 0) {
+    return absl::InternalError(absl::StrCat("tensor map over unknown buffer '", tm.buffer(), "'"));
+  }
+  const BoundArg& buffer = (*args)[static_cast<size_t>(out->buffer_arg)];
+  out->buffer = tm.buffer();
+  out->dtype = buffer.dtype;
+  auto eval = [&](const google::protobuf::RepeatedPtrField<std::string>& in,
+                  std::vector<int64_t>* values) -> absl::Status {
+    values->clear();
+    for (const std::string& e : in) {
+      KTUNE_ASSIGN_OR_RETURN(int64_t v, t.Evaluate(e, scope));
+      values->push_back(v);
+    }
+    return absl::OkStatus();
+  };
+  KTUNE_RETURN_IF_ERROR(eval(tm.dims(), &out->dims));
+  KTUNE_RETURN_IF_ERROR(eval(tm.strides(), &out->strides));
+  KTUNE_RETURN_IF_ERROR(eval(tm.box(), &out->box));
+  KTUNE_RETURN_IF_ERROR(eval(tm.element_strides(), &out->element_strides));
+  if (out->element_strides.empty()) out->element_strides.assign(out->dims.size(), 1);
+  out->swizzle = tm.swizzle();
+  out->interleave = tm.interleave();
+  out->l2_promotion = tm.l2_promotion();
+  out->oob_fill = tm.oob_fill();
+  absl::Status s = CheckTensorMap(*out, buffer.count * DTypeSize(buffer.dtype));
+  return s.ok() ? std::string() : std::string(s.message());
 }
 
 absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tmpl,
@@ -54,6 +96,7 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
   inst.dtype = dtype;
   inst.shape = shape;
   inst.config = config;
+  inst.target = target;
   Scope scope = BaseScope(dtype, shape, config, target);
 
   // Blocks first: KTUNE_MAX_THREADS is derived from them and other expressions may use it.
@@ -117,9 +160,11 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
   for (const v1::Arg& a : m.args()) {
     BoundArg arg;
     arg.name = a.name();
-    if (a.has_buffer()) {
+    if (a.has_tensor_map()) {
+      arg.scalar_type = "tensor_map";  // evaluated below, once every buffer is bound
+    } else if (a.has_buffer()) {
       arg.is_buffer = true;
-      arg.dtype = a.buffer().dtype() == "dtype" ? dtype : *ParseDType(a.buffer().dtype());
+      arg.dtype = BufferDType(a.buffer(), dtype);
       KTUNE_ASSIGN_OR_RETURN(arg.count, t.Evaluate(a.buffer().count(), scope));
       if (arg.count < 1) return reject(absl::StrCat("buffer ", a.name(), " of ", arg.count, " elements"));
       arg.role = a.buffer().role();
@@ -139,8 +184,28 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
     }
     inst.args.push_back(std::move(arg));
   }
+  for (int i = 0; i < m.args_size(); ++i) {
+    if (!m.args(i).has_tensor_map()) continue;
+    KTUNE_ASSIGN_OR_RETURN(std::string why, BindTensorMap(t, m.args(i).tensor_map(), scope,
+                                                          &inst.args, &inst.args[i].tensor_map));
+    if (!why.empty()) return reject(absl::StrCat("args[", i, "].tensor_map.", why));
+  }
   KTUNE_ASSIGN_OR_RETURN(inst.bytes, t.Evaluate(m.cost().bytes(), scope));
   KTUNE_ASSIGN_OR_RETURN(inst.flops, t.Evaluate(m.cost().flops(), scope, 0));
+  for (const v1::Tolerance& tol : m.tolerances()) {
+    if (tol.dtype() != DTypeName(dtype)) continue;
+    inst.atol = tol.atol();
+    inst.rtol = tol.rtol();
+    if (!tol.atol_scale().empty()) {
+      KTUNE_ASSIGN_OR_RETURN(int64_t scale, t.Evaluate(tol.atol_scale(), scope));
+      if (scale < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("template ", t.name(), ": tolerance atol_scale '", tol.atol_scale(),
+                         "' is ", scale, " for shape ", ShapeString(shape), "; must be >= 0"));
+      }
+      inst.atol *= std::sqrt(static_cast<double>(scale));
+    }
+  }
   result.instance = std::move(inst);
   return result;
 }

@@ -17,6 +17,7 @@
 #include "ktune/v1/manifest.pb.h"
 #include "server/base/config.h"
 #include "server/base/dtype.h"
+#include "server/base/tensor_map.h"
 #include "server/templates/kernel_template.h"
 #include "server/templates/shape.h"
 #include "server/templates/target.h"
@@ -26,15 +27,20 @@ namespace ktune {
 struct BoundArg {
   std::string name;
   bool is_buffer = false;
-  // Buffers:
+  // Buffers (the element type after dtype_for):
   DType dtype = DType::kF32;
   int64_t count = 0;  // elements
   v1::Buffer::Role role = v1::Buffer::ROLE_UNSPECIFIED;
   v1::Fill fill;
-  // Scalars: type "i32", "i64" or "f32", and the value.
+  // Scalars: type "i32", "i64" or "f32", and the value. Tensor maps: "tensor_map".
   std::string scalar_type;
   int64_t int_value = 0;
   double number = 0;
+  // Tensor maps: evaluated for this candidate (buffer_arg indexes Instance::args) and
+  // checked with CheckTensorMap against its buffer's size.
+  TensorMapDesc tensor_map;
+
+  bool is_tensor_map() const { return scalar_type == "tensor_map"; }
 };
 
 struct BoundLaunch {
@@ -55,6 +61,10 @@ struct Instance {
   int64_t max_threads = 0;            // KTUNE_MAX_THREADS
   int64_t bytes = 0;                  // cost model
   int64_t flops = 0;
+  // The request dtype's tolerance, atol scaled by sqrt(atol_scale) when the manifest has one.
+  double atol = 0;
+  double rtol = 0;
+  TargetInfo target;  // what it was bound for, so another config can be bound alike
 
   // Distinct name expressions of the launches, in order, for nvrtcAddNameExpression.
   std::vector<std::string> NameExpressions() const;

@@ -70,6 +70,7 @@ class Validator {
   }
 
   absl::Status CheckLaunches(const char* list, absl::string_view what);
+  absl::Status CheckTensorMapArg(int i);
   absl::Status CheckNameExpression(std::initializer_list<FieldStep> path, absl::string_view field,
                                    const std::string& text);
 
@@ -95,6 +96,56 @@ absl::Status Validator::CheckNameExpression(std::initializer_list<FieldStep> pat
                   absl::StrCat("placeholder {", key, "} is neither {dtype} nor a param"));
     }
     pos = end + 1;
+  }
+  return absl::OkStatus();
+}
+
+// The shape of a tensor map's lists and its expressions; the numbers are checked per
+// candidate when bound (CheckTensorMap in server/base/tensor_map.h). Its buffer is looked up
+// once every arg is known (it may come later in the list).
+absl::Status Validator::CheckTensorMapArg(int i) {
+  const v1::TensorMap& t = m_.args(i).tensor_map();
+  const std::string field = absl::StrCat("args[", i, "].tensor_map");
+  auto fail = [&](absl::string_view sub, absl::string_view reason) {
+    return Fail({{"args", i}, {"tensor_map"}}, absl::StrCat(field, ".", sub), reason);
+  };
+  if (t.buffer().empty()) return fail("buffer", "missing: the Buffer arg the map covers");
+  const int rank = t.dims_size();
+  if (rank < 1 || rank > 5) {
+    return fail("dims", absl::StrCat(rank, " dims; a tensor map has rank 1..5"));
+  }
+  if (t.strides_size() != rank - 1) {
+    return fail("strides", absl::StrCat(t.strides_size(), " strides for rank ", rank,
+                                        "; need rank - 1 (byte strides of dims[1..])"));
+  }
+  if (t.box_size() != rank) {
+    return fail("box", absl::StrCat(t.box_size(), " values for rank ", rank, "; need rank"));
+  }
+  if (t.element_strides_size() != 0 && t.element_strides_size() != rank) {
+    return fail("element_strides", absl::StrCat(t.element_strides_size(), " values for rank ",
+                                                rank, "; need none (all 1) or rank"));
+  }
+  if (!v1::TensorMap::Swizzle_IsValid(t.swizzle())) return fail("swizzle", "unknown value");
+  if (!v1::TensorMap::Interleave_IsValid(t.interleave())) {
+    return fail("interleave", "unknown value");
+  }
+  if (!v1::TensorMap::L2Promotion_IsValid(t.l2_promotion())) {
+    return fail("l2_promotion", "unknown value");
+  }
+  if (!v1::TensorMap::OobFill_IsValid(t.oob_fill())) return fail("oob_fill", "unknown value");
+  struct {
+    const char* name;
+    const google::protobuf::RepeatedPtrField<std::string>& list;
+  } lists[] = {{"dims", t.dims()},
+               {"strides", t.strides()},
+               {"box", t.box()},
+               {"element_strides", t.element_strides()}};
+  for (const auto& l : lists) {
+    for (int j = 0; j < l.list.size(); ++j) {
+      if (l.list[j].empty()) return fail(absl::StrCat(l.name, "[", j, "]"), "empty expression");
+      KTUNE_RETURN_IF_ERROR(CheckExpr({{"args", i}, {"tensor_map"}},
+                                      absl::StrCat(field, ".", l.name, "[", j, "]"), l.list[j]));
+    }
   }
   return absl::OkStatus();
 }
@@ -152,9 +203,9 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
   if (m_.dtypes().empty()) return Fail({}, "dtypes", "at least one dtype is required");
   for (int i = 0; i < m_.dtypes_size(); ++i) {
     std::optional<DType> t = ParseDType(m_.dtypes(i));
-    if (!t || *t == DType::kI32) {
+    if (!t || !IsRequestDType(*t)) {
       return Fail({{"dtypes", i}}, absl::StrCat("dtypes[", i, "]"),
-                  absl::StrCat("unknown dtype '", m_.dtypes(i), "'; expected f32, f16 or bf16"));
+                  absl::StrCat("unknown dtype '", m_.dtypes(i), "'; expected f32, f16, bf16, f8e4m3 or f8e5m2"));
     }
     for (DType seen : *dtypes) {
       if (seen == *t) {
@@ -234,7 +285,22 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
       const v1::Buffer& b = a.buffer();
       if (b.dtype() != "dtype" && !ParseDType(b.dtype())) {
         return Fail({{"args", i}, {"buffer"}, {"dtype"}}, field + ".buffer.dtype",
-                    absl::StrCat("unknown dtype '", b.dtype(), "'; expected dtype, f32, f16, bf16 or i32"));
+                    absl::StrCat("unknown dtype '", b.dtype(), "'; expected dtype, f32, f16, bf16, f8e4m3, f8e5m2 or i32"));
+      }
+      for (const auto& [key, value] : b.dtype_for()) {
+        std::optional<DType> k = ParseDType(key);
+        bool listed = false;
+        for (DType x : *dtypes) listed |= k && x == *k;
+        if (!listed) {
+          return Fail({{"args", i}, {"buffer"}}, field + ".buffer.dtype_for",
+                      absl::StrCat("key '", key, "' is not one of the template's dtypes"));
+        }
+        if (!ParseDType(value)) {
+          return Fail({{"args", i}, {"buffer"}}, field + ".buffer.dtype_for",
+                      absl::StrCat("value '", value, "' for '", key,
+                                   "' is not a dtype; expected f32, f16, bf16, f8e4m3, "
+                                   "f8e5m2 or i32"));
+        }
       }
       if (b.count().empty()) {
         return Fail({{"args", i}, {"buffer"}}, field + ".buffer.count", "missing");
@@ -285,8 +351,21 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
         return Fail({{"args", i}, {"scalar"}, {"type"}}, field + ".scalar.type",
                     absl::StrCat("unknown type '", s.type(), "'; expected i32, i64 or f32"));
       }
+    } else if (a.has_tensor_map()) {
+      KTUNE_RETURN_IF_ERROR(CheckTensorMapArg(i));
     } else {
-      return Fail({{"args", i}}, field, "neither buffer nor scalar");
+      return Fail({{"args", i}}, field, "neither buffer, scalar nor tensor_map");
+    }
+  }
+  for (int i = 0; i < m_.args_size(); ++i) {
+    if (!m_.args(i).has_tensor_map()) continue;
+    const std::string& buffer = m_.args(i).tensor_map().buffer();
+    bool found = false;
+    for (const v1::Arg& b : m_.args()) found |= b.has_buffer() && b.name() == buffer;
+    if (!found) {
+      return Fail({{"args", i}, {"tensor_map"}},
+                  absl::StrCat("args[", i, "].tensor_map.buffer"),
+                  absl::StrCat("'", buffer, "' is not a buffer arg"));
     }
   }
 
@@ -321,6 +400,19 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
     if (t.atol() < 0 || t.rtol() < 0) {
       return Fail({{"tolerances", i}}, field, "atol and rtol must be >= 0");
     }
+    if (!t.atol_scale().empty()) {
+      KTUNE_RETURN_IF_ERROR(CheckExpr({{"tolerances", i}, {"atol_scale"}},
+                                      field + ".atol_scale", t.atol_scale()));
+      // One bar for every candidate of a shape: the reference and the candidates must be
+      // judged alike, so the scale follows the shape only.
+      for (const std::string& id : expressions_->at(t.atol_scale()).identifiers()) {
+        if (!dim_names_.count(id)) {
+          return Fail({{"tolerances", i}, {"atol_scale"}}, field + ".atol_scale",
+                      absl::StrCat("'", id, "' is not a dim: the tolerance may depend on the "
+                                   "shape only"));
+        }
+      }
+    }
     tolerated.insert(t.dtype());
   }
   for (DType t : *dtypes) {
@@ -345,6 +437,14 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
 }
 
 }  // namespace
+
+DType BufferDType(const v1::Buffer& buffer, DType request) {
+  auto it = buffer.dtype_for().find(std::string(DTypeName(request)));
+  const std::string& name = it != buffer.dtype_for().end() ? it->second : buffer.dtype();
+  if (name == "dtype") return request;
+  std::optional<DType> t = ParseDType(name);
+  return t ? *t : request;
+}
 
 bool KernelTemplate::SupportsDType(DType t) const {
   for (DType d : dtypes_) {

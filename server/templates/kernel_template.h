@@ -21,7 +21,12 @@ namespace ktune {
 // Identifiers every expression may name beside the dims and params (manifest.proto).
 inline constexpr const char* kKnobIdentifiers[] = {
     "KTUNE_MAXRREG",  "KTUNE_MIN_BLOCKS",     "KTUNE_FAST_MATH",  "KTUNE_SM",
-    "KTUNE_MAX_THREADS", "KTUNE_SM_COUNT", "KTUNE_THREADS_PER_SM", "KTUNE_REGS_PER_SM"};
+    "KTUNE_MAX_THREADS", "KTUNE_SM_COUNT", "KTUNE_THREADS_PER_SM", "KTUNE_REGS_PER_SM",
+    "KTUNE_ARCH_SPECIFIC"};
+
+// A buffer's element type for request dtype `request`: its dtype_for entry, else its
+// `dtype` ("dtype" meaning `request`). REQUIRES: a validated manifest's buffer.
+DType BufferDType(const v1::Buffer& buffer, DType request);
 
 class KernelTemplate {
  public:

@@ -1,6 +1,7 @@
 #include "server/tuning/gpu_problem.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/gpu/tensor_map_proto.h"
 
 namespace ktune {
 
@@ -28,6 +29,12 @@ absl::StatusOr<v1::KernelBinary> BuildKernelBinary(const Instance& instance,
       }
     }
   }
+  for (size_t i = 0; i < instance.args.size(); ++i) {
+    if (!instance.args[i].is_tensor_map()) continue;
+    v1::TensorMapArg* tm = binary.add_tensor_maps();
+    tm->set_arg(static_cast<int32_t>(i));
+    *tm->mutable_map() = TensorMapToProto(instance.args[i].tensor_map);
+  }
   return binary;
 }
 
@@ -47,6 +54,7 @@ absl::StatusOr<v1::Problem> BuildProblem(const Instance& reference,
       spec->set_scalar_type(a.scalar_type);
       spec->set_int_value(a.int_value);
       spec->set_number(a.number);
+      if (a.is_tensor_map()) *spec->mutable_tensor_map() = TensorMapToProto(a.tensor_map);
     }
   }
   absl::StatusOr<v1::KernelBinary> ref = BuildKernelBinary(reference, reference_compiled);
@@ -54,12 +62,11 @@ absl::StatusOr<v1::Problem> BuildProblem(const Instance& reference,
   *problem.mutable_reference() = *std::move(ref);
   bool found = false;
   for (const v1::Tolerance& t : reference.tmpl->manifest().tolerances()) {
-    if (t.dtype() == DTypeName(reference.dtype)) {
-      problem.set_atol(t.atol());
-      problem.set_rtol(t.rtol());
-      found = true;
-    }
+    found |= t.dtype() == DTypeName(reference.dtype);
   }
+  // Bind scaled atol by the manifest's atol_scale for this shape.
+  problem.set_atol(reference.atol);
+  problem.set_rtol(reference.rtol);
   if (!found) {
     return absl::InternalError(absl::StrCat("template ", reference.tmpl->name(),
                                             " has no tolerance for ", DTypeName(reference.dtype)));

@@ -79,9 +79,9 @@ absl::Status CheckEntry(const v1::SpecEntry& e, int i, const TextProtoFile& rep,
   }
   for (int d = 0; d < e.dtypes_size(); ++d) {
     const std::optional<DType> t = ParseDType(e.dtypes(d));
-    if (!t || *t == DType::kI32) {
+    if (!t || !IsRequestDType(*t)) {
       return rep.Fail({{"entries", i}, {"dtypes", d}}, absl::StrCat(at, ".dtypes"),
-                      absl::StrCat("unknown dtype '", e.dtypes(d), "'; expected f32, f16 or bf16"));
+                      absl::StrCat("unknown dtype '", e.dtypes(d), "'; expected f32, f16, bf16, f8e4m3 or f8e5m2"));
     }
     if (std::find(out->dtypes.begin(), out->dtypes.end(), *t) != out->dtypes.end()) {
       return rep.Fail({{"entries", i}, {"dtypes", d}}, absl::StrCat(at, ".dtypes"),

@@ -180,6 +180,10 @@ absl::StatusOr<Driver*> Driver::Load() {
       ResolveAny(lib, {"cuEventElapsedTime_v2", "cuEventElapsedTime"}, &a.EventElapsedTime));
   KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuGetErrorName", &a.GetErrorName));
   KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuGetErrorString", &a.GetErrorString));
+  // Optional: only TMA kernels need it, and the rest of ktune runs on older drivers.
+  if (!Resolve(lib, "cuTensorMapEncodeTiled", &a.TensorMapEncodeTiled).ok()) {
+    a.TensorMapEncodeTiled = nullptr;
+  }
 
   if (absl::Status s = KTUNE_CU(d, Init, 0); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("no usable CUDA device: ", s.message()));

@@ -73,6 +73,13 @@ struct DriverApi {
   CUresult (*EventElapsedTime)(float* ms, CUevent start, CUevent end);  // _v2 or plain
   CUresult (*GetErrorName)(CUresult error, const char** name);
   CUresult (*GetErrorString)(CUresult error, const char** text);
+  // CUDA 12.0 and later; null on an older driver (EncodeTensorMap then says so).
+  CUresult (*TensorMapEncodeTiled)(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank,
+                                   void* global, const cuuint64_t* dims,
+                                   const cuuint64_t* strides, const cuuint32_t* box,
+                                   const cuuint32_t* element_strides,
+                                   CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+                                   CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob_fill);
 };
 
 // True for the errors after which the context is unusable: every later call in the

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/base/fp8.h"
 
 namespace ktune {
 namespace {
@@ -133,6 +134,12 @@ void EncodeElement(DType dtype, double value, void* out) {
       std::memcpy(out, &b, 2);
       return;
     }
+    case DType::kF8E4M3:
+      *static_cast<uint8_t*>(out) = FloatToFp8E4M3(static_cast<float>(value));
+      return;
+    case DType::kF8E5M2:
+      *static_cast<uint8_t*>(out) = FloatToFp8E5M2(static_cast<float>(value));
+      return;
     case DType::kI32: {
       int32_t i = 0;
       if (!std::isnan(value)) {
@@ -169,6 +176,10 @@ double DecodeElement(DType dtype, const void* in) {
       std::memcpy(&i, in, 4);
       return i;
     }
+    case DType::kF8E4M3:
+      return Fp8E4M3ToFloat(*static_cast<const uint8_t*>(in));
+    case DType::kF8E5M2:
+      return Fp8E5M2ToFloat(*static_cast<const uint8_t*>(in));
   }
   return 0;
 }

@@ -28,7 +28,8 @@ float HalfToFloat(uint16_t h);
 float Bf16ToFloat(uint16_t b);
 
 // Writes `value` as one element of `dtype` (DTypeSize(dtype) bytes at `out`). Float types
-// round through float to nearest even; i32 rounds to nearest and saturates; NaN gives 0.
+// round through float to nearest even (fp8 saturating to its finite max: server/base/fp8.h);
+// i32 rounds to nearest and saturates, NaN giving 0.
 void EncodeElement(DType dtype, double value, void* out);
 // The element of `dtype` at `in`, exactly, as a double.
 double DecodeElement(DType dtype, const void* in);
@@ -51,7 +52,7 @@ absl::StatusOr<std::string> GenerateFill(DType dtype, int64_t count, const v1::F
 
 // Outputs are filled with this 32-bit pattern (cuMemsetD32) before every run, so an element
 // a kernel never writes cannot pass: all ones for the float types (NaN in f32, two NaNs in
-// f16/bf16), INT32_MIN for i32. The buffer must be allocated in whole 32-bit words.
+// f16/bf16, four in f8e4m3/f8e5m2), INT32_MIN for i32. The buffer must be allocated in whole 32-bit words.
 uint32_t PoisonWord(DType dtype);
 // `bytes` bytes of that pattern, for the host side and tests.
 std::string PoisonBytes(DType dtype, size_t bytes);

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,6 +23,7 @@
 #include "server/worker/device_info.h"
 #include "server/worker/driver.h"
 #include "server/worker/host_buffers.h"
+#include "server/worker/tensor_map.h"
 
 namespace ktune {
 namespace {
@@ -111,9 +114,8 @@ Quartiles ComputeQuartiles(std::vector<double> v) {
 // Bytes actually allocated for a buffer: whole 32-bit words, so cuMemsetD32 can poison it.
 size_t AllocBytes(size_t bytes) { return (bytes + 3) / 4 * 4; }
 
-// One argument's value as the kernel receives it; its address goes into kernelParams. A new
-// kind of argument (a CUtensorMap built over a buffer) adds its member and Kind here and is
-// built in CudaWorkerSession::BuildKernelArgs.
+// One argument's value as the kernel receives it; its address goes into kernelParams. A
+// tensor-map argument has none here: Prepare encodes one per launch (PreparedLaunch).
 struct ArgValue {
   CUdeviceptr ptr = 0;
   int32_t i32 = 0;
@@ -156,6 +158,8 @@ struct Problem {
   // One per Problem.args entry (BuildKernelArgs); never resized after setup, since launches
   // hold the addresses of its elements.
   std::vector<ArgValue> values;
+  // Tensor-map args by index, the reference's numbers (a binary may carry its own).
+  std::map<int, v1::BoundTensorMap> tensor_maps;
   double atol = 0;
   double rtol = 0;
 };
@@ -168,6 +172,7 @@ struct PreparedLaunch {
   unsigned block[3] = {1, 1, 1};
   unsigned shared_bytes = 0;
   std::vector<void*> params;
+  std::vector<std::unique_ptr<CUtensorMap>> tensor_maps;  // what tensor-map params point at
 
   int64_t threads() const { return int64_t{block[0]} * block[1] * block[2]; }
   int64_t blocks() const { return int64_t{grid[0]} * grid[1] * grid[2]; }
@@ -270,6 +275,17 @@ absl::StatusOr<std::unique_ptr<Problem>> PlanProblem(const v1::Problem& spec) {
   for (int i = 0; i < spec.args_size(); ++i) {
     const v1::ArgSpec& a = spec.args(i);
     const std::string at = ArgWhere(i, a);
+    if (!a.is_buffer() && a.scalar_type() == "tensor_map") {
+      // Built per launch in Prepare, over the buffer it names (a binary may carry its own
+      // numbers: the box follows the tile params).
+      const int b = a.tensor_map().buffer_arg();
+      if (b < 0 || b >= spec.args_size() || !spec.args(b).is_buffer()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": tensor_map.buffer_arg ", b, " is not a buffer arg"));
+      }
+      problem->tensor_maps[i] = a.tensor_map();
+      continue;
+    }
     if (!a.is_buffer()) {
       KTUNE_RETURN_IF_ERROR(ScalarArg(a, at).status());
       continue;
@@ -317,14 +333,6 @@ bool SpreadIsSmall(const std::vector<double>& samples, int64_t batch, double tar
   const double floor_ms = 1e-3 / static_cast<double>(batch);
   const Quartiles q = ComputeQuartiles(samples);
   return q.median > 0 && (q.q3 - q.q1) < std::max(target * q.median, floor_ms);
-}
-
-// The kernelParams of one launch: the addresses of the argument values (BuildKernelArgs)
-// that its args name, in order. REQUIRES: every index is inside `values` (ValidateBinary).
-std::vector<void*> LaunchParams(const v1::LaunchBinary& launch, std::vector<ArgValue>& values) {
-  std::vector<void*> params;
-  for (int a : launch.args()) params.push_back(values[static_cast<size_t>(a)].address());
-  return params;
 }
 
 // Whether a phase of Measure ended the measurement with the candidate's outcome.
@@ -624,7 +632,27 @@ absl::StatusOr<std::vector<PreparedLaunch>> CudaWorkerSession::Prepare(
                          " bytes of dynamic shared memory: ", s.message()));
       }
     }
-    p.params = LaunchParams(l, problem_->values);
+    for (int a : l.args()) {
+      auto tm = problem_->tensor_maps.find(a);
+      if (tm == problem_->tensor_maps.end()) {
+        p.params.push_back(problem_->values[static_cast<size_t>(a)].address());
+        continue;
+      }
+      const v1::BoundTensorMap& map = TensorMapFor(binary, a, tm->second);
+      const ProblemBuffer* buffer = nullptr;
+      for (const ProblemBuffer& b : problem_->buffers) {
+        if (b.arg_index == map.buffer_arg()) buffer = &b;
+      }
+      if (buffer == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ": tensor map arg ", a, " names arg ", map.buffer_arg(), ", not a buffer"));
+      }
+      absl::StatusOr<std::unique_ptr<CUtensorMap>> encoded =
+          EncodeTensorMap(driver_, map, buffer->memory.ptr(), buffer->bytes);
+      if (!encoded.ok()) return Annotate(encoded.status(), absl::StrCat(at, ": tensor map arg ", a));
+      p.params.push_back(encoded->get());
+      p.tensor_maps.push_back(*std::move(encoded));
+    }
     out.push_back(std::move(p));
   }
   return out;
@@ -797,7 +825,7 @@ absl::StatusOr<std::vector<ArgValue>> CudaWorkerSession::BuildKernelArgs(
   }
   for (int i = 0; i < spec.args_size(); ++i) {
     const v1::ArgSpec& a = spec.args(i);
-    if (a.is_buffer()) continue;
+    if (a.is_buffer() || a.scalar_type() == "tensor_map") continue;  // tensor maps: Prepare
     KTUNE_ASSIGN_OR_RETURN(values[static_cast<size_t>(i)], ScalarArg(a, ArgWhere(i, a)));
   }
   return values;

@@ -83,6 +83,22 @@ v1::KernelArtifact FullArtifact() {
   eps->set_scalar_type("f32");
   eps->set_number(1e-6);
   eps->set_int_value(-7);
+  // A tensor map over x (no launch takes it: LoadedKernel still checks it).
+  v1::KernelArg* map = a.add_args();
+  map->set_name("x_map");
+  map->set_scalar_type("tensor_map");
+  v1::BoundTensorMap* t = map->mutable_tensor_map();
+  t->set_buffer("x");
+  t->set_buffer_arg(0);
+  t->set_dtype("bf16");
+  for (int64_t d : {8192, 4096}) t->add_dims(d);
+  t->add_strides(8192 * 2);
+  for (int64_t b : {64, 128}) t->add_box(b);
+  for (int64_t e : {1, 1}) t->add_element_strides(e);
+  t->set_swizzle(v1::TensorMap::SWIZZLE_128B);
+  t->set_interleave(v1::TensorMap::INTERLEAVE_NONE);
+  t->set_l2_promotion(v1::TensorMap::L2_PROMOTION_256B);
+  t->set_oob_fill(v1::TensorMap::OOB_FILL_NAN);
   (*a.mutable_params())["BLOCK"] = 256;
   (*a.mutable_params())["VEC"] = 8;
   a.mutable_knobs()->set_maxrregcount(64);
@@ -117,7 +133,7 @@ TEST(FullArtifactTest, SetsEveryField) {
   const v1::KernelArtifact a = FullArtifact();
   EXPECT_EQ(SetFields({&a}), AllFields(v1::KernelArtifact::descriptor()));
   EXPECT_EQ(SetFields({&a.launches(0)}), AllFields(v1::KernelLaunch::descriptor()));
-  EXPECT_EQ(SetFields({&a.args(0), &a.args(1), &a.args(2), &a.args(3)}),
+  EXPECT_EQ(SetFields({&a.args(0), &a.args(1), &a.args(2), &a.args(3), &a.args(4)}),
             AllFields(v1::KernelArg::descriptor()));
   EXPECT_EQ(SetFields({&a.knobs()}), AllFields(v1::Knobs::descriptor()));
   EXPECT_EQ(SetFields({&a.metrics()}), AllFields(v1::KernelMetrics::descriptor()));
@@ -179,7 +195,7 @@ TEST_F(ClientTest, GetKernelRoundTripsEveryField) {
   EXPECT_EQ(a.launches[1].lowered_name, "finish");
   EXPECT_THAT(a.launches[1].block, ElementsAre(32u, 1u, 1u));
   EXPECT_THAT(a.launches[1].args, ElementsAre(2));
-  ASSERT_EQ(a.args.size(), 4u);
+  ASSERT_EQ(a.args.size(), 5u);
   EXPECT_EQ(a.args[0].name, "x");
   EXPECT_TRUE(a.args[0].is_buffer);
   EXPECT_EQ(a.args[0].dtype, "bf16");
@@ -193,6 +209,19 @@ TEST_F(ClientTest, GetKernelRoundTripsEveryField) {
   EXPECT_EQ(a.args[3].scalar_type, "f32");
   EXPECT_DOUBLE_EQ(a.args[3].number, 1e-6);
   EXPECT_EQ(a.args[3].int_value, -7);
+  EXPECT_EQ(a.args[4].scalar_type, "tensor_map");
+  const TensorMapArg& t = a.args[4].tensor_map;
+  EXPECT_EQ(t.buffer, "x");
+  EXPECT_EQ(t.buffer_arg, 0);
+  EXPECT_EQ(t.dtype, "bf16");
+  EXPECT_THAT(t.dims, ElementsAre(8192, 4096));
+  EXPECT_THAT(t.strides, ElementsAre(16384));
+  EXPECT_THAT(t.box, ElementsAre(64, 128));
+  EXPECT_THAT(t.element_strides, ElementsAre(1, 1));
+  EXPECT_EQ(t.swizzle, 3);
+  EXPECT_EQ(t.interleave, 0);
+  EXPECT_EQ(t.l2_promotion, 3);
+  EXPECT_EQ(t.oob_fill, 1);
   EXPECT_THAT(a.params, ElementsAre(Pair("BLOCK", 256), Pair("VEC", 8)));
   EXPECT_EQ(a.knobs.maxrregcount, 64);
   EXPECT_EQ(a.knobs.min_blocks, 2);
@@ -566,6 +595,34 @@ TEST(LoadedKernelTest, MalformedLaunchesAreInvalidArgument) {
   a.args[3].scalar_type = "f64";
   EXPECT_THAT(LoadedKernel::Load(a),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'eps'")));
+}
+
+TEST(LoadedKernelTest, TensorMapsAreCheckedBeforeAnyDriverCall) {
+  KernelArtifact a = ArtifactFromProto(FullArtifact());
+  a.args[4].tensor_map.box = {64, 512};
+  EXPECT_THAT(LoadedKernel::Load(a),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("args[4] (x_map).tensor_map.box[1]: 512 is outside 1..256")));
+  a = ArtifactFromProto(FullArtifact());
+  a.args[4].tensor_map.box = {128, 128};  // 256 bytes, over SWIZZLE_128B's span
+  EXPECT_THAT(LoadedKernel::Load(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("128-byte span of SWIZZLE_128B")));
+  a = ArtifactFromProto(FullArtifact());
+  a.args[4].tensor_map.buffer_arg = 3;  // eps, a scalar
+  EXPECT_THAT(LoadedKernel::Load(a),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor_map.buffer_arg: 3 is not a buffer arg")));
+  a = ArtifactFromProto(FullArtifact());
+  a.args[4].tensor_map.dims = {8192, 4097};  // one row past x
+  EXPECT_THAT(LoadedKernel::Load(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("tensor_map.dims: the map reaches")));
+  // A client without tensor-map support sees an unknown scalar type (what the daemon
+  // sends as scalar_type for them), not a crash.
+  a = ArtifactFromProto(FullArtifact());
+  a.args[4].scalar_type = "tensor_map_v2";
+  EXPECT_THAT(LoadedKernel::Load(a),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'x_map' has type 'tensor_map_v2'; expected i32, i64 or f32")));
 }
 
 TEST(LoadedKernelTest, NoDriverIsUnavailable) {

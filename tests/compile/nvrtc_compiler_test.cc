@@ -17,6 +17,8 @@
 #include "server/templates/search_space.h"
 #include "server/tuning/compile_request.h"
 #include "server/compile/cubin_sections.h"
+#include "server/base/status_macros.h"
+#include "server/compile/nvrtc_compiler.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/status_matchers.h"
 
@@ -133,6 +135,81 @@ TEST_F(NvrtcCompilerTest, StaticAssertInTheTemplateIsAFailedResult) {
   ASSERT_OK_AND_ASSIGN(CompileResult r, compiler_->Compile(request));
   EXPECT_FALSE(r.ok);
   EXPECT_THAT(r.log, HasSubstr("N must be a multiple of the warp size"));
+}
+
+TEST_F(NvrtcCompilerTest, Fp8TypesCompileFromTheToolkitHeaders) {
+  // The dtype names ktune substitutes for {dtype} (DTypeCudaName) come from <cuda_fp8.h>,
+  // which NVRTC finds on the toolkit include path.
+  CompileRequest request;
+  request.source =
+      "#include <cuda_fp8.h>\n"
+      "template <typename T> __global__ void to_fp8(const float* x, T* out) {\n"
+      "  out[threadIdx.x] = T(x[threadIdx.x]);\n"
+      "}\n";
+  request.source_name = "fp8.cu";
+  request.name_expressions = {"to_fp8<__nv_fp8_e4m3>", "to_fp8<__nv_fp8_e5m2>"};
+  request.options = {"--gpu-architecture=sm_90"};
+  ASSERT_OK_AND_ASSIGN(CompileResult r, compiler_->Compile(request));
+  ASSERT_TRUE(r.ok) << r.log;
+  EXPECT_THAT(r.kernels, SizeIs(2));
+}
+
+// The tensor-map test template (tests/templates/testdata/tma): a `const __grid_constant__
+// ktune::TensorMap` parameter, cp.async.bulk.tensor.2d into shared memory on an mbarrier.
+class NvrtcTmaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(registry_, LoadTemplateRegistry(testing::TmaTemplatesDir()));
+    ASSERT_THAT(registry_->errors(), IsEmpty());
+    NvrtcOptions options;
+    options.include_dirs = {absl::StrCat(testing::ShippedTemplatesDir(), "/include")};
+    ASSERT_OK_AND_ASSIGN(compiler_, NewNvrtcCompiler(options));
+  }
+
+  absl::StatusOr<CompileRequest> Request(DType dtype, int64_t path, const std::string& arch) {
+    KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get("tma_copy"));
+    KTUNE_ASSIGN_OR_RETURN(TargetInfo target, TargetFromArch(arch));
+    Config config = DefaultConfig(*tmpl, target);
+    config.params = {{"BOX_COLS", 64}, {"BOX_ROWS", 8}, {"PATH", path}};
+    config.knobs.target = arch;
+    KTUNE_ASSIGN_OR_RETURN(BindResult bound,
+                           Bind(tmpl, dtype, {{"rows", 100}, {"cols", 200}}, config, target));
+    if (!bound.instance) return absl::InternalError(bound.rejected_because);
+    return BuildCompileRequest(*bound.instance);
+  }
+
+  std::unique_ptr<TemplateRegistry> registry_;
+  std::unique_ptr<Compiler> compiler_;
+};
+
+TEST_F(NvrtcTmaTest, CompilesForSm90AndSm90a) {
+  for (const std::string arch : {"sm_90", "sm_90a"}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(absl::StrCat(arch, " ", DTypeName(dtype)));
+      ASSERT_OK_AND_ASSIGN(CompileRequest request, Request(dtype, 0, arch));
+      ASSERT_OK_AND_ASSIGN(CompileResult r, compiler_->Compile(request));
+      ASSERT_TRUE(r.ok) << r.log;
+      EXPECT_THAT(r.cubin, StartsWith("\x7f" "ELF"));
+      ASSERT_THAT(r.kernels, SizeIs(1));
+      EXPECT_THAT(r.kernels[0].lowered_name, HasSubstr("tma_copy"));
+      EXPECT_EQ(r.kernels[0].resources.arch, arch);
+    }
+  }
+}
+
+TEST_F(NvrtcTmaTest, TheHopperOnlyPathCompilesForSm90aOnly) {
+  // What the manifest's "PATH == 0 || KTUNE_ARCH_SPECIFIC" saves the tuning loop from: the
+  // same PATH 1 candidate compiled for plain sm_90 fails.
+  ASSERT_OK_AND_ASSIGN(CompileRequest specific, Request(DType::kBF16, 1, "sm_90a"));
+  ASSERT_OK_AND_ASSIGN(CompileResult ok, compiler_->Compile(specific));
+  EXPECT_TRUE(ok.ok) << ok.log;
+  CompileRequest portable = specific;
+  for (std::string& o : portable.options) {
+    if (o == "--gpu-architecture=sm_90a") o = "--gpu-architecture=sm_90";
+  }
+  ASSERT_OK_AND_ASSIGN(CompileResult failed, compiler_->Compile(portable));
+  EXPECT_FALSE(failed.ok);
+  EXPECT_THAT(failed.log, HasSubstr("PATH 1 needs the arch-specific target sm_90a"));
 }
 
 TEST_F(NvrtcCompilerTest, NoNameExpressionIsInvalid) {

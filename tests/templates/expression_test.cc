@@ -109,10 +109,16 @@ TEST(ExpressionTest, SizeofDtypeFollowsTheScope) {
   ASSERT_OK_AND_ASSIGN(Expression e, Expression::Parse("sizeof(dtype) * 8"));
   Scope s;
   for (auto [t, want] : {std::pair{DType::kF32, 32}, std::pair{DType::kF16, 16},
-                         std::pair{DType::kBF16, 16}, std::pair{DType::kI32, 32}}) {
+                         std::pair{DType::kBF16, 16}, std::pair{DType::kI32, 32},
+                         std::pair{DType::kF8E4M3, 8}, std::pair{DType::kF8E5M2, 8}}) {
     s.dtype = t;
     EXPECT_THAT(e.Evaluate(s), IsOkAndHolds(want)) << DTypeName(t);
   }
+}
+
+TEST(ExpressionTest, SizeofFp8IsOne) {
+  ASSERT_OK_AND_ASSIGN(Expression e, Expression::Parse("sizeof(f8e4m3) + 10 * sizeof(f8e5m2)"));
+  EXPECT_THAT(e.Evaluate(Scope()), IsOkAndHolds(11));
 }
 
 TEST(ExpressionTest, ShortCircuitSkipsErrors) {
@@ -180,8 +186,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"sizeof dtype", "col 1: expected '(' after 'sizeof'"},
         ErrorCase{"pow(2, 3)", "col 1: unknown function 'pow'"},
         ErrorCase{"1 + hidden(3)", "col 5: unknown function 'hidden'"},
-        ErrorCase{"sizeof(f64)", "col 8: sizeof takes 'dtype' or f32, f16, bf16, i32, not 'f64'"},
-        ErrorCase{"sizeof(float)", "col 8: sizeof takes 'dtype' or f32, f16, bf16, i32"},
+        ErrorCase{"sizeof(f64)", "col 8: sizeof takes 'dtype' or f32, f16, bf16, i32, f8e4m3, f8e5m2, not 'f64'"},
+        ErrorCase{"sizeof(float)", "col 8: sizeof takes 'dtype' or f32, f16, bf16, i32, f8e4m3, f8e5m2"},
         ErrorCase{"sizeof(1)", "col 8: sizeof takes 'dtype'"},
         ErrorCase{"sizeof()", "col 8: sizeof takes 'dtype'"},
         ErrorCase{"sizeof(dtype + 1)", "col 14: expected ')' but found '+'"},

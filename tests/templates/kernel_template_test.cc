@@ -69,7 +69,7 @@ const BrokenCase kBrokenCases[] = {
     {"name_mismatch", "name: \"tiny\"", "name: \"tinier\"",
      ":2: name: 'tinier' must equal the folder name 'tiny'"},
     {"unknown_dtype", "dtypes: [\"f32\", \"bf16\"]", "dtypes: [\"f32\", \"f64\"]",
-     ":4: dtypes[1]: unknown dtype 'f64'; expected f32, f16 or bf16"},
+     ":4: dtypes[1]: unknown dtype 'f64'; expected f32, f16, bf16, f8e4m3 or f8e5m2"},
     {"repeated_dtype", "dtypes: [\"f32\", \"bf16\"]", "dtypes: [\"f32\", \"f32\"]",
      ":4: dtypes[1]: 'f32' listed twice"},
     {"dim_name", "dims { name: \"n\"", "dims { name: \"N\"",
@@ -94,7 +94,7 @@ const BrokenCase kBrokenCases[] = {
     {"uniform_range", "lo: -1 hi: 1", "lo: 1 hi: -1", ":9: args[0].buffer.fill: UNIFORM needs lo < hi"},
     {"buffer_dtype", "dtype: \"dtype\" count: \"n\" role: OUTPUT",
      "dtype: \"double\" count: \"n\" role: OUTPUT",
-     ":10: args[1].buffer.dtype: unknown dtype 'double'; expected dtype, f32, f16, bf16 or i32"},
+     ":10: args[1].buffer.dtype: unknown dtype 'double'; expected dtype, f32, f16, bf16, f8e4m3, f8e5m2 or i32"},
     {"buffer_role", "role: OUTPUT", "", ":10: args[1].buffer.role: missing: INPUT, OUTPUT, INOUT or SCRATCH"},
     {"duplicate_arg", "name: \"count\"", "name: \"out\"", ":11: args[2].name: 'out' declared twice"},
     {"scalar_type", "type: \"i32\"", "type: \"u8\"",
@@ -128,23 +128,129 @@ const BrokenCase kBrokenCases[] = {
 
 class BrokenManifestTest : public ::testing::TestWithParam<BrokenCase> {};
 
-TEST_P(BrokenManifestTest, RejectedWithFileLineAndReason) {
-  const BrokenCase& c = GetParam();
-  std::string manifest = TinyManifest();
+// Breaks `manifest` per `c`, writes it as template `name` (with `write`) and checks the
+// load's error.
+void ExpectBroken(const BrokenCase& c, std::string manifest, const std::string& name,
+                  void (*write)(const std::string&, const std::string&)) {
   ASSERT_NE(manifest.find(c.find), std::string::npos) << c.find;
   manifest = absl::StrReplaceAll(manifest, {{c.find, c.replace}});
   const std::string root = testing::NewTempDir();
-  testing::WriteTiny(root, manifest);
-  const std::string file = absl::StrCat(root, "/tiny/tiny.textproto");
-  auto loaded = LoadKernelTemplate(absl::StrCat(root, "/tiny"));
+  write(root, manifest);
+  const std::string file = absl::StrCat(root, "/", name, "/", name, ".textproto");
+  auto loaded = LoadKernelTemplate(absl::StrCat(root, "/", name));
   ASSERT_FALSE(loaded.ok()) << c.name;
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()), StartsWith(absl::StrCat(file, c.error)))
       << c.name;
 }
 
+TEST_P(BrokenManifestTest, RejectedWithFileLineAndReason) {
+  ExpectBroken(GetParam(), TinyManifest(), "tiny",
+               [](const std::string& root, const std::string& m) { testing::WriteTiny(root, m); });
+}
+
 INSTANTIATE_TEST_SUITE_P(Table, BrokenManifestTest, ::testing::ValuesIn(kBrokenCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+std::string TmaManifest() {
+  auto text = ReadFile(absl::StrCat(testing::TmaTemplatesDir(), "/tma_copy/tma_copy.textproto"));
+  EXPECT_TRUE(text.ok());
+  return *text;
+}
+
+TEST(KernelTemplateTest, LoadsATensorMapArg) {
+  ASSERT_OK_AND_ASSIGN(auto t,
+                       LoadKernelTemplate(absl::StrCat(testing::TmaTemplatesDir(), "/tma_copy")));
+  const v1::Arg& a = t->manifest().args(1);
+  ASSERT_TRUE(a.has_tensor_map());
+  EXPECT_EQ(a.tensor_map().buffer(), "x");
+  EXPECT_THAT(a.tensor_map().box(), ::testing::ElementsAre("BOX_COLS", "BOX_ROWS"));
+  EXPECT_EQ(a.tensor_map().swizzle(), v1::TensorMap::SWIZZLE_NONE);
+}
+
+// The tensor map, dtype_for and atol_scale fields, broken one at a time in tma_copy's
+// manifest (line 15 is the tensor map, 16 the output buffer, 32 the f32 tolerance).
+const BrokenCase kBrokenTmaCases[] = {
+    {"tm_buffer_unknown", "buffer: \"x\" dims", "buffer: \"y\" dims",
+     ":15: args[1].tensor_map.buffer: 'y' is not a buffer arg"},
+    {"tm_buffer_is_a_scalar", "buffer: \"x\" dims", "buffer: \"nrows\" dims",
+     ":15: args[1].tensor_map.buffer: 'nrows' is not a buffer arg"},
+    {"tm_buffer_missing", "buffer: \"x\" dims", "dims",
+     ":15: args[1].tensor_map.buffer: missing: the Buffer arg the map covers"},
+    {"tm_no_dims", "dims: [\"cols\", \"rows\"] ", "",
+     ":15: args[1].tensor_map.dims: 0 dims; a tensor map has rank 1..5"},
+    {"tm_rank_6", "dims: [\"cols\", \"rows\"]", "dims: [\"cols\", \"rows\", \"1\", \"1\", \"1\", \"1\"]",
+     ":15: args[1].tensor_map.dims: 6 dims; a tensor map has rank 1..5"},
+    {"tm_strides_count", "strides: [\"cols * sizeof(dtype)\"]", "strides: []",
+     ":15: args[1].tensor_map.strides: 0 strides for rank 2; need rank - 1 (byte strides of "
+     "dims[1..])"},
+    {"tm_box_count", "box: [\"BOX_COLS\", \"BOX_ROWS\"]", "box: [\"BOX_COLS\"]",
+     ":15: args[1].tensor_map.box: 1 values for rank 2; need rank"},
+    {"tm_element_strides_count", "box: [\"BOX_COLS\", \"BOX_ROWS\"]",
+     "box: [\"BOX_COLS\", \"BOX_ROWS\"] element_strides: [\"1\"]",
+     ":15: args[1].tensor_map.element_strides: 1 values for rank 2; need none (all 1) or rank"},
+    {"tm_box_unknown_identifier", "box: [\"BOX_COLS\", \"BOX_ROWS\"]",
+     "box: [\"BOX_COLS\", \"TILE\"]",
+     ":15: args[1].tensor_map.box[1]: unknown identifier 'TILE' in 'TILE'; known: dims, params "
+     "and KTUNE_* knobs"},
+    {"tm_swizzle_value", "box: [\"BOX_COLS\", \"BOX_ROWS\"]",
+     "box: [\"BOX_COLS\", \"BOX_ROWS\"] swizzle: 7",
+     ":15: args[1].tensor_map.swizzle: unknown value"},
+    {"dtype_for_key", "role: OUTPUT }", "role: OUTPUT dtype_for { key: \"f16\" value: \"f32\" } }",
+     ":16: args[2].buffer.dtype_for: key 'f16' is not one of the template's dtypes"},
+    {"dtype_for_value", "role: OUTPUT }",
+     "role: OUTPUT dtype_for { key: \"bf16\" value: \"f64\" } }",
+     ":16: args[2].buffer.dtype_for: value 'f64' for 'bf16' is not a dtype; expected f32, f16, "
+     "bf16, f8e4m3, f8e5m2 or i32"},
+    {"atol_scale_param", "tolerances { dtype: \"f32\" atol: 0 rtol: 0 }",
+     "tolerances { dtype: \"f32\" atol: 0 rtol: 0 atol_scale: \"BOX_COLS\" }",
+     ":32: tolerances[0].atol_scale: 'BOX_COLS' is not a dim: the tolerance may depend on the "
+     "shape only"},
+    {"atol_scale_unknown", "tolerances { dtype: \"f32\" atol: 0 rtol: 0 }",
+     "tolerances { dtype: \"f32\" atol: 0 rtol: 0 atol_scale: \"k\" }",
+     ":32: tolerances[0].atol_scale: unknown identifier 'k' in 'k'"},
+    {"atol_scale_syntax", "tolerances { dtype: \"f32\" atol: 0 rtol: 0 }",
+     "tolerances { dtype: \"f32\" atol: 0 rtol: 0 atol_scale: \"rows *\" }",
+     ":32: tolerances[0].atol_scale: col "},
+};
+
+class BrokenTmaManifestTest : public ::testing::TestWithParam<BrokenCase> {};
+
+TEST_P(BrokenTmaManifestTest, RejectedWithFileLineAndReason) {
+  ExpectBroken(GetParam(), TmaManifest(), "tma_copy", [](const std::string& root,
+                                                          const std::string& m) {
+    testing::WriteTmaCopy(root, m);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BrokenTmaManifestTest, ::testing::ValuesIn(kBrokenTmaCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(KernelTemplateTest, Fp8DTypesAreRequestDTypes) {
+  std::string manifest = TinyManifest();
+  manifest = absl::StrReplaceAll(
+      manifest, {{"dtypes: [\"f32\", \"bf16\"]", "dtypes: [\"f32\", \"bf16\", \"f8e4m3\", \"f8e5m2\"]"},
+                 {"tolerances { dtype: \"bf16\" atol: 1e-2 rtol: 1e-2 }",
+                  "tolerances { dtype: \"bf16\" atol: 1e-2 rtol: 1e-2 }\n"
+                  "tolerances { dtype: \"f8e4m3\" atol: 0.1 rtol: 0.1 }\n"
+                  "tolerances { dtype: \"f8e5m2\" atol: 0.2 rtol: 0.2 }"}});
+  const std::string root = testing::NewTempDir();
+  testing::WriteTiny(root, manifest);
+  ASSERT_OK_AND_ASSIGN(auto t, LoadKernelTemplate(absl::StrCat(root, "/tiny")));
+  EXPECT_THAT(t->dtypes(), ::testing::ElementsAre(DType::kF32, DType::kBF16, DType::kF8E4M3,
+                                                  DType::kF8E5M2));
+}
+
+TEST(KernelTemplateTest, BufferDTypeFollowsDtypeFor) {
+  v1::Buffer b;
+  b.set_dtype("dtype");
+  (*b.mutable_dtype_for())["f8e4m3"] = "bf16";
+  EXPECT_EQ(BufferDType(b, DType::kF8E4M3), DType::kBF16);
+  EXPECT_EQ(BufferDType(b, DType::kF16), DType::kF16);
+  b.set_dtype("f32");
+  EXPECT_EQ(BufferDType(b, DType::kF16), DType::kF32);
+  EXPECT_EQ(BufferDType(b, DType::kF8E4M3), DType::kBF16);
+}
 
 TEST(KernelTemplateTest, MissingSourceFile) {
   const std::string root = testing::NewTempDir();

@@ -6,8 +6,11 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "server/base/file.h"
 #include "server/templates/instance.h"
 #include "tests/templates/template_fixture.h"
+#include "tests/templates/tma_template.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune {
@@ -146,6 +149,150 @@ TEST(InstanceTest, ReferenceIgnoresConstraintsAndKnobs) {
   EXPECT_EQ(ref.launches[0].grid[0], 1);
   EXPECT_EQ(ref.config.knobs.target, "sm_90");
   EXPECT_EQ(ref.config.knobs.maxrregcount, 0);
+}
+
+std::shared_ptr<const KernelTemplate> TmaCopy() { return testing::TmaCopyTemplate(); }
+
+Config TmaConfig(int64_t box_cols, int64_t box_rows, int64_t path, const std::string& target) {
+  Config c = DefaultConfig(*TmaCopy(), Sm90());
+  c.params = {{"BOX_COLS", box_cols}, {"BOX_ROWS", box_rows}, {"PATH", path}};
+  c.knobs.target = target;
+  return c;
+}
+
+TEST(SearchSpaceTest, ArchSpecificConstraintExcludesPortablePointsBeforeCompiling) {
+  // 4 x 3 x 2 param points x {sm_90, sm_90a} (try_arch_specific defaults to true). The
+  // manifest's "PATH == 0 || KTUNE_ARCH_SPECIFIC" leaves out PATH 1 on sm_90: 12 points.
+  ASSERT_OK_AND_ASSIGN(SearchSpace s, EnumerateSearchSpace(TmaCopy(), DType::kF32,
+                                                           {{"rows", 100}, {"cols", 200}}, Sm90()));
+  EXPECT_EQ(s.param_points, 24);
+  EXPECT_EQ(s.points, 48);
+  EXPECT_EQ(s.configs.size(), 36u);
+  EXPECT_THAT(s.rejected, ElementsAre(Pair("constraint 'PATH == N || KTUNE_ARCH_SPECIFIC'", 12)));
+  int path1 = 0;
+  for (const Config& c : s.configs) {
+    if (c.params.at("PATH") == 1) {
+      ++path1;
+      EXPECT_EQ(c.knobs.target, "sm_90a") << ConfigString(c);
+    }
+  }
+  EXPECT_EQ(path1, 12);
+  // Without the arch-specific target (sm_80), every PATH 1 point is gone.
+  ASSERT_OK_AND_ASSIGN(SearchSpace old,
+                       EnumerateSearchSpace(TmaCopy(), DType::kF32, {{"rows", 100}, {"cols", 200}},
+                                            *TargetFromArch("sm_80")));
+  EXPECT_EQ(old.configs.size(), 12u);
+  for (const Config& c : old.configs) EXPECT_EQ(c.params.at("PATH"), 0);
+}
+
+TEST(SearchSpaceTest, TensorMapRulesPruneBeforeCompiling) {
+  // bf16 with BOX_COLS 4: a box row of 8 bytes, below TMA's 16. 3 BOX_ROWS x 2 PATHs x 2
+  // targets, of which the 3 PATH 1 / sm_90 points fail the constraint first.
+  ASSERT_OK_AND_ASSIGN(SearchSpace s, EnumerateSearchSpace(TmaCopy(), DType::kBF16,
+                                                           {{"rows", 100}, {"cols", 200}}, Sm90()));
+  EXPECT_EQ(s.rejected.at("constraint 'PATH == N || KTUNE_ARCH_SPECIFIC'"), 12);
+  EXPECT_EQ(s.rejected.at("args[N].tensor_map.box[N]: N elements x N bytes = N bytes is not a "
+                          "multiple of N"),
+            9);
+  EXPECT_EQ(s.configs.size(), 48u - 12u - 9u);
+}
+
+TEST(InstanceTest, KtuneArchSpecificFollowsTheTarget) {
+  ASSERT_OK_AND_ASSIGN(BindResult portable,
+                       Bind(TmaCopy(), DType::kF32, {{"rows", 100}, {"cols", 200}},
+                            TmaConfig(32, 8, 1, "sm_90"), Sm90()));
+  EXPECT_FALSE(portable.instance);
+  EXPECT_EQ(portable.rejected_because, "constraint 'PATH == 0 || KTUNE_ARCH_SPECIFIC'");
+  ASSERT_OK_AND_ASSIGN(BindResult specific,
+                       Bind(TmaCopy(), DType::kF32, {{"rows", 100}, {"cols", 200}},
+                            TmaConfig(32, 8, 1, "sm_90a"), Sm90()));
+  EXPECT_TRUE(specific.instance) << specific.rejected_because;
+}
+
+TEST(InstanceTest, BindsATensorMapPerCandidate) {
+  ASSERT_OK_AND_ASSIGN(BindResult r, Bind(TmaCopy(), DType::kBF16, {{"rows", 100}, {"cols", 200}},
+                                          TmaConfig(64, 32, 0, "sm_90"), Sm90()));
+  ASSERT_TRUE(r.instance) << r.rejected_because;
+  const BoundArg& a = r.instance->args[1];
+  EXPECT_EQ(a.name, "x_map");
+  EXPECT_FALSE(a.is_buffer);
+  EXPECT_TRUE(a.is_tensor_map());
+  EXPECT_EQ(a.scalar_type, "tensor_map");
+  const TensorMapDesc& m = a.tensor_map;
+  EXPECT_EQ(m.buffer, "x");
+  EXPECT_EQ(m.buffer_arg, 0);
+  EXPECT_EQ(m.dtype, DType::kBF16);
+  EXPECT_THAT(m.dims, ElementsAre(200, 100));
+  EXPECT_THAT(m.strides, ElementsAre(400));
+  EXPECT_THAT(m.box, ElementsAre(64, 32));
+  EXPECT_THAT(m.element_strides, ElementsAre(1, 1));
+  EXPECT_EQ(m.swizzle, 0);
+  EXPECT_EQ(r.instance->launches[0].name_expression, "tma_copy<__nv_bfloat16, 64, 32, 0>");
+  EXPECT_THAT(r.instance->launches[0].args, ElementsAre("x_map", "out", "nrows", "ncols"));
+  // Another config, another box.
+  ASSERT_OK_AND_ASSIGN(BindResult other, Bind(TmaCopy(), DType::kBF16,
+                                              {{"rows", 100}, {"cols", 200}},
+                                              TmaConfig(8, 1, 0, "sm_90"), Sm90()));
+  ASSERT_TRUE(other.instance) << other.rejected_because;
+  EXPECT_THAT(other.instance->args[1].tensor_map.box, ElementsAre(8, 1));
+  // The reference binds the map at the default params.
+  ASSERT_OK_AND_ASSIGN(Instance ref, BindReference(TmaCopy(), DType::kBF16,
+                                                   {{"rows", 100}, {"cols", 200}}, Sm90()));
+  EXPECT_THAT(ref.args[1].tensor_map.box, ElementsAre(32, 8));
+}
+
+TEST(InstanceTest, TensorMapBeyondItsBufferIsRejected) {
+  std::string manifest =
+      *ReadFile(absl::StrCat(testing::TmaTemplatesDir(), "/tma_copy/tma_copy.textproto"));
+  manifest = absl::StrReplaceAll(manifest, {{"dims: [\"cols\", \"rows\"]",
+                                             "dims: [\"cols\", \"rows + 1\"]"}});
+  const std::string root = testing::NewTempDir();
+  testing::WriteTmaCopy(root, manifest);
+  ASSERT_OK_AND_ASSIGN(auto t, LoadKernelTemplate(root + "/tma_copy"));
+  ASSERT_OK_AND_ASSIGN(BindResult r, Bind(t, DType::kF32, {{"rows", 100}, {"cols", 200}},
+                                          TmaConfig(32, 8, 0, "sm_90"), Sm90()));
+  EXPECT_FALSE(r.instance);
+  EXPECT_EQ(r.rejected_because,
+            "args[1].tensor_map.dims: the map reaches 80800 bytes into buffer 'x', which has "
+            "80000");
+}
+
+TEST(InstanceTest, DtypeForSetsABuffersElementType) {
+  std::string manifest = *ReadFile(absl::StrCat(testing::TestTemplatesDir(), "/tiny/tiny.textproto"));
+  manifest = absl::StrReplaceAll(
+      manifest, {{"count: \"n\" role: OUTPUT", "count: \"n\" role: OUTPUT dtype_for { key: \"bf16\" value: \"f32\" }"}});
+  const std::string root = testing::NewTempDir();
+  testing::WriteTiny(root, manifest);
+  ASSERT_OK_AND_ASSIGN(auto t, LoadKernelTemplate(root + "/tiny"));
+  ASSERT_OK_AND_ASSIGN(Instance bf16, BindReference(t, DType::kBF16, {{"n", 1000}}, Sm90()));
+  EXPECT_EQ(bf16.args[0].dtype, DType::kBF16);  // x follows the request
+  EXPECT_EQ(bf16.args[1].dtype, DType::kF32);   // out: dtype_for
+  ASSERT_OK_AND_ASSIGN(Instance f32, BindReference(t, DType::kF32, {{"n", 1000}}, Sm90()));
+  EXPECT_EQ(f32.args[1].dtype, DType::kF32);
+  // The tolerance is still the request dtype's.
+  EXPECT_DOUBLE_EQ(bf16.atol, 1e-2);
+}
+
+TEST(InstanceTest, AtolScaleGrowsWithTheSquareRootOfADim) {
+  std::string manifest = *ReadFile(absl::StrCat(testing::TestTemplatesDir(), "/tiny/tiny.textproto"));
+  manifest = absl::StrReplaceAll(
+      manifest, {{"tolerances { dtype: \"bf16\" atol: 1e-2 rtol: 1e-2 }",
+                  "tolerances { dtype: \"bf16\" atol: 1e-2 rtol: 1e-2 atol_scale: \"n / 10\" }"}});
+  const std::string root = testing::NewTempDir();
+  testing::WriteTiny(root, manifest);
+  ASSERT_OK_AND_ASSIGN(auto t, LoadKernelTemplate(root + "/tiny"));
+  ASSERT_OK_AND_ASSIGN(Instance bf16, BindReference(t, DType::kBF16, {{"n", 1000}}, Sm90()));
+  EXPECT_DOUBLE_EQ(bf16.atol, 1e-2 * 10);  // sqrt(100)
+  EXPECT_DOUBLE_EQ(bf16.rtol, 1e-2);
+  ASSERT_OK_AND_ASSIGN(Instance f32, BindReference(t, DType::kF32, {{"n", 1000}}, Sm90()));
+  EXPECT_DOUBLE_EQ(f32.atol, 1e-6);  // no scale for f32
+  // A negative scale is a manifest defect for that shape.
+  manifest = absl::StrReplaceAll(manifest, {{"atol_scale: \"n / 10\"", "atol_scale: \"10 - n\""}});
+  testing::WriteTiny(root, manifest);
+  ASSERT_OK_AND_ASSIGN(t, LoadKernelTemplate(root + "/tiny"));
+  EXPECT_THAT(BindReference(t, DType::kBF16, {{"n", 1000}}, Sm90()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("atol_scale '10 - n' is -990 for shape n=1000; must be >= 0")));
 }
 
 TEST(ShapeTest, ParseAndPrint) {

@@ -53,6 +53,23 @@ inline void WriteTiny(const std::string& root, const std::string& manifest = "")
   ASSERT_TRUE(AtomicWriteFile(dst + "/tiny.cu", *cu).ok());
 }
 
+// The tensor-map test template (tests/templates/testdata/tma/tma_copy).
+inline std::string TmaTemplatesDir() {
+  return absl::StrCat(SourceDir(), "/tests/templates/testdata/tma");
+}
+
+// Writes the test template "tma_copy" into `root`/tma_copy with its manifest replaced by
+// `manifest`.
+inline void WriteTmaCopy(const std::string& root, const std::string& manifest) {
+  const std::string src = absl::StrCat(TmaTemplatesDir(), "/tma_copy");
+  const std::string dst = absl::StrCat(root, "/tma_copy");
+  ASSERT_TRUE(MakeDirs(dst).ok());
+  auto cu = ReadFile(src + "/tma_copy.cu");
+  ASSERT_TRUE(cu.ok());
+  ASSERT_TRUE(AtomicWriteFile(dst + "/tma_copy.textproto", manifest).ok());
+  ASSERT_TRUE(AtomicWriteFile(dst + "/tma_copy.cu", *cu).ok());
+}
+
 }  // namespace ktune::testing
 
 #endif  // KTUNE_TESTS_TEMPLATES_TEMPLATE_FIXTURE_H_

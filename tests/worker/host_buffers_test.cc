@@ -198,6 +198,49 @@ TEST(FillTest, DeterministicPerSeedAndDifferentAcrossSeeds) {
   }
 }
 
+TEST(Fp8BufferTest, FillsAreRoundedToTheFormat) {
+  for (DType t : {DType::kF8E4M3, DType::kF8E5M2}) {
+    SCOPED_TRACE(DTypeName(t));
+    EXPECT_EQ(DTypeSize(t), 1);
+    ASSERT_OK_AND_ASSIGN(std::string bytes,
+                         GenerateFill(t, 10000, MakeFill(v1::Fill::UNIFORM, -1, 1), 3));
+    ASSERT_EQ(bytes.size(), 10000u);
+    std::vector<double> v = Decode(t, bytes);
+    int64_t zeros = 0, negative = 0;
+    for (double x : v) {
+      ASSERT_GE(x, -1.0);
+      ASSERT_LE(x, 1.0);
+      zeros += x == 0;
+      negative += x < 0;
+    }
+    EXPECT_LT(zeros, 200);
+    EXPECT_NEAR(static_cast<double>(negative) / v.size(), 0.5, 0.03);
+    // NORMAL with a wide deviation saturates instead of making infinities or NaNs.
+    ASSERT_OK_AND_ASSIGN(bytes, GenerateFill(t, 10000, MakeFill(v1::Fill::NORMAL, 0, 1e5), 4));
+    for (double x : Decode(t, bytes)) ASSERT_TRUE(std::isfinite(x));
+    // Each element is the encoding of its own decoding: values of the format.
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      char again;
+      EncodeElement(t, DecodeElement(t, &bytes[i]), &again);
+      ASSERT_EQ(again, bytes[i]) << i;
+    }
+  }
+}
+
+TEST(Fp8BufferTest, CompareAndPoison) {
+  const std::string want = {0x38, 0x40};  // e4m3: 1, 2
+  const std::string got = {0x39, 0x40};   // 1.125, 2
+  Comparison c = CompareBuffers(DType::kF8E4M3, got, want, 0.1, 0);
+  EXPECT_EQ(c.elements, 2);
+  EXPECT_EQ(c.mismatches, 1);
+  EXPECT_EQ(c.first_index, 0);
+  EXPECT_EQ(CompareBuffers(DType::kF8E4M3, got, want, 0.125, 0).mismatches, 0);
+  // The poison is NaN in both formats, so an unwritten element never passes.
+  const std::string poison = PoisonBytes(DType::kF8E5M2, 4);
+  EXPECT_EQ(CompareBuffers(DType::kF8E5M2, poison, std::string(4, 0x3C), 1e9, 1e9).mismatches, 4);
+  EXPECT_EQ(CompareBuffers(DType::kF8E4M3, poison, want + want, 1e9, 1e9).mismatches, 4);
+}
+
 TEST(FillTest, BufferSeedsDiffer) {
   EXPECT_NE(BufferSeed(7, 0), BufferSeed(7, 1));
   EXPECT_EQ(BufferSeed(7, 2), BufferSeed(7, 2));

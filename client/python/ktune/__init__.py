@@ -29,9 +29,10 @@ from ktune._errors import (  # noqa: E402
 from ktune._types import (  # noqa: E402
     Device, DeviceInfo, Devices, EntrySummary, KernelArg, KernelArtifact, KernelKey,
     KernelLaunch, KernelMetrics, Knobs, TemplateDim, TemplateInfo, TemplateList,
-    TemplateParam, TuneProgress)
+    TemplateParam, TensorMap, TuneProgress)
 from ktune._client import Client, default_target  # noqa: E402
-from ktune._launch import pack_kernel_params  # noqa: E402
-from ktune._loaded import BoundKernel, LoadedKernel, cuda_check, cuda_driver  # noqa: E402
+from ktune._launch import check_tensor_map, pack_kernel_params  # noqa: E402
+from ktune._loaded import (  # noqa: E402
+    BoundKernel, LoadedKernel, cuda_check, cuda_driver, encode_tensor_map)
 
 __version__ = "0.1.0"

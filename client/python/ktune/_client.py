@@ -94,7 +94,7 @@ class Client:
             raise _errors.from_rpc_error(e) from None
 
     def get_kernel(self, template, dtype, shape, policy="cache_only", gpu=0, timeout_s=None):
-        """The kernel for `template` (e.g. "rmsnorm"), `dtype` ("f32", "f16", "bf16") and
+        """The kernel for `template` (e.g. "rmsnorm"), `dtype` ("f32", "bf16", "f8e4m3", ...) and
         `shape` ({"tokens": 4096, "hidden": 8192}) on GPU ordinal `gpu` of the daemon.
 
         policy: "cache_only" (a miss is NotFoundError), "tune" (tune now; give a deadline of

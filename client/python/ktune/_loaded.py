@@ -14,7 +14,7 @@ cuda-python's driver functions: tests pass a fake).
 
 import ctypes
 
-from ktune._launch import pack_kernel_params
+from ktune._launch import check_tensor_map, pack_kernel_params
 
 # cuLaunchKernel's default limit; above it a function must opt in (cuFuncSetAttribute).
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024
@@ -45,13 +45,40 @@ def cuda_check(driver, result, call):
     return rest[0] if len(rest) == 1 else rest
 
 
+# CUtensorMapDataType's values per ktune dtype (fp8 moves as bytes: UINT8).
+_TENSOR_MAP_DTYPES = {"i32": 3, "f16": 6, "f32": 7, "bf16": 9, "f8e4m3": 0,
+                      "f8e5m2": 0}
+
+
+def encode_tensor_map(driver, tensor_map, address):
+    """The 128 bytes of a CUtensorMap for `tensor_map` (a ktune.TensorMap) over the device
+    address `address`, from cuda-python's cuTensorMapEncodeTiled. Raises RuntimeError when the
+    driver binding has none (cuda-python before 12.0) or the driver refuses."""
+    cu = driver
+    if not hasattr(cu, "cuTensorMapEncodeTiled"):
+        raise RuntimeError("this cuda-python has no cuTensorMapEncodeTiled (12.0 or later is "
+                           "needed to launch kernels that take tensor maps)")
+    t = tensor_map
+    dtype = _TENSOR_MAP_DTYPES.get(t.dtype)
+    if dtype is None:
+        raise ValueError(f"tensor map over '{t.buffer}': unknown dtype '{t.dtype}'")
+    encoded = cuda_check(cu, cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType(dtype), len(t.dims), address, list(t.dims), list(t.strides),
+        list(t.box), list(t.element_strides), cu.CUtensorMapInterleave(t.interleave),
+        cu.CUtensorMapSwizzle(t.swizzle), cu.CUtensorMapL2promotion(t.l2_promotion),
+        cu.CUtensorMapFloatOOBfill(t.oob_fill)), f"cuTensorMapEncodeTiled({t.buffer})")
+    return ctypes.string_at(encoded.getPtr(), 128)
+
+
 class BoundKernel:
     """A LoadedKernel with its device pointers fixed: every launch's kernelParams packed once.
     Keep the buffers alive as long as it is used."""
 
     def __init__(self, kernel, pointers):
         self._kernel = kernel
-        self._params = [pack_kernel_params(kernel.artifact, launch, pointers)
+        def encode(tensor_map, address):
+            return encode_tensor_map(kernel.driver, tensor_map, address)
+        self._params = [pack_kernel_params(kernel.artifact, launch, pointers, encode)
                         for launch in kernel.artifact.launches]
 
     def launch(self, stream):
@@ -74,6 +101,20 @@ class LoadedKernel:
         self.artifact = artifact
         self.driver = driver if driver is not None else cuda_driver()
         cu = self.driver
+        self.module = None
+        # Refuse what cannot be launched before loading anything: an unknown scalar type, a
+        # tensor map that breaks the driver's rules or that this binding cannot build.
+        for i, arg in enumerate(artifact.args):
+            if arg.is_buffer:
+                continue
+            if arg.scalar_type == "tensor_map":
+                check_tensor_map(artifact, i)
+                if not hasattr(cu, "cuTensorMapEncodeTiled"):
+                    raise RuntimeError(
+                        f"arg '{arg.name}' is a tensor map and this cuda-python has no "
+                        f"cuTensorMapEncodeTiled (12.0 or later is needed)")
+            elif arg.scalar_type not in ("i32", "i64", "f32"):
+                raise ValueError(f"arg '{arg.name}': unknown scalar type '{arg.scalar_type}'")
         # A ctypes copy passed by address: every cuda-python version takes an int for void*,
         # and cuModuleLoadData copies the image.
         image = ctypes.create_string_buffer(artifact.cubin, len(artifact.cubin))

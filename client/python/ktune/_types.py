@@ -6,7 +6,7 @@ name says elements. Enums become lowercase strings ("input", "exact", ...).
 
 import dataclasses
 import hashlib
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ktune import _errors
 from ktune.v1 import ktune_pb2, manifest_pb2
@@ -33,18 +33,42 @@ class KernelLaunch:
     args: Tuple[int, ...]  # indices into KernelArtifact.args, in kernel-parameter order
 
 
+# Bytes per element of each dtype ktune knows.
+DTYPE_SIZES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "f8e4m3": 1, "f8e5m2": 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMap:
+    """A CUDA tensor map (CUtensorMap) over the buffer arg `buffer` (index `buffer_arg`),
+    described by value; LoadedKernel encodes it with cuTensorMapEncodeTiled from the caller's
+    pointer for that buffer. The enum fields carry the CUDA driver's values."""
+    buffer: str
+    buffer_arg: int
+    dtype: str                           # element type, the buffer's
+    dims: Tuple[int, ...]                # elements per dimension, innermost first
+    strides: Tuple[int, ...]             # bytes, of dims[1:]
+    box: Tuple[int, ...]                 # elements one copy moves per dimension
+    element_strides: Tuple[int, ...]
+    swizzle: int = 0       # CUtensorMapSwizzle: 0 none, 1 32B, 2 64B, 3 128B
+    interleave: int = 0    # CUtensorMapInterleave: 0 none, 1 16B, 2 32B
+    l2_promotion: int = 0  # CUtensorMapL2promotion: 0 none, 1 64B, 2 128B, 3 256B
+    oob_fill: int = 0      # CUtensorMapFloatOOBfill: 0 zeros, 1 NaN (request zero FMA)
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelArg:
-    """A device buffer the caller provides (is_buffer) or a scalar ktune fixed for the shape."""
+    """A device buffer the caller provides (is_buffer), a scalar ktune fixed for the shape, or
+    a tensor map over a buffer (scalar_type "tensor_map", tensor_map set)."""
     name: str
     is_buffer: bool
-    dtype: str = ""         # buffers: "f32", "f16", "bf16", "i32"
+    dtype: str = ""         # buffers: "f32", "f16", "bf16", "f8e4m3", "f8e5m2", "i32"
     count: int = 0          # buffers: elements, not bytes
     role: str = ""          # buffers: "input", "output", "inout", "scratch"
     scratch_fill: str = ""  # scratch: "zero" means zero it before each run
-    scalar_type: str = ""   # scalars: "i32", "i64", "f32"
+    scalar_type: str = ""   # scalars: "i32", "i64", "f32"; or "tensor_map"
     int_value: int = 0
     number: float = 0.0
+    tensor_map: Optional[TensorMap] = None
 
     @property
     def value(self):
@@ -235,6 +259,14 @@ def _metrics(m):
     return _fields(KernelMetrics, m)
 
 
+def _tensor_map(t):
+    return TensorMap(buffer=t.buffer, buffer_arg=t.buffer_arg, dtype=t.dtype,
+                     dims=tuple(t.dims), strides=tuple(t.strides), box=tuple(t.box),
+                     element_strides=tuple(t.element_strides), swizzle=int(t.swizzle),
+                     interleave=int(t.interleave), l2_promotion=int(t.l2_promotion),
+                     oob_fill=int(t.oob_fill))
+
+
 def artifact_from_proto(m, tuning_job_id=0):
     """The KernelArtifact of a ktune.v1.KernelArtifact, after checking the cubin's sha256.
 
@@ -254,7 +286,8 @@ def artifact_from_proto(m, tuning_job_id=0):
         KernelArg(name=a.name, is_buffer=a.is_buffer, dtype=a.dtype, count=a.count,
                   role=_enum_name(manifest_pb2.Buffer.Role, a.role),
                   scratch_fill=_enum_name(manifest_pb2.Fill.Kind, a.scratch_fill),
-                  scalar_type=a.scalar_type, int_value=a.int_value, number=a.number)
+                  scalar_type=a.scalar_type, int_value=a.int_value, number=a.number,
+                  tensor_map=_tensor_map(a.tensor_map) if a.HasField("tensor_map") else None)
         for a in m.args]
     key = KernelKey(device_model=m.device_model, template_id=m.template_id, dtype=m.dtype,
                     shape=dict(m.shape), template_source_hash=m.template_source_hash,

@@ -1,0 +1,84 @@
+// Tensor maps and TMA for ktune's kernel templates: the parameter type of a manifest's
+// `tensor_map` argument, and thin wrappers over the PTX of one bulk tensor copy into shared
+// memory completed on an mbarrier.
+//
+// Device code only; NVRTC finds it with `#include "ktune/tma.cuh"`. It includes nothing:
+// NVRTC cannot include <cuda.h>, so ktune::TensorMap restates CUtensorMap's layout (128
+// opaque bytes, 64-byte aligned). A kernel takes it by value as
+//   `const __grid_constant__ ktune::TensorMap x_map`
+// and every launcher (ktune-worker, LoadedKernel in C++ and Python) fills it with
+// cuTensorMapEncodeTiled from the caller's pointer of the buffer the manifest names. The
+// PTX wrappers need sm_90 (compute capability 9.0) and are pure functions of their
+// arguments; their memory effects are the instructions'.
+#ifndef KTUNE_TMA_CUH_
+#define KTUNE_TMA_CUH_
+
+namespace ktune {
+
+/// A CUtensorMap as the kernel receives it: 128 bytes, 64-byte aligned, never read by the
+/// kernel except through TMA instructions (pass its address, see TmaLoad2d).
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+static_assert(sizeof(TensorMap) == 128, "TensorMap must have CUtensorMap's size");
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+
+/// The shared-memory address PTX wants for a generic pointer into shared memory (written
+/// as PTX rather than __cvta_generic_to_shared so nothing depends on NVRTC's -minimal set).
+__device__ __forceinline__ unsigned SmemAddress(const void* p) {
+  unsigned long long a;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return static_cast<unsigned>(a);
+}
+
+/// Initializes a shared 64-bit mbarrier expecting `arrivals` arrivals per phase. One thread
+/// does it, then FenceMbarrierInit and a __syncthreads before anyone uses the barrier.
+__device__ __forceinline__ void MbarrierInit(unsigned long long* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddress(bar)), "r"(arrivals)
+               : "memory");
+}
+
+/// Makes initialized mbarriers visible to the async proxy (TMA) and the cluster.
+__device__ __forceinline__ void FenceMbarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+/// Arrives on `bar` and tells it to expect `bytes` more bytes of asynchronous copies in this
+/// phase (a TMA box writes all of its bytes, out-of-bounds ones filled per the map).
+__device__ __forceinline__ void MbarrierArriveExpectTx(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddress(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+/// Spins until phase `parity` (0, 1, 0, ...) of `bar` completes.
+__device__ __forceinline__ void MbarrierWait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{\n\t"
+      ".reg .pred p;\n\t"
+      "KTUNE_MBAR_WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+      "@!p bra KTUNE_MBAR_WAIT;\n\t"
+      "}" ::"r"(SmemAddress(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+/// Copies the box at element coordinates (c0, c1) (c0 innermost) of a rank-2 `map` into
+/// shared memory at `dst` (128-byte aligned for swizzled maps, 16 otherwise), completing
+/// the bytes on `bar`. One thread issues it.
+__device__ __forceinline__ void TmaLoad2d(void* dst, const TensorMap* map, int c0, int c1,
+                                          unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];" ::"r"(SmemAddress(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(SmemAddress(bar))
+      : "memory");
+}
+
+#endif  // __CUDA_ARCH__ >= 900
+
+}  // namespace ktune
+
+#endif  // KTUNE_TMA_CUH_
