@@ -15,6 +15,7 @@
 #include "server/templates/instance.h"
 #include "server/templates/search_space.h"
 #include "server/tuning/compile_request.h"
+#include "server/tuning/kernel_build.h"
 
 namespace ktune::cli {
 namespace {
@@ -125,8 +126,9 @@ int RunCompile(const CompileArgs& args) {
   }
   absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(registry, cache.get());
   if (!compiler.ok()) return Fail(compiler.status());
-  absl::StatusOr<CompileResult> result = (*compiler)->Compile(BuildCompileRequest(instance));
-  if (!result.ok()) return Fail(result.status());
+  absl::StatusOr<BuiltKernel> built = CompileKernel(instance, **compiler);
+  if (!built.ok()) return Fail(built.status());
+  const CompileResult* result = &built->compiled;
 
   std::cout << "template  " << args.template_name << " " << DTypeName(dtype) << " "
             << ShapeString(shape) << "\n";
