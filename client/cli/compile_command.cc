@@ -12,9 +12,11 @@
 #include "server/base/file.h"
 #include "server/base/paths.h"
 #include "server/base/sha256.h"
+#include "server/base/status_macros.h"
 #include "server/templates/instance.h"
 #include "server/templates/search_space.h"
 #include "server/tuning/compile_request.h"
+#include "server/tuning/kernel_build.h"
 
 namespace ktune::cli {
 namespace {
@@ -61,87 +63,75 @@ std::string Dim3(const std::array<int64_t, 3>& d) {
   return absl::StrCat("[", d[0], ", ", d[1], ", ", d[2], "]");
 }
 
-int RunCompile(const CompileArgs& args) {
-  absl::StatusOr<TemplateRequest> request = ResolveTemplateRequest(
-      args.templates_dir, args.template_name, args.dtype, args.shape);
-  if (!request.ok()) return Fail(request.status());
-  const TemplateRegistry& registry = *request->registry;
-  const std::shared_ptr<const KernelTemplate>& tmpl = request->tmpl;
-  const DType dtype = request->dtype;
-  const Shape& shape = request->shape;
-  absl::StatusOr<TargetInfo> target = TargetFromArch(args.arch);
-  if (!target.ok()) return Fail(target.status());
-
+// The candidate the flags name: the template's defaults with --param and the knobs over
+// them; for --reference, the defaults (BindReference sets the reference's own).
+absl::StatusOr<Config> ConfigFromArgs(const CompileArgs& args, const KernelTemplate& tmpl,
+                                      const TargetInfo& target) {
   // The reference's launches (as the worker runs them to check every candidate) are bound
   // with the template's own reference params and default knobs: the candidate flags do not
   // apply to it.
   if (args.reference && (!args.params.empty() || args.maxrregcount != 0 ||
                          args.min_blocks != 1 || args.fast_math)) {
-    return Fail(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         "--reference compiles the template's reference kernel: it takes no --param, "
-        "--maxrregcount, --min-blocks or --fast-math"));
+        "--maxrregcount, --min-blocks or --fast-math");
   }
-  Config config = DefaultConfig(*tmpl, *target);
-  if (absl::Status s = ApplyParams(args.params, &config.params); !s.ok()) return Fail(s);
-  if (absl::Status s = ValidateParams(*tmpl, config.params); !s.ok()) return Fail(s);
+  Config config = DefaultConfig(tmpl, target);
+  KTUNE_RETURN_IF_ERROR(ApplyParams(args.params, &config.params));
+  KTUNE_RETURN_IF_ERROR(ValidateParams(tmpl, config.params));
   if (args.maxrregcount != 0 && (args.maxrregcount < 16 || args.maxrregcount > 255)) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--maxrregcount: ", args.maxrregcount, " is outside 16..255 (0 = none)")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--maxrregcount: ", args.maxrregcount, " is outside 16..255 (0 = none)"));
   }
   if (args.min_blocks < 1 || args.min_blocks > 32) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--min-blocks: ", args.min_blocks, " is outside 1..32")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min-blocks: ", args.min_blocks, " is outside 1..32"));
   }
   config.knobs.target = args.arch;
   config.knobs.maxrregcount = args.maxrregcount;
   config.knobs.min_blocks = args.min_blocks;
   config.knobs.fast_math = args.fast_math;
+  return config;
+}
 
-  std::optional<Instance> bound_instance;
+// The reference (its config then replaces *config) or the candidate *config, bound.
+absl::StatusOr<Instance> BindInstance(const CompileArgs& args, const TemplateRequest& request,
+                                      const TargetInfo& target, Config* config) {
   if (args.reference) {
-    absl::StatusOr<Instance> reference = BindReference(tmpl, dtype, shape, *target);
-    if (!reference.ok()) return Fail(reference.status());
-    bound_instance = *std::move(reference);
-    config = bound_instance->config;
-  } else {
-    absl::StatusOr<BindResult> bound = Bind(tmpl, dtype, shape, config, *target);
-    if (!bound.ok()) return Fail(bound.status());
-    if (!bound->instance) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "config ", ConfigString(config), " is not a candidate for ", ShapeString(shape), ": ",
-          bound->rejected_because)));
-    }
-    bound_instance = *std::move(bound->instance);
+    KTUNE_ASSIGN_OR_RETURN(Instance reference,
+                           BindReference(request.tmpl, request.dtype, request.shape, target));
+    *config = reference.config;
+    return reference;
   }
-  const Instance& instance = *bound_instance;
+  KTUNE_ASSIGN_OR_RETURN(BindResult bound,
+                         Bind(request.tmpl, request.dtype, request.shape, *config, target));
+  if (!bound.instance) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config ", ConfigString(*config), " is not a candidate for ", ShapeString(request.shape),
+        ": ", bound.rejected_because));
+  }
+  return *std::move(bound.instance);
+}
 
-  std::unique_ptr<CubinCache> cache;
+// NVRTC over the registry's headers, through the cubin cache unless --no-cache (*cache
+// then holds it: it must outlive the compiler).
+absl::StatusOr<std::unique_ptr<Compiler>> OpenCompiler(const CompileArgs& args,
+                                                       const TemplateRegistry& registry,
+                                                       std::unique_ptr<CubinCache>* cache) {
   if (!args.no_cache) {
     const std::string dir =
         args.cache_dir.empty() ? absl::StrCat(DefaultCacheDir(), "/cubins") : args.cache_dir;
-    absl::StatusOr<std::unique_ptr<CubinCache>> c = CubinCache::Open(dir);
-    if (!c.ok()) return Fail(c.status());
-    cache = *std::move(c);
+    KTUNE_ASSIGN_OR_RETURN(*cache, CubinCache::Open(dir));
   }
-  absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(registry, cache.get());
-  if (!compiler.ok()) return Fail(compiler.status());
-  absl::StatusOr<CompileResult> result = (*compiler)->Compile(BuildCompileRequest(instance));
-  if (!result.ok()) return Fail(result.status());
+  return NewTemplateCompiler(registry, cache->get());
+}
 
-  std::cout << "template  " << args.template_name << " " << DTypeName(dtype) << " "
-            << ShapeString(shape) << "\n";
-  std::cout << "config    " << (args.reference ? "reference " : "") << ConfigString(config)
-            << "\n";
-  if (!result->ok) {
-    std::cerr << result->log << "\n";
-    std::cerr << "ktune: compile failed (" << std::fixed << std::setprecision(1)
-              << result->compile_ms << " ms)\n";
-    return kExitFailure;
-  }
+// Each launch's kernel: its lowered name, geometry and what ptxas says of its resources.
+void PrintLaunches(const Instance& instance, const CompileResult& result) {
   for (size_t i = 0; i < instance.launches.size(); ++i) {
     const BoundLaunch& l = instance.launches[i];
     const CompiledKernel* k = nullptr;
-    for (const CompiledKernel& c : result->kernels) {
+    for (const CompiledKernel& c : result.kernels) {
       if (c.name_expression == l.name_expression) k = &c;
     }
     std::cout << "kernel    " << l.name_expression << "\n";
@@ -155,12 +145,43 @@ int RunCompile(const CompileArgs& args) {
                 << ")  static smem " << r.static_smem << " B  stack " << r.stack_frame << " B\n";
     }
   }
-  std::cout << "compile   " << std::fixed << std::setprecision(1) << result->compile_ms << " ms"
-            << (result->cache_hit ? " (cubin cache hit)" : "") << "\n";
+}
+
+int RunCompile(const CompileArgs& args) {
+  absl::StatusOr<TemplateRequest> request = ResolveTemplateRequest(
+      args.templates_dir, args.template_name, args.dtype, args.shape);
+  if (!request.ok()) return Fail(request.status());
+  absl::StatusOr<TargetInfo> target = TargetFromArch(args.arch);
+  if (!target.ok()) return Fail(target.status());
+  absl::StatusOr<Config> config = ConfigFromArgs(args, *request->tmpl, *target);
+  if (!config.ok()) return Fail(config.status());
+  absl::StatusOr<Instance> instance = BindInstance(args, *request, *target, &*config);
+  if (!instance.ok()) return Fail(instance.status());
+  std::unique_ptr<CubinCache> cache;
+  absl::StatusOr<std::unique_ptr<Compiler>> compiler =
+      OpenCompiler(args, *request->registry, &cache);
+  if (!compiler.ok()) return Fail(compiler.status());
+  absl::StatusOr<BuiltKernel> built = CompileKernel(*instance, **compiler);
+  if (!built.ok()) return Fail(built.status());
+  const CompileResult& result = built->compiled;
+
+  std::cout << "template  " << args.template_name << " " << DTypeName(request->dtype) << " "
+            << ShapeString(request->shape) << "\n";
+  std::cout << "config    " << (args.reference ? "reference " : "") << ConfigString(*config)
+            << "\n";
+  if (!result.ok) {
+    std::cerr << result.log << "\n";
+    std::cerr << "ktune: compile failed (" << std::fixed << std::setprecision(1)
+              << result.compile_ms << " ms)\n";
+    return kExitFailure;
+  }
+  PrintLaunches(*instance, result);
+  std::cout << "compile   " << std::fixed << std::setprecision(1) << result.compile_ms << " ms"
+            << (result.cache_hit ? " (cubin cache hit)" : "") << "\n";
   if (!args.out.empty()) {
-    if (absl::Status s = AtomicWriteFile(args.out, result->cubin); !s.ok()) return Fail(s);
-    std::cout << "wrote     " << args.out << " (" << result->cubin.size() << " bytes, sha256 "
-              << Sha256Hex(result->cubin) << ")\n";
+    if (absl::Status s = AtomicWriteFile(args.out, result.cubin); !s.ok()) return Fail(s);
+    std::cout << "wrote     " << args.out << " (" << result.cubin.size() << " bytes, sha256 "
+              << Sha256Hex(result.cubin) << ")\n";
   }
   return kExitOk;
 }

@@ -6,14 +6,11 @@
 #ifndef KTUNE_SERVER_COMPILE_COMPILE_POOL_H_
 #define KTUNE_SERVER_COMPILE_COMPILE_POOL_H_
 
-#include <deque>
-#include <functional>
 #include <future>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "server/base/thread_pool.h"
 #include "server/compile/compiler.h"
 
 namespace ktune {
@@ -22,7 +19,6 @@ class CompilePool {
  public:
   // `compiler` must outlive the pool. threads <= 0: one per core.
   CompilePool(Compiler* compiler, int threads);
-  ~CompilePool();
   CompilePool(const CompilePool&) = delete;
   CompilePool& operator=(const CompilePool&) = delete;
 
@@ -31,16 +27,11 @@ class CompilePool {
   // Compiles all of `requests` and returns their results in the same order.
   std::vector<absl::StatusOr<CompileResult>> CompileAll(std::vector<CompileRequest> requests);
 
-  int threads() const { return static_cast<int>(workers_.size()); }
+  int threads() const { return threads_.threads(); }
 
  private:
-  void Work();
-
   Compiler* const compiler_;
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> workers_;
+  ThreadPool threads_;  // last: joined first, while the compiler is still there
 };
 
 }  // namespace ktune

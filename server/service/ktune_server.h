@@ -1,10 +1,11 @@
 // ktuned's gRPC server: the Ktune service (ktune.proto) over the tuning queue, the store
 // and the compiler, plus gRPC health checking and, when asked, reflection.
 //
-// The handlers are thin and never block a reaction on tuning or compiling: they validate,
-// answer store lookups at once, hand tuning to the TuningQueue and NVRTC fallback compiles
-// to a small worker pool, and finish their reactors from those threads' callbacks. A client
-// deadline that passes first gets DEADLINE_EXCEEDED while the job goes on.
+// The handlers are thin and never block a reaction on tuning or compiling: they validate
+// and convert, ask the KernelResolver (server/tuning/kernel_resolver.h) which kernel to
+// answer with, and finish their reactors from its callback (at once for store lookups, from
+// the TuningQueue or the resolver's threads otherwise). A client deadline that passes first
+// gets DEADLINE_EXCEEDED while the job goes on.
 //
 // Thread-safe. Shutdown() may be called from any thread (a signal-watching one, say).
 #ifndef KTUNE_SERVER_SERVICE_KTUNE_SERVER_H_

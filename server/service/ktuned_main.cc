@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -31,6 +32,7 @@
 #include "server/compile/cubin_cache.h"
 #include "server/gpu/process_gpu.h"
 #include "server/service/ktune_server.h"
+#include "server/service/tls_pairing.h"
 #include "server/store/store.h"
 #include "server/templates/registry.h"
 #include "server/tuning/compile_request.h"
@@ -65,14 +67,8 @@ absl::Status ReadPem(const char* flag, const std::string& path, std::string* pem
   return absl::OkStatus();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Debian's Abseil is built with Mutex deadlock detection on, which keeps a lock graph on
-  // every Lock (~3 % of a cache hit's CPU, profiled). The tests keep it, and find any lock
-  // order inversion there; the daemon does not pay for it on every call.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  CLI::App app("ktuned: the ktune kernel autotuning daemon");
+// Every flag, at its default until parsed.
+struct Flags {
   std::string listen = ktune::DefaultDaemonTarget();
   std::string db;
   std::string templates = ktune::DefaultTemplatesDir();
@@ -83,24 +79,31 @@ int main(int argc, char** argv) {
   int64_t artifact_cache_mb = ktune::ServerOptions{}.artifact_cache_bytes >> 20;
   bool reflection = false;
   std::string tls_cert, tls_key, tls_client_ca;
+  bool tls() const { return !tls_cert.empty() || !tls_key.empty() || !tls_client_ca.empty(); }
+};
+
+// Parses the command line (and --config FILE) into *f. An exit status when ktuned should
+// stop here (--help, or bad usage).
+std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
+  CLI::App app("ktuned: the ktune kernel autotuning daemon");
   app.set_config("--config", "", "Read flags from FILE (key = value lines; flags win)");
   app.allow_config_extras(CLI::config_extras_mode::error);
-  app.add_option("--listen", listen, "unix:///PATH or HOST:PORT")->capture_default_str();
-  app.add_option("--db", db, "SQLite store (default: " + ktune::DefaultDbPath() + ")");
-  app.add_option("--templates", templates, "Kernel templates folder")->capture_default_str();
-  app.add_option("--worker", worker, "ktune-worker program")->capture_default_str();
-  app.add_option("--token", token, "Require 'authorization: Bearer TOKEN' on every call");
-  app.add_option("--max-message-bytes", max_message_bytes, "Largest gRPC message")
+  app.add_option("--listen", f->listen, "unix:///PATH or HOST:PORT")->capture_default_str();
+  app.add_option("--db", f->db, "SQLite store (default: " + ktune::DefaultDbPath() + ")");
+  app.add_option("--templates", f->templates, "Kernel templates folder")->capture_default_str();
+  app.add_option("--worker", f->worker, "ktune-worker program")->capture_default_str();
+  app.add_option("--token", f->token, "Require 'authorization: Bearer TOKEN' on every call");
+  app.add_option("--max-message-bytes", f->max_message_bytes, "Largest gRPC message")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--queue", queue, "Most tuning jobs waiting")
+  app.add_option("--queue", f->queue, "Most tuning jobs waiting")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--artifact-cache-mb", artifact_cache_mb,
+  app.add_option("--artifact-cache-mb", f->artifact_cache_mb,
                  "Memory for answered artifacts (MiB of cubins; 0: every hit reads the store)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_flag("--reflection", reflection, "Serve gRPC reflection");
-  app.add_option("--tls-cert", tls_cert, "TLS server certificate chain (PEM; TCP only)");
-  app.add_option("--tls-key", tls_key, "TLS server private key (PEM)");
-  app.add_option("--tls-client-ca", tls_client_ca,
+  app.add_flag("--reflection", f->reflection, "Serve gRPC reflection");
+  app.add_option("--tls-cert", f->tls_cert, "TLS server certificate chain (PEM; TCP only)");
+  app.add_option("--tls-key", f->tls_key, "TLS server private key (PEM)");
+  app.add_option("--tls-client-ca", f->tls_client_ca,
                  "Require client certificates signed by this CA (PEM): mutual TLS");
   try {
     app.parse(argc, argv);
@@ -109,25 +112,124 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitUsage;
   }
+  return std::nullopt;
+}
 
-  const bool tls = !tls_cert.empty() || !tls_key.empty() || !tls_client_ca.empty();
-  if (tls && absl::StartsWith(listen, "unix:")) {
-    return Usage(absl::StrCat("--tls-cert/--tls-key/--tls-client-ca: ", listen,
-                              " is a unix socket, which stays plaintext (its 0600 mode guards "
-                              "it); TLS needs --listen HOST:PORT"));
+// Checks the TLS flags against each other and reads their files into `options`. An exit
+// status when they do not fit or a file cannot be read.
+std::optional<int> ReadTls(const Flags& f, ktune::ServerOptions* options) {
+  switch (ktune::CheckTlsPairing(absl::StartsWith(f.listen, "unix:"), !f.tls_cert.empty(),
+                                 !f.tls_key.empty(), !f.tls_client_ca.empty())) {
+    case ktune::TlsMisfit::kUnixSocket:
+      return Usage(absl::StrCat("--tls-cert/--tls-key/--tls-client-ca: ", f.listen,
+                                " is a unix socket, which stays plaintext (its 0600 mode "
+                                "guards it); TLS needs --listen HOST:PORT"));
+    case ktune::TlsMisfit::kHalfPair:
+      return Usage("--tls-cert and --tls-key go together: give both");
+    case ktune::TlsMisfit::kClientCaAlone:
+      return Usage("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key too");
+    case ktune::TlsMisfit::kNone:
+      break;
   }
-  if (tls_cert.empty() != tls_key.empty()) {
-    return Usage("--tls-cert and --tls-key go together: give both");
-  }
-  if (!tls_client_ca.empty() && tls_cert.empty()) {
-    return Usage("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key too");
-  }
-  std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;
-  for (absl::Status s : {ReadPem("--tls-cert", tls_cert, &tls_cert_pem),
-                         ReadPem("--tls-key", tls_key, &tls_key_pem),
-                         ReadPem("--tls-client-ca", tls_client_ca, &tls_client_ca_pem)}) {
+  for (absl::Status s : {ReadPem("--tls-cert", f.tls_cert, &options->tls_cert_pem),
+                         ReadPem("--tls-key", f.tls_key, &options->tls_key_pem),
+                         ReadPem("--tls-client-ca", f.tls_client_ca, &options->tls_client_ca_pem)}) {
     if (!s.ok()) return Fail("tls", s);
   }
+  return std::nullopt;
+}
+
+// What the server runs on; it must outlive the server.
+struct Engine {
+  std::unique_ptr<ktune::TemplateRegistry> registry;
+  std::unique_ptr<ktune::store::Store> store;
+  std::unique_ptr<ktune::CubinCache> cache;
+  std::unique_ptr<ktune::Compiler> compiler;
+};
+
+// Opens the templates, the store (f->db filled with the default when empty), the cubin
+// cache and the compiler. An exit status when one cannot be opened.
+std::optional<int> OpenEngine(Flags* f, Engine* e) {
+  absl::StatusOr<std::unique_ptr<ktune::TemplateRegistry>> registry =
+      ktune::LoadTemplateRegistry(f->templates);
+  if (!registry.ok()) return Fail(absl::StrCat("templates ", f->templates), registry.status());
+  e->registry = *std::move(registry);
+  for (const absl::Status& err : e->registry->errors()) {
+    std::fprintf(stderr, "ktuned: template not loaded: %s\n", std::string(err.message()).c_str());
+  }
+  if (f->db.empty()) {
+    f->db = ktune::DefaultDbPath();
+    if (absl::Status s = ktune::MakeDirs(ktune::DefaultCacheDir()); !s.ok()) {
+      return Fail("cache folder", s);
+    }
+  }
+  absl::StatusOr<std::unique_ptr<ktune::store::Store>> store = ktune::store::OpenSqliteStore(f->db);
+  if (!store.ok()) return Fail(absl::StrCat("store ", f->db), store.status());
+  e->store = *std::move(store);
+  absl::StatusOr<std::unique_ptr<ktune::CubinCache>> cache =
+      ktune::CubinCache::Open(absl::StrCat(ktune::DefaultCacheDir(), "/cubins"));
+  if (!cache.ok()) return Fail("cubin cache", cache.status());
+  e->cache = *std::move(cache);
+  absl::StatusOr<std::unique_ptr<ktune::Compiler>> compiler =
+      ktune::NewTemplateCompiler(*e->registry, e->cache.get());
+  if (!compiler.ok()) return Fail("compiler", compiler.status());
+  e->compiler = *std::move(compiler);
+  return std::nullopt;
+}
+
+// The server's options from the flags, over `options` (its TLS already read).
+void FillOptions(const Flags& f, const Engine& e, ktune::ServerOptions* options) {
+  options->listen = f.listen;
+  options->registry = e.registry.get();
+  options->store = e.store.get();
+  options->compiler = e.compiler.get();
+  options->gpu_factory = [worker = f.worker](int ordinal) {
+    ktune::ProcessGpuOptions o;
+    o.worker_path = worker;
+    o.ordinal = ordinal;
+    return ktune::StartProcessGpu(o);
+  };
+  options->queue_capacity = f.queue;
+  options->artifact_cache_bytes = f.artifact_cache_mb << 20;
+  options->token = f.token;
+  options->max_message_bytes = f.max_message_bytes;
+  options->reflection = f.reflection;
+}
+
+// Says where the server listens, then serves until SIGTERM/SIGINT arrives on `signals`.
+void Serve(const Flags& f, ktune::KtuneServer& server, sigset_t signals) {
+  if (server.compile_only()) {
+    std::fprintf(stderr, "ktuned: compile-only (lookups and FALLBACK compiles): %s\n",
+                 server.compile_only_reason().c_str());
+  }
+  std::string where = f.listen;
+  if (server.port() > 0 && absl::EndsWith(f.listen, ":0")) {
+    where = absl::StrCat(f.listen.substr(0, f.listen.size() - 1), server.port());
+  }
+  std::fprintf(stderr, "ktuned: serving on %s%s, store %s\n", where.c_str(),
+               f.tls_client_ca.empty() ? (f.tls() ? " (TLS)" : "") : " (mutual TLS)",
+               f.db.c_str());
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "ktuned: signal %d: shutting down\n", sig);
+    server.Shutdown();
+  });
+  server.Wait();
+  waiter.join();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Debian's Abseil is built with Mutex deadlock detection on, which keeps a lock graph on
+  // every Lock (~3 % of a cache hit's CPU, profiled). The tests keep it, and find any lock
+  // order inversion there; the daemon does not pay for it on every call.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  Flags flags;
+  if (std::optional<int> code = ParseFlags(argc, argv, &flags)) return *code;
+  ktune::ServerOptions options;
+  if (std::optional<int> code = ReadTls(flags, &options)) return *code;
 
   // Signals go to one thread that sigwaits; every other thread inherits them blocked.
   sigset_t signals;
@@ -136,68 +238,13 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  absl::StatusOr<std::unique_ptr<ktune::TemplateRegistry>> registry =
-      ktune::LoadTemplateRegistry(templates);
-  if (!registry.ok()) return Fail(absl::StrCat("templates ", templates), registry.status());
-  for (const absl::Status& e : (*registry)->errors()) {
-    std::fprintf(stderr, "ktuned: template not loaded: %s\n", std::string(e.message()).c_str());
-  }
-  if (db.empty()) {
-    db = ktune::DefaultDbPath();
-    if (absl::Status s = ktune::MakeDirs(ktune::DefaultCacheDir()); !s.ok()) {
-      return Fail("cache folder", s);
-    }
-  }
-  absl::StatusOr<std::unique_ptr<ktune::store::Store>> store = ktune::store::OpenSqliteStore(db);
-  if (!store.ok()) return Fail(absl::StrCat("store ", db), store.status());
-  absl::StatusOr<std::unique_ptr<ktune::CubinCache>> cache =
-      ktune::CubinCache::Open(absl::StrCat(ktune::DefaultCacheDir(), "/cubins"));
-  if (!cache.ok()) return Fail("cubin cache", cache.status());
-  absl::StatusOr<std::unique_ptr<ktune::Compiler>> compiler =
-      ktune::NewTemplateCompiler(**registry, cache->get());
-  if (!compiler.ok()) return Fail("compiler", compiler.status());
-
-  ktune::ServerOptions options;
-  options.listen = listen;
-  options.registry = registry->get();
-  options.store = store->get();
-  options.compiler = compiler->get();
-  options.gpu_factory = [worker](int ordinal) {
-    ktune::ProcessGpuOptions o;
-    o.worker_path = worker;
-    o.ordinal = ordinal;
-    return ktune::StartProcessGpu(o);
-  };
-  options.queue_capacity = queue;
-  options.artifact_cache_bytes = artifact_cache_mb << 20;
-  options.token = token;
-  options.max_message_bytes = max_message_bytes;
-  options.reflection = reflection;
-  options.tls_cert_pem = std::move(tls_cert_pem);
-  options.tls_key_pem = std::move(tls_key_pem);
-  options.tls_client_ca_pem = std::move(tls_client_ca_pem);
+  Engine engine;
+  if (std::optional<int> code = OpenEngine(&flags, &engine)) return *code;
+  FillOptions(flags, engine, &options);
   absl::StatusOr<std::unique_ptr<ktune::KtuneServer>> server =
       ktune::StartKtuneServer(std::move(options));
   if (!server.ok()) return Fail("server", server.status());
-  if ((*server)->compile_only()) {
-    std::fprintf(stderr, "ktuned: compile-only (lookups and FALLBACK compiles): %s\n",
-                 (*server)->compile_only_reason().c_str());
-  }
-  std::string where = listen;
-  if ((*server)->port() > 0 && absl::EndsWith(listen, ":0")) {
-    where = absl::StrCat(listen.substr(0, listen.size() - 1), (*server)->port());
-  }
-  std::fprintf(stderr, "ktuned: serving on %s%s, store %s\n", where.c_str(),
-               tls_client_ca.empty() ? (tls ? " (TLS)" : "") : " (mutual TLS)", db.c_str());
-
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    std::fprintf(stderr, "ktuned: signal %d: shutting down\n", sig);
-    (*server)->Shutdown();
-  });
-  (*server)->Wait();
-  waiter.join();
+  Serve(flags, **server, signals);
   server->reset();
   return 0;
 }

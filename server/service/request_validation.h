@@ -19,19 +19,9 @@
 #include "server/templates/registry.h"
 #include "server/templates/shape.h"
 #include "server/templates/target.h"
+#include "server/tuning/kernel_query.h"
 
 namespace ktune {
-
-// A kernel request, checked.
-struct KernelQuery {
-  std::shared_ptr<const KernelTemplate> tmpl;
-  DType dtype = DType::kF32;
-  Shape shape;
-  int gpu = 0;
-  // The reference bound for this shape on the GPU's target: validation needs its buffers'
-  // sizes, and every answer takes its argument list from it, so it is bound once.
-  Instance reference;
-};
 
 // What the checks need to know of the daemon.
 struct ValidationContext {

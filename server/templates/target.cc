@@ -7,6 +7,11 @@
 
 namespace ktune {
 
+void SetComputeCapability(int cc_major, int cc_minor, TargetInfo* target) {
+  target->sm = cc_major * 10 + cc_minor;
+  target->has_arch_specific = cc_major >= 9;
+}
+
 std::string TargetInfo::PortableTarget() const { return absl::StrCat("sm_", sm); }
 std::string TargetInfo::ArchSpecificTarget() const { return absl::StrCat("sm_", sm, "a"); }
 
@@ -23,8 +28,7 @@ absl::StatusOr<TargetInfo> TargetFromArch(absl::string_view arch) {
         absl::StrCat("arch '", arch, "': expected sm_XY or sm_XYa, e.g. sm_90a"));
   }
   TargetInfo t;
-  t.sm = sm;
-  t.has_arch_specific = sm >= 90;
+  SetComputeCapability(sm / 10, sm % 10, &t);
   if (absl::EndsWith(arch, "a") && !t.has_arch_specific) {
     return absl::InvalidArgumentError(
         absl::StrCat("arch '", arch, "': arch-specific targets start at sm_90a"));

@@ -28,6 +28,11 @@ struct TargetInfo {
   std::string ArchSpecificTarget() const;  // "sm_90a"
 };
 
+// Sets the architecture of `target` from a compute capability: sm = major * 10 + minor, and
+// the arch-specific target sm_XYa from 9.0 on. Every device description (a live GPU's, a
+// stored one's, an --arch flag) becomes a target through here.
+void SetComputeCapability(int cc_major, int cc_minor, TargetInfo* target);
+
 // "sm_90" or "sm_90a" -> the target of an H200-class device of that architecture
 // (SM count 132 unless told otherwise). kInvalidArgument for anything else.
 absl::StatusOr<TargetInfo> TargetFromArch(absl::string_view arch);

@@ -95,8 +95,7 @@ std::vector<LaunchSpec> LaunchSpecs(const Instance& instance, const v1::KernelBi
 
 TargetInfo TargetForDevice(const v1::DeviceInfo& device) {
   TargetInfo t;
-  t.sm = device.cc_major() * 10 + device.cc_minor();
-  t.has_arch_specific = device.cc_major() >= 9;
+  SetComputeCapability(device.cc_major(), device.cc_minor(), &t);
   t.sm_count = device.sm_count();
   if (device.max_threads_per_sm() > 0) t.max_threads_per_sm = device.max_threads_per_sm();
   if (device.registers_per_sm() > 0) t.registers_per_sm = device.registers_per_sm();
@@ -105,6 +104,12 @@ TargetInfo TargetForDevice(const v1::DeviceInfo& device) {
     t.max_shared_per_block = device.max_shared_per_block_optin();
   }
   return t;
+}
+
+TargetInfo TargetForStoredDevice(const store::Device& device, TargetInfo base) {
+  SetComputeCapability(device.cc_major, device.cc_minor, &base);
+  if (device.sm_count > 0) base.sm_count = device.sm_count;
+  return base;
 }
 
 }  // namespace ktune

@@ -1,6 +1,6 @@
 // Where templates meet the GPU: a bound reference becomes the Problem every candidate is
 // checked against, a compiled candidate becomes a KernelBinary, and a device's description
-// becomes the search space's target.
+// (live or stored) becomes the search space's target.
 //
 // Pure functions; thread-safe.
 #ifndef KTUNE_SERVER_TUNING_GPU_PROBLEM_H_
@@ -13,6 +13,7 @@
 #include "ktune/v1/worker.pb.h"
 #include "server/base/launch_spec.h"
 #include "server/compile/compiler.h"
+#include "server/store/store.h"
 #include "server/templates/instance.h"
 #include "server/templates/target.h"
 
@@ -34,6 +35,9 @@ std::vector<LaunchSpec> LaunchSpecs(const Instance& instance, const v1::KernelBi
 
 // The search space's view of a device.
 TargetInfo TargetForDevice(const v1::DeviceInfo& device);
+// The search space's view of a device known only from the store (a compile-only host):
+// its architecture and SM count over `base`, whose other limits stay.
+TargetInfo TargetForStoredDevice(const store::Device& device, TargetInfo base);
 
 }  // namespace ktune
 

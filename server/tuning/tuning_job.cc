@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +15,7 @@
 #include "server/templates/search_space.h"
 #include "server/tuning/compile_request.h"
 #include "server/tuning/gpu_problem.h"
+#include "server/tuning/kernel_build.h"
 #include "server/tuning/search_strategy.h"
 
 namespace ktune {
@@ -99,6 +102,10 @@ absl::Status OpenJob(store::Store& store, store::Job* job, std::vector<store::Tr
   return absl::OkStatus();
 }
 
+int64_t DynamicSmem(const Instance& instance) {
+  return instance.launches.empty() ? 0 : instance.launches[0].shared_bytes;
+}
+
 bool Faster(const store::Trial& a, const store::Trial& b) {
   return a.metrics.time_ns < b.metrics.time_ns;
 }
@@ -145,262 +152,325 @@ TrialMetrics DeriveMetrics(const CompileResult& compiled, int64_t dynamic_smem,
   return t;
 }
 
-absl::StatusOr<TuneResult> RunTuning(const TuneRequest& request, const TuningEnv& env,
-                                     const ProgressCallback& on_progress) {
-  const Clock::time_point start = Clock::now();
-  KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const KernelTemplate> tmpl,
-                         env.registry->Get(request.template_name));
-  KTUNE_RETURN_IF_ERROR(ValidateRequest(*tmpl, request.dtype, request.shape));
-  if (request.budget < 0) return absl::InvalidArgumentError("budget: must be >= 0");
-  if (request.time_limit_s < 0) return absl::InvalidArgumentError("time limit: must be >= 0");
+namespace {
 
-  KTUNE_ASSIGN_OR_RETURN(v1::DeviceInfo info, env.gpu->Info());
-  const TargetInfo target = TargetForDevice(info);
-  const std::string model = DeviceModelKey(info);
+// A finalist's binary: compiled again (a cubin cache read when the compiler has one), so a
+// resumed job's candidates from an earlier run are as good as this run's.
+struct Finalist {
+  store::Trial trial;
+  BuiltKernel built;
+  std::vector<v1::Measurement> runs;
+};
 
-  KTUNE_ASSIGN_OR_RETURN(const double copy_gbps, EnsureCopyCeiling(*env.store, *env.gpu, info, model));
-  KTUNE_RETURN_IF_ERROR(env.store->PutTemplate(tmpl->name(), tmpl->source_hash()));
+// One run of a job, phase by phase: Prepare (template, device, space, strategy), OpenJob
+// (the job's row, an earlier run's trials), SetProblem (the reference on the GPU), Search
+// (compile and measure batches until the strategy, the time limit or the caller stops),
+// FinalRound (re-measure the fastest few) and Commit (the winner and its entry).
+class TuningRun {
+ public:
+  TuningRun(const TuneRequest& request, const TuningEnv& env, const ProgressCallback& on_progress)
+      : request_(request), env_(env), on_progress_(on_progress), start_(Clock::now()) {}
 
-  KTUNE_ASSIGN_OR_RETURN(SearchSpace space,
-                         EnumerateSearchSpace(tmpl, request.dtype, request.shape, target));
-  if (space.configs.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "template ", tmpl->name(), " has no valid candidate for ", ShapeString(request.shape)));
+  absl::StatusOr<TuneResult> Run() {
+    KTUNE_RETURN_IF_ERROR(Prepare());
+    KTUNE_RETURN_IF_ERROR(OpenJob());
+    KTUNE_RETURN_IF_ERROR(SetProblem());
+    KTUNE_RETURN_IF_ERROR(Search());
+    KTUNE_ASSIGN_OR_RETURN(std::vector<store::Trial> trials, env_.store->ListTrials(job_.id));
+    if (!best_) return Fail(NoCandidatePassed(trials));
+    KTUNE_ASSIGN_OR_RETURN(Finalist winner, FinalRound(trials));
+    return Commit(std::move(winner), std::move(trials));
   }
-  const Config default_config = DefaultConfig(*tmpl, target);
-  KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<SearchStrategy> strategy,
-                         NewStrategy(request.strategy, space.configs, request.budget,
-                                     request.seed, default_config));
 
-  store::Job job;
-  job.key = {model, tmpl->name(), std::string(DTypeName(request.dtype)),
-             ShapeString(request.shape)};
-  job.source_hash = tmpl->source_hash();
-  job.nvrtc_version = env.compiler->Version();
-  job.strategy = strategy->Name();
-  job.state = store::JobState::kRunning;
-  job.total = strategy->Planned();
-  job.created_unix_ms = job.updated_unix_ms = NowUnixMs();
-  std::vector<store::Trial> earlier;
-  KTUNE_RETURN_IF_ERROR(OpenJob(*env.store, &job, &earlier));
-  for (const store::Trial& t : earlier) strategy->Report(t.config, t.outcome, t.metrics.time_ns);
-  int64_t done = static_cast<int64_t>(earlier.size());
-  auto fail_job = [&](const absl::Status& s) {
-    env.store->UpdateJob(job.id, store::JobState::kFailed, done, job.total, std::string(s.message()))
+ private:
+  // Marks the job failed (its trials stay) and returns `s`.
+  absl::Status Fail(const absl::Status& s) {
+    env_.store->UpdateJob(job_.id, store::JobState::kFailed, done_, job_.total,
+                          std::string(s.message()))
         .IgnoreError();
     return s;
-  };
-  KTUNE_RETURN_IF_ERROR(env.store->UpdateJob(job.id, store::JobState::kRunning, done, job.total, ""));
+  }
+
+  bool TimeUp() const {
+    return request_.time_limit_s > 0 && SecondsSince(start_) >= request_.time_limit_s;
+  }
+
+  absl::Status Prepare() {
+    KTUNE_ASSIGN_OR_RETURN(tmpl_, env_.registry->Get(request_.template_name));
+    KTUNE_RETURN_IF_ERROR(ValidateRequest(*tmpl_, request_.dtype, request_.shape));
+    if (request_.budget < 0) return absl::InvalidArgumentError("budget: must be >= 0");
+    if (request_.time_limit_s < 0) {
+      return absl::InvalidArgumentError("time limit: must be >= 0");
+    }
+    KTUNE_ASSIGN_OR_RETURN(v1::DeviceInfo info, env_.gpu->Info());
+    target_ = TargetForDevice(info);
+    model_ = DeviceModelKey(info);
+    KTUNE_ASSIGN_OR_RETURN(copy_gbps_, EnsureCopyCeiling(*env_.store, *env_.gpu, info, model_));
+    KTUNE_RETURN_IF_ERROR(env_.store->PutTemplate(tmpl_->name(), tmpl_->source_hash()));
+    KTUNE_ASSIGN_OR_RETURN(SearchSpace space, EnumerateSearchSpace(tmpl_, request_.dtype,
+                                                                   request_.shape, target_));
+    if (space.configs.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("template ", tmpl_->name(),
+                                                        " has no valid candidate for ",
+                                                        ShapeString(request_.shape)));
+    }
+    default_config_ = DefaultConfig(*tmpl_, target_);
+    KTUNE_ASSIGN_OR_RETURN(strategy_, NewStrategy(request_.strategy, space.configs,
+                                                  request_.budget, request_.seed, default_config_));
+    return absl::OkStatus();
+  }
+
+  // The job's row, resumed or new, with the earlier run's trials reported to the strategy.
+  absl::Status OpenJob() {
+    job_.key = {model_, tmpl_->name(), std::string(DTypeName(request_.dtype)),
+                ShapeString(request_.shape)};
+    job_.source_hash = tmpl_->source_hash();
+    job_.nvrtc_version = env_.compiler->Version();
+    job_.strategy = strategy_->Name();
+    job_.state = store::JobState::kRunning;
+    job_.total = strategy_->Planned();
+    job_.created_unix_ms = job_.updated_unix_ms = NowUnixMs();
+    std::vector<store::Trial> earlier;
+    KTUNE_RETURN_IF_ERROR(ktune::OpenJob(*env_.store, &job_, &earlier));
+    for (const store::Trial& t : earlier) {
+      strategy_->Report(t.config, t.outcome, t.metrics.time_ns);
+      if (t.outcome == Outcome::kOk && (!best_ || Faster(t, *best_))) best_ = t;
+    }
+    done_ = done_before_ = static_cast<int64_t>(earlier.size());
+    return env_.store->UpdateJob(job_.id, store::JobState::kRunning, done_, job_.total, "");
+  }
 
   // The reference: compiled and run once; every candidate is checked against its outputs.
-  KTUNE_ASSIGN_OR_RETURN(Instance reference,
-                         BindReference(tmpl, request.dtype, request.shape, target));
-  absl::StatusOr<CompileResult> ref_compiled = env.compiler->Compile(BuildCompileRequest(reference));
-  if (!ref_compiled.ok()) return fail_job(ref_compiled.status());
-  if (!ref_compiled->ok) {
-    return fail_job(absl::FailedPreconditionError(absl::StrCat(
-        "template ", tmpl->name(), ": the reference does not compile:\n", ref_compiled->log)));
-  }
-  absl::StatusOr<v1::Problem> problem = BuildProblem(reference, *ref_compiled, request.seed);
-  if (!problem.ok()) return fail_job(problem.status());
-  if (absl::StatusOr<v1::ProblemReady> ready = env.gpu->SetProblem(*problem); !ready.ok()) {
-    return fail_job(ready.status());
+  absl::Status SetProblem() {
+    KTUNE_ASSIGN_OR_RETURN(Instance reference,
+                           BindReference(tmpl_, request_.dtype, request_.shape, target_));
+    absl::StatusOr<CompileResult> compiled =
+        env_.compiler->Compile(BuildCompileRequest(reference));
+    if (!compiled.ok()) return Fail(compiled.status());
+    if (!compiled->ok) {
+      return Fail(absl::FailedPreconditionError(absl::StrCat(
+          "template ", tmpl_->name(), ": the reference does not compile:\n", compiled->log)));
+    }
+    absl::StatusOr<v1::Problem> problem = BuildProblem(reference, *compiled, request_.seed);
+    if (!problem.ok()) return Fail(problem.status());
+    if (absl::StatusOr<v1::ProblemReady> ready = env_.gpu->SetProblem(*problem); !ready.ok()) {
+      return Fail(ready.status());
+    }
+    return absl::OkStatus();
   }
 
-  const size_t batch = request.batch_size > 0 ? request.batch_size : 2 * env.pool->threads();
-  auto submit = [&](std::vector<Config> configs) {
+  // Binds `configs` and hands them to the compile pool.
+  std::vector<Pending> Submit(std::vector<Config> configs) {
     std::vector<Pending> out;
     for (Config& c : configs) {
-      absl::StatusOr<BindResult> bound = Bind(tmpl, request.dtype, request.shape, c, target);
+      absl::StatusOr<BindResult> bound = Bind(tmpl_, request_.dtype, request_.shape, c, target_);
       // The space was enumerated with the same binding, so every config binds.
       if (!bound.ok() || !bound->instance) continue;
       Pending p{std::move(c), *std::move(bound->instance), {}};
-      p.compiled = env.pool->Submit(BuildCompileRequest(p.instance));
+      p.compiled = env_.pool->Submit(BuildCompileRequest(p.instance));
       out.push_back(std::move(p));
     }
     return out;
-  };
-
-  std::optional<store::Trial> best;
-  for (const store::Trial& t : earlier) {
-    if (t.outcome == Outcome::kOk && (!best || Faster(t, *best))) best = t;
   }
-  const int64_t done_before = done;
-  bool cancelled = false;
-  auto time_up = [&] {
-    return request.time_limit_s > 0 && SecondsSince(start) >= request.time_limit_s;
-  };
-  std::vector<Pending> current = submit(strategy->Next(batch));
-  while (!current.empty() && !cancelled && !time_up()) {
-    // Compile the next batch while this one is measured.
-    std::vector<Pending> next = submit(strategy->Next(batch));
-    for (Pending& p : current) {
-      if (cancelled || time_up()) break;
-      absl::StatusOr<CompileResult> compiled = p.compiled.get();
-      if (!compiled.ok()) return fail_job(compiled.status());
-      store::Trial trial;
-      trial.job_id = job.id;
-      trial.config = p.config;
-      trial.candidate_hash = compiled->key;
-      trial.compile_ms = compiled->cache_hit ? 0 : compiled->compile_ms;
-      if (!compiled->ok) {
-        trial.outcome = Outcome::kCompileFailed;
-        trial.log = compiled->log.substr(0, kMaxLogBytes);
-      } else {
-        absl::StatusOr<v1::KernelBinary> binary = BuildKernelBinary(p.instance, *compiled);
-        if (!binary.ok()) return fail_job(binary.status());
-        absl::StatusOr<v1::Measurement> m = env.gpu->Measure(*binary, request.timing);
-        if (!m.ok()) return fail_job(m.status());
-        std::optional<Outcome> outcome = ParseOutcome(m->outcome());
-        trial.outcome = outcome.value_or(Outcome::kCrashed);
-        trial.log = outcome ? m->detail() : absl::StrCat("unknown outcome '", m->outcome(), "': ", m->detail());
-        const int64_t dyn = p.instance.launches.empty() ? 0 : p.instance.launches[0].shared_bytes;
-        trial.metrics = DeriveMetrics(*compiled, dyn, *m, p.instance.bytes, p.instance.flops, copy_gbps);
+
+  // Batches until the strategy has no more, the time is up or the caller cancels; the pool
+  // compiles the next batch while this one is measured.
+  absl::Status Search() {
+    const size_t batch =
+        request_.batch_size > 0 ? request_.batch_size : 2 * env_.pool->threads();
+    bool cancelled = false;
+    std::vector<Pending> current = Submit(strategy_->Next(batch));
+    while (!current.empty() && !cancelled && !TimeUp()) {
+      std::vector<Pending> next = Submit(strategy_->Next(batch));
+      for (Pending& p : current) {
+        if (cancelled || TimeUp()) break;
+        absl::StatusOr<bool> go_on = Try(p);
+        if (!go_on.ok()) return Fail(go_on.status());
+        cancelled = !*go_on;
       }
-      trial.created_unix_ms = NowUnixMs();
-      absl::StatusOr<int64_t> id = env.store->AddTrial(trial);
-      if (!id.ok()) return fail_job(id.status());
-      trial.id = *id;
-      strategy->Report(trial.config, trial.outcome, trial.metrics.time_ns);
-      if (trial.outcome == Outcome::kOk && (!best || Faster(trial, *best))) best = trial;
-      ++done;
-      env.store->UpdateJob(job.id, store::JobState::kRunning, done, job.total, "").IgnoreError();
-      if (on_progress) {
-        TuneProgress progress;
-        progress.done = done;
-        progress.total = job.total;
-        progress.elapsed_s = SecondsSince(start);
-        const int64_t this_run = done - done_before;
-        progress.eta_s = progress.elapsed_s / this_run * std::max<int64_t>(0, job.total - done);
-        progress.last = &trial;
-        progress.best = best ? &*best : nullptr;
-        cancelled = !on_progress(progress);
-      }
+      current = std::move(next);
     }
-    current = std::move(next);
-  }
-  if (cancelled) {
-    env.store->UpdateJob(job.id, store::JobState::kAbandoned, done, job.total, "cancelled")
+    if (!cancelled) return absl::OkStatus();
+    env_.store->UpdateJob(job_.id, store::JobState::kAbandoned, done_, job_.total, "cancelled")
         .IgnoreError();
-    return absl::CancelledError(absl::StrCat("tuning cancelled after ", done, " of ", job.total,
-                                             " candidates; run it again to resume"));
+    return absl::CancelledError(absl::StrCat("tuning cancelled after ", done_, " of ",
+                                             job_.total, " candidates; run it again to resume"));
   }
 
-  KTUNE_ASSIGN_OR_RETURN(std::vector<store::Trial> trials, env.store->ListTrials(job.id));
-  if (!best) {
+  // Measures one compiled candidate, records its trial and reports progress. False when
+  // the caller cancels.
+  absl::StatusOr<bool> Try(Pending& p) {
+    KTUNE_ASSIGN_OR_RETURN(CompileResult compiled, p.compiled.get());
+    store::Trial trial;
+    trial.job_id = job_.id;
+    trial.config = p.config;
+    trial.candidate_hash = compiled.key;
+    trial.compile_ms = compiled.cache_hit ? 0 : compiled.compile_ms;
+    if (!compiled.ok) {
+      trial.outcome = Outcome::kCompileFailed;
+      trial.log = compiled.log.substr(0, kMaxLogBytes);
+    } else {
+      KTUNE_ASSIGN_OR_RETURN(v1::KernelBinary binary, BuildKernelBinary(p.instance, compiled));
+      KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, env_.gpu->Measure(binary, request_.timing));
+      std::optional<Outcome> outcome = ParseOutcome(m.outcome());
+      trial.outcome = outcome.value_or(Outcome::kCrashed);
+      trial.log = outcome ? m.detail()
+                          : absl::StrCat("unknown outcome '", m.outcome(), "': ", m.detail());
+      trial.metrics = DeriveMetrics(compiled, DynamicSmem(p.instance), m, p.instance.bytes,
+                                    p.instance.flops, copy_gbps_);
+    }
+    trial.created_unix_ms = NowUnixMs();
+    KTUNE_ASSIGN_OR_RETURN(trial.id, env_.store->AddTrial(trial));
+    strategy_->Report(trial.config, trial.outcome, trial.metrics.time_ns);
+    if (trial.outcome == Outcome::kOk && (!best_ || Faster(trial, *best_))) best_ = trial;
+    ++done_;
+    env_.store->UpdateJob(job_.id, store::JobState::kRunning, done_, job_.total, "")
+        .IgnoreError();
+    return on_progress_ ? on_progress_(Progress(trial)) : true;
+  }
+
+  TuneProgress Progress(const store::Trial& last) const {
+    TuneProgress progress;
+    progress.done = done_;
+    progress.total = job_.total;
+    progress.elapsed_s = SecondsSince(start_);
+    const int64_t this_run = done_ - done_before_;
+    progress.eta_s = progress.elapsed_s / this_run * std::max<int64_t>(0, job_.total - done_);
+    progress.last = &last;
+    progress.best = best_ ? &*best_ : nullptr;
+    return progress;
+  }
+
+  static absl::Status NoCandidatePassed(const std::vector<store::Trial>& trials) {
     std::map<std::string, int> outcomes;
     for (const store::Trial& t : trials) ++outcomes[std::string(OutcomeName(t.outcome))];
-    return fail_job(absl::FailedPreconditionError(absl::StrCat(
-        "no candidate passed: ", absl::StrJoin(outcomes, ", ", absl::PairFormatter(" ")))));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no candidate passed: ", absl::StrJoin(outcomes, ", ", absl::PairFormatter(" "))));
   }
 
-  // A finalist's binary: compiled again (a cubin cache read when the compiler has one), so
-  // a resumed job's candidates from an earlier run are as good as this run's.
-  struct Finalist {
-    store::Trial trial;
-    Instance instance;
-    CompileResult compiled;
-    v1::KernelBinary binary;
-    std::vector<v1::Measurement> runs;
-  };
-  auto prepare = [&](const store::Trial& t) -> absl::StatusOr<Finalist> {
-    KTUNE_ASSIGN_OR_RETURN(BindResult bound,
-                           Bind(tmpl, request.dtype, request.shape, t.config, target));
-    if (!bound.instance) {
+  absl::StatusOr<Finalist> PrepareFinalist(const store::Trial& t) {
+    KTUNE_ASSIGN_OR_RETURN(BuiltKernel built, BuildKernel(tmpl_, request_.dtype, request_.shape,
+                                                          t.config, target_, *env_.compiler));
+    if (!built.rejected_because.empty()) {
       return absl::InternalError(absl::StrCat(ConfigString(t.config), " no longer binds: ",
-                                              bound.rejected_because));
+                                              built.rejected_because));
     }
-    KTUNE_ASSIGN_OR_RETURN(CompileResult compiled,
-                           env.compiler->Compile(BuildCompileRequest(*bound.instance)));
-    if (!compiled.ok) {
+    if (!built.compiled.ok) {
       return absl::InternalError(absl::StrCat(ConfigString(t.config), " no longer compiles"));
     }
-    KTUNE_ASSIGN_OR_RETURN(v1::KernelBinary binary, BuildKernelBinary(*bound.instance, compiled));
-    return Finalist{t, *std::move(bound.instance), std::move(compiled), std::move(binary), {}};
-  };
-  std::vector<const store::Trial*> ranked;
-  for (const store::Trial& t : trials) {
-    if (t.outcome == Outcome::kOk) ranked.push_back(&t);
+    return Finalist{t, std::move(built), {}};
   }
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const store::Trial* a, const store::Trial* b) { return Faster(*a, *b); });
-  const size_t finalists =
-      request.final_rounds > 0 ? std::min<size_t>(std::max(request.finalists, 1), ranked.size()) : 1;
-  std::vector<Finalist> final;
-  for (size_t i = 0; i < finalists; ++i) {
-    absl::StatusOr<Finalist> f = prepare(*ranked[i]);
-    if (!f.ok()) return fail_job(f.status());
-    final.push_back(*std::move(f));
-  }
-  if (final.size() > 1) {
-    // Interleaved, so drift in clocks or temperature touches every finalist alike.
-    for (int round = 0; round < request.final_rounds; ++round) {
+
+  // The fastest few ok trials, each measured `final_rounds` more times, interleaved so that
+  // drift in clocks or temperature touches every finalist alike. The winner: the lowest
+  // median over the final round (a finalist that failed a rerun is out); with no final
+  // round, the fastest trial. Its metrics are those of its median run.
+  absl::StatusOr<Finalist> FinalRound(const std::vector<store::Trial>& trials) {
+    std::vector<const store::Trial*> ranked;
+    for (const store::Trial& t : trials) {
+      if (t.outcome == Outcome::kOk) ranked.push_back(&t);
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const store::Trial* a, const store::Trial* b) { return Faster(*a, *b); });
+    const size_t finalists = request_.final_rounds > 0
+                                 ? std::min<size_t>(std::max(request_.finalists, 1), ranked.size())
+                                 : 1;
+    std::vector<Finalist> final;
+    for (size_t i = 0; i < finalists; ++i) {
+      absl::StatusOr<Finalist> f = PrepareFinalist(*ranked[i]);
+      if (!f.ok()) return Fail(f.status());
+      final.push_back(*std::move(f));
+    }
+    for (int round = 0; final.size() > 1 && round < request_.final_rounds; ++round) {
       for (Finalist& f : final) {
-        absl::StatusOr<v1::Measurement> m = env.gpu->Measure(f.binary, request.timing);
-        if (!m.ok()) return fail_job(m.status());
+        absl::StatusOr<v1::Measurement> m = env_.gpu->Measure(f.built.binary, request_.timing);
+        if (!m.ok()) return Fail(m.status());
         if (m->outcome() == OutcomeName(Outcome::kOk)) f.runs.push_back(*std::move(m));
       }
     }
+    return Choose(final);
   }
-  // The winner: the lowest median over the final round (a finalist that failed a rerun is
-  // out); with no final round, the fastest trial. Its metrics are those of its median run.
-  Finalist* chosen = &final.front();
-  const v1::Measurement* chosen_run = nullptr;
-  double chosen_ns = 0;
-  for (Finalist& f : final) {
-    if (final.size() > 1 && f.runs.size() < static_cast<size_t>(request.final_rounds)) continue;
-    if (f.runs.empty()) continue;
-    std::sort(f.runs.begin(), f.runs.end(), [](const v1::Measurement& a, const v1::Measurement& b) {
-      return a.time_ns() < b.time_ns();
-    });
-    const v1::Measurement& median = f.runs[f.runs.size() / 2];
-    if (chosen_run == nullptr || median.time_ns() < chosen_ns) {
-      chosen = &f;
-      chosen_run = &median;
-      chosen_ns = median.time_ns();
+
+  Finalist Choose(std::vector<Finalist>& final) const {
+    Finalist* chosen = &final.front();
+    const v1::Measurement* chosen_run = nullptr;
+    for (Finalist& f : final) {
+      if (final.size() > 1 && f.runs.size() < static_cast<size_t>(request_.final_rounds)) continue;
+      if (f.runs.empty()) continue;
+      std::sort(f.runs.begin(), f.runs.end(),
+                [](const v1::Measurement& a, const v1::Measurement& b) {
+                  return a.time_ns() < b.time_ns();
+                });
+      const v1::Measurement& median = f.runs[f.runs.size() / 2];
+      if (chosen_run == nullptr || median.time_ns() < chosen_run->time_ns()) {
+        chosen = &f;
+        chosen_run = &median;
+      }
     }
+    if (chosen_run != nullptr) {
+      const Instance& i = chosen->built.instance;
+      chosen->trial.metrics = DeriveMetrics(chosen->built.compiled, DynamicSmem(i), *chosen_run,
+                                            i.bytes, i.flops, copy_gbps_);
+    }
+    return std::move(*chosen);
   }
-  best = chosen->trial;
-  if (chosen_run != nullptr) {
-    const int64_t dyn =
-        chosen->instance.launches.empty() ? 0 : chosen->instance.launches[0].shared_bytes;
-    best->metrics = DeriveMetrics(chosen->compiled, dyn, *chosen_run, chosen->instance.bytes,
-                                  chosen->instance.flops, copy_gbps);
+
+  // Stores the winner as the key's entry (one transaction) and returns it with every trial.
+  absl::StatusOr<TuneResult> Commit(Finalist winner, std::vector<store::Trial> trials) {
+    const store::Trial& best = winner.trial;
+    TuneResult result;
+    store::Entry& e = result.entry;
+    e.key = job_.key;
+    e.source_hash = job_.source_hash;
+    e.nvrtc_version = job_.nvrtc_version;
+    e.config = best.config;
+    e.cubin = winner.built.compiled.cubin;
+    e.cubin_sha256 = Sha256Hex(e.cubin);
+    e.launches = std::move(winner.built.launches);
+    e.metrics = best.metrics;
+    e.default_time_ns = DefaultTime(trials, default_config_, best);
+    e.job_id = job_.id;
+    e.trials_total = static_cast<int64_t>(trials.size());
+    e.trials_ok = std::count_if(trials.begin(), trials.end(),
+                                [](const store::Trial& t) { return t.outcome == Outcome::kOk; });
+    result.seconds = SecondsSince(start_);
+    e.tuning_seconds = result.seconds;
+    e.created_unix_ms = NowUnixMs();
+    absl::StatusOr<int64_t> entry_id = env_.store->CommitWinner(e, {});
+    if (!entry_id.ok()) return Fail(entry_id.status());
+    e.id = *entry_id;
+    std::stable_sort(trials.begin(), trials.end(),
+                     [](const store::Trial& a, const store::Trial& b) {
+                       const bool aok = a.outcome == Outcome::kOk, bok = b.outcome == Outcome::kOk;
+                       if (aok != bok) return aok;
+                       return aok && Faster(a, b);
+                     });
+    result.trials = std::move(trials);
+    result.resumed_trials = done_before_;
+    return result;
   }
-  const CompileResult* winner = &chosen->compiled;
-  const v1::KernelBinary* binary = &chosen->binary;
-  const Instance* winner_instance = &chosen->instance;
 
-  TuneResult result;
-  store::Entry& e = result.entry;
-  e.key = job.key;
-  e.source_hash = job.source_hash;
-  e.nvrtc_version = job.nvrtc_version;
-  e.config = best->config;
-  e.cubin = winner->cubin;
-  e.cubin_sha256 = Sha256Hex(e.cubin);
-  e.launches = LaunchSpecs(*winner_instance, *binary);
-  e.metrics = best->metrics;
-  e.default_time_ns = DefaultTime(trials, default_config, *best);
-  e.job_id = job.id;
-  e.trials_total = static_cast<int64_t>(trials.size());
-  e.trials_ok = std::count_if(trials.begin(), trials.end(),
-                              [](const store::Trial& t) { return t.outcome == Outcome::kOk; });
-  result.seconds = SecondsSince(start);
-  e.tuning_seconds = result.seconds;
-  e.created_unix_ms = NowUnixMs();
-  absl::StatusOr<int64_t> entry_id = env.store->CommitWinner(e, {});
-  if (!entry_id.ok()) return fail_job(entry_id.status());
-  e.id = *entry_id;
+  const TuneRequest& request_;
+  const TuningEnv& env_;
+  const ProgressCallback& on_progress_;
+  const Clock::time_point start_;
+  std::shared_ptr<const KernelTemplate> tmpl_;
+  TargetInfo target_;
+  std::string model_;
+  double copy_gbps_ = 0;
+  Config default_config_;
+  std::unique_ptr<SearchStrategy> strategy_;
+  store::Job job_;
+  int64_t done_ = 0;         // trials of this job so far, an earlier run's included
+  int64_t done_before_ = 0;  // trials of an earlier run
+  std::optional<store::Trial> best_;  // the fastest ok trial so far
+};
 
-  std::stable_sort(trials.begin(), trials.end(), [](const store::Trial& a, const store::Trial& b) {
-    const bool aok = a.outcome == Outcome::kOk, bok = b.outcome == Outcome::kOk;
-    if (aok != bok) return aok;
-    return aok && Faster(a, b);
-  });
-  result.trials = std::move(trials);
-  result.resumed_trials = done_before;
-  return result;
+}  // namespace
+
+absl::StatusOr<TuneResult> RunTuning(const TuneRequest& request, const TuningEnv& env,
+                                     const ProgressCallback& on_progress) {
+  return TuningRun(request, env, on_progress).Run();
 }
 
 }  // namespace ktune

@@ -2,7 +2,7 @@
 // and GPU, record every trial, and store the winner.
 //
 // The job sees the compiler, the GPU and the store only through their interfaces, so CI
-// runs it with fakes (tests/testing/fake_gpu.h). Compiling the next batch overlaps
+// runs it with fakes (tests/testing/fakes.h). Compiling the next batch overlaps
 // measuring this one; only this job touches `gpu` while it runs. RunTuning is
 // thread-compatible: concurrent jobs need their own Gpu each.
 #ifndef KTUNE_SERVER_TUNING_TUNING_JOB_H_

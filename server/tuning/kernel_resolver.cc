@@ -1,0 +1,297 @@
+#include "server/tuning/kernel_resolver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/base/sha256.h"
+#include "server/base/status_macros.h"
+#include "server/base/thread_pool.h"
+#include "server/gpu/device_model.h"
+#include "server/templates/search_space.h"
+#include "server/tuning/gpu_problem.h"
+#include "server/tuning/kernel_build.h"
+
+namespace ktune {
+namespace {
+
+// Each neighbour tried reads a cubin from the store.
+constexpr size_t kMaxNeighbours = 8;
+
+struct GpuTarget {
+  std::string model;
+  TargetInfo target;
+};
+
+class KernelResolverImpl final : public KernelResolver {
+ public:
+  KernelResolverImpl(KernelResolverOptions options, std::vector<GpuTarget> gpus,
+                     GpuTarget compile_only)
+      : options_(std::move(options)),
+        gpus_(std::move(gpus)),
+        compile_only_(std::move(compile_only)),
+        threads_(options_.threads) {}
+
+  void Resolve(const KernelQuery& q, KernelPolicy policy, ResolveCallback done) override {
+    absl::StatusOr<store::Lookup> hit = Lookup(q);
+    if (hit.ok() && !hit->stale) {
+      // Fresh: the answer whatever the policy.
+      ResolvedKernel r = Exact(std::move(hit->entry), /*stale=*/false, 0);
+      r.cacheable = true;
+      return done(std::move(r));
+    }
+    // From here on the hit, if any, is stale.
+    if (policy == KernelPolicy::kCacheOnly) {
+      if (!hit.ok()) return done(hit.status());
+      return done(Exact(std::move(hit->entry), /*stale=*/true, 0));
+    }
+    if (!hit.ok() && hit.status().code() != absl::StatusCode::kNotFound &&
+        hit.status().code() != absl::StatusCode::kDataLoss) {
+      return done(hit.status());  // the store failed: no point compiling or tuning
+    }
+    if (policy == KernelPolicy::kTune) return TuneAndAnswer(q, std::move(done));
+    // FALLBACK: a stale entry answers now while its re-tune runs.
+    if (hit.ok()) {
+      const int64_t job_id = BackgroundTune(q);
+      return done(Exact(std::move(hit->entry), /*stale=*/true, job_id));
+    }
+    threads_.Run([this, q, done = std::move(done)] {
+      absl::StatusOr<ResolvedKernel> r = Fallback(q);
+      if (r.ok()) r->tuning_job_id = BackgroundTune(q);
+      done(std::move(r));
+    });
+  }
+
+  absl::StatusOr<store::Lookup> Lookup(const KernelQuery& q) override {
+    const store::EntryKey key = KeyFor(q);
+    if (key.device_model.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "no entry for ", key.template_id, " ", key.dtype, " ", key.shape,
+          ": this host has no usable GPU and the store names no single device model"));
+    }
+    absl::StatusOr<store::Lookup> hit =
+        options_.store->LookupEntry(key, q.tmpl->source_hash(), options_.compiler->Version());
+    if (hit.status().code() == absl::StatusCode::kNotFound) {
+      return absl::NotFoundError(absl::StrCat("no entry for ", key.template_id, " ", key.dtype,
+                                              " ", key.shape, " on ", key.device_model));
+    }
+    return hit;
+  }
+
+  absl::StatusOr<std::shared_ptr<TuningJob>> Tune(const KernelQuery& q,
+                                                  const std::string& strategy,
+                                                  int64_t budget) override {
+    if (gpus_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("tuning needs a GPU and this daemon has none usable: ",
+                       options_.compile_only_reason));
+    }
+    TuneRequest r;
+    r.template_name = q.tmpl->name();
+    r.dtype = q.dtype;
+    r.shape = q.shape;
+    r.strategy = strategy;
+    r.budget = budget;
+    return options_.queue->Submit(r, q.gpu);
+  }
+
+  absl::StatusOr<int64_t> ChangeCounter() override {
+    return options_.store->EntriesChangeCounter();
+  }
+
+  const std::string& DeviceModel(int gpu) const override {
+    return gpus_.empty() ? compile_only_.model : gpus_[gpu].model;
+  }
+  TargetInfo Target(int gpu) const override {
+    return gpus_.empty() ? compile_only_.target : gpus_[gpu].target;
+  }
+
+ private:
+  static ResolvedKernel Exact(store::Entry entry, bool stale, int64_t job_id) {
+    ResolvedKernel r;
+    r.entry = std::move(entry);
+    r.stale = stale;
+    r.provenance = KernelProvenance::kExact;
+    r.tuning_job_id = job_id;
+    return r;
+  }
+
+  store::EntryKey KeyFor(const KernelQuery& q) const {
+    return {DeviceModel(q.gpu), q.tmpl->name(), std::string(DTypeName(q.dtype)),
+            ShapeString(q.shape)};
+  }
+
+  // TUNE: the job's winner, when the job finishes.
+  void TuneAndAnswer(const KernelQuery& q, ResolveCallback done) {
+    absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, "exhaustive", 0);
+    if (!job.ok()) return done(job.status());
+    const int64_t job_id = (*job)->id();
+    (*job)->OnDone([done = std::move(done), job_id](const absl::StatusOr<TuneResult>& r) {
+      if (!r.ok()) return done(r.status());
+      done(Exact(r->entry, /*stale=*/false, job_id));
+    });
+  }
+
+  // A FALLBACK's background tune; 0 when none was started (no GPU, a full queue).
+  int64_t BackgroundTune(const KernelQuery& q) {
+    if (gpus_.empty()) return 0;
+    absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, "exhaustive", 0);
+    return job.ok() ? (*job)->id() : 0;
+  }
+
+  // The nearest stored shape whose config binds for the request's shape and whose cubin
+  // holds every kernel the request's launches name (same name expressions and options),
+  // else the default config compiled now.
+  absl::StatusOr<ResolvedKernel> Fallback(const KernelQuery& q) {
+    const TargetInfo target = Target(q.gpu);
+    if (!DeviceModel(q.gpu).empty()) {
+      KTUNE_ASSIGN_OR_RETURN(std::vector<store::EntrySummary> near, Neighbours(q));
+      for (const store::EntrySummary& summary : near) {
+        absl::StatusOr<ResolvedKernel> r = Neighbour(q, summary, target);
+        if (r.ok()) return r;
+      }
+    }
+    return Default(q, target);
+  }
+
+  // The stored entries of the query's model, template and dtype, nearest shape first.
+  absl::StatusOr<std::vector<store::EntrySummary>> Neighbours(const KernelQuery& q) {
+    store::EntryFilter f;
+    f.device_model = DeviceModel(q.gpu);
+    f.template_id = q.tmpl->name();
+    f.dtype = std::string(DTypeName(q.dtype));
+    KTUNE_ASSIGN_OR_RETURN(std::vector<store::EntrySummary> entries,
+                           options_.store->ListEntries(f));
+    std::vector<std::pair<double, const store::EntrySummary*>> near;
+    for (const store::EntrySummary& e : entries) {
+      absl::StatusOr<Shape> shape = ParseShape(e.key.shape);
+      if (!shape.ok()) continue;
+      const double d = ShapeDistance(q.shape, *shape);
+      if (std::isfinite(d)) near.emplace_back(d, &e);
+    }
+    std::sort(near.begin(), near.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (near.size() > kMaxNeighbours) near.resize(kMaxNeighbours);
+    std::vector<store::EntrySummary> out;
+    for (const auto& [distance, summary] : near) out.push_back(*summary);
+    return out;
+  }
+
+  // The neighbour's cubin with its launches re-bound for the request's shape, when its
+  // config binds there to the same binary.
+  absl::StatusOr<ResolvedKernel> Neighbour(const KernelQuery& q,
+                                           const store::EntrySummary& summary,
+                                           const TargetInfo& target) {
+    KTUNE_ASSIGN_OR_RETURN(store::Lookup hit, options_.store->GetEntry(summary.id));
+    const store::Entry& e = hit.entry;
+    KTUNE_ASSIGN_OR_RETURN(Shape their_shape, ParseShape(e.key.shape));
+    KTUNE_ASSIGN_OR_RETURN(BindResult theirs,
+                           Bind(q.tmpl, q.dtype, their_shape, e.config, target));
+    KTUNE_ASSIGN_OR_RETURN(BindResult ours, Bind(q.tmpl, q.dtype, q.shape, e.config, target));
+    if (!theirs.instance || !ours.instance) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("entry ", e.id, " does not bind: ", ours.rejected_because));
+    }
+    if (theirs.instance->CompileOptions() != ours.instance->CompileOptions() ||
+        theirs.instance->launches.size() != e.launches.size()) {
+      return absl::FailedPreconditionError("another binary");
+    }
+    KTUNE_ASSIGN_OR_RETURN(std::vector<LaunchSpec> launches,
+                           Rebind(*theirs.instance, *ours.instance, e.launches));
+    ResolvedKernel r;
+    r.entry = std::move(hit.entry);
+    r.entry.launches = std::move(launches);
+    r.stale = hit.stale;
+    r.provenance = KernelProvenance::kNearest;
+    r.bound = *std::move(ours.instance);
+    return r;
+  }
+
+  // `ours`'s launches with the lowered names `theirs` got in the stored `launches`.
+  static absl::StatusOr<std::vector<LaunchSpec>> Rebind(const Instance& theirs,
+                                                        const Instance& ours,
+                                                        const std::vector<LaunchSpec>& launches) {
+    std::map<std::string, std::string> lowered;
+    for (size_t i = 0; i < launches.size(); ++i) {
+      lowered[theirs.launches[i].name_expression] = launches[i].lowered_name;
+    }
+    std::vector<LaunchSpec> out;
+    for (const BoundLaunch& l : ours.launches) {
+      auto it = lowered.find(l.name_expression);
+      if (it == lowered.end()) return absl::FailedPreconditionError("kernel not in the cubin");
+      LaunchSpec s;
+      s.lowered_name = it->second;
+      for (int i = 0; i < 3; ++i) {
+        s.grid[i] = static_cast<uint32_t>(l.grid[i]);
+        s.block[i] = static_cast<uint32_t>(l.block[i]);
+      }
+      s.shared_bytes = static_cast<uint32_t>(l.shared_bytes);
+      s.args = l.args;
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  // The template's default config for the request's shape, compiled now.
+  absl::StatusOr<ResolvedKernel> Default(const KernelQuery& q, const TargetInfo& target) {
+    const Config config = DefaultConfig(*q.tmpl, target);
+    KTUNE_ASSIGN_OR_RETURN(BuiltKernel built, BuildKernel(q.tmpl, q.dtype, q.shape, config,
+                                                          target, *options_.compiler));
+    if (!built.rejected_because.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("template ", q.tmpl->name(), ": the default config does not fit shape ",
+                       ShapeString(q.shape), ": ", built.rejected_because));
+    }
+    if (!built.compiled.ok) {
+      return absl::InternalError(absl::StrCat("template ", q.tmpl->name(),
+                                              ": the default config does not compile:\n",
+                                              built.compiled.log));
+    }
+    ResolvedKernel r;
+    store::Entry& e = r.entry;
+    e.key = KeyFor(q);
+    e.source_hash = q.tmpl->source_hash();
+    e.nvrtc_version = options_.compiler->Version();
+    e.config = config;
+    e.cubin = std::move(built.compiled.cubin);
+    e.cubin_sha256 = Sha256Hex(e.cubin);
+    e.launches = std::move(built.launches);
+    r.provenance = KernelProvenance::kDefault;
+    return r;
+  }
+
+  const KernelResolverOptions options_;
+  const std::vector<GpuTarget> gpus_;
+  const GpuTarget compile_only_;
+  ThreadPool threads_;  // last: joined first, while the rest is still there
+};
+
+// Without a GPU, lookups go to the one device model the store knows, if it knows one, and
+// DEFAULT compiles for its architecture.
+GpuTarget CompileOnlyTarget(store::Store& store, const TargetInfo& configured) {
+  GpuTarget t{"", configured};
+  absl::StatusOr<std::vector<store::Device>> devices = store.ListDevices();
+  if (devices.ok() && devices->size() == 1) {
+    const store::Device& d = devices->front();
+    t.model = d.model_key;
+    t.target = TargetForStoredDevice(d, configured);
+  }
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<KernelResolver> NewKernelResolver(KernelResolverOptions options) {
+  std::vector<GpuTarget> gpus;
+  for (const v1::DeviceInfo& info : options.devices) {
+    gpus.push_back({DeviceModelKey(info), TargetForDevice(info)});
+  }
+  GpuTarget compile_only{"", options.compile_only_target};
+  if (gpus.empty()) compile_only = CompileOnlyTarget(*options.store, options.compile_only_target);
+  return std::make_unique<KernelResolverImpl>(std::move(options), std::move(gpus),
+                                              std::move(compile_only));
+}
+
+}  // namespace ktune
