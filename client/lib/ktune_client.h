@@ -38,7 +38,16 @@ enum class Policy { kUnspecified = 0, kCacheOnly = 1, kTune = 2, kFallback = 3 }
 // Where an artifact came from; see ktune.proto's Provenance.
 enum class Provenance { kUnspecified = 0, kExact = 1, kNearest = 2, kDefault = 3 };
 enum class BufferRole { kUnspecified = 0, kInput = 1, kOutput = 2, kInOut = 3, kScratch = 4 };
-enum class FillKind { kUnspecified = 0, kUniform = 1, kNormal = 2, kConstant = 3, kZero = 4 };
+// A SCRATCH buffer's fill: kZero means zero it before each run, kZeroOnce once when it is
+// allocated (the kernels leave it zeroed after every complete run).
+enum class FillKind {
+  kUnspecified = 0,
+  kUniform = 1,
+  kNormal = 2,
+  kConstant = 3,
+  kZero = 4,
+  kZeroOnce = 5
+};
 
 // "cache_only", "tune", "fallback", "unspecified"; and back (kInvalidArgument otherwise).
 const char* PolicyName(Policy policy);

@@ -211,19 +211,23 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArt
   std::unique_ptr<LoadedKernel> kernel(new LoadedKernel());
   kernel->args_ = artifact.args;
   kernel->scalar_values_.assign(artifact.args.size(), 0);
-  bool has_tensor_map = false;
+  std::vector<bool> launched(artifact.args.size(), false);
+  for (const KernelLaunch& l : artifact.launches) {
+    for (int32_t a : l.args) launched[static_cast<size_t>(a)] = true;
+  }
   for (size_t i = 0; i < artifact.args.size(); ++i) {
     if (artifact.args[i].is_buffer) continue;
     if (artifact.args[i].scalar_type == "tensor_map") {
+      if (!launched[i]) continue;
       KTUNE_RETURN_IF_ERROR(CheckTensorMapArg(artifact, i));
-      has_tensor_map = true;
+      kernel->map_args_.push_back(i);
       continue;
     }
     KTUNE_ASSIGN_OR_RETURN(kernel->scalar_values_[i], ScalarBytes(artifact.args[i]));
   }
 
   KTUNE_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
-  if (has_tensor_map && api->TensorMapEncodeTiled == nullptr) {
+  if (!kernel->map_args_.empty() && api->TensorMapEncodeTiled == nullptr) {
     return absl::UnavailableError(
         "the artifact takes a tensor map and this CUDA driver has no cuTensorMapEncodeTiled "
         "(CUDA 12.0 or later is needed)");
@@ -285,11 +289,8 @@ absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffer
   struct alignas(kTensorMapAlignment) EncodedMap {
     unsigned char bytes[kTensorMapBytes];
   };
-  bool any_map = false;
-  for (const KernelArg& a : args_) any_map |= a.scalar_type == "tensor_map";
-  std::vector<EncodedMap> maps(any_map ? args_.size() : 0);
-  for (size_t i = 0; any_map && i < args_.size(); ++i) {
-    if (args_[i].scalar_type != "tensor_map") continue;
+  std::vector<EncodedMap> maps(map_args_.empty() ? 0 : args_.size());
+  for (size_t i : map_args_) {
     const TensorMapArg& t = args_[i].tensor_map;
     const CuDevicePtr base = addresses[static_cast<size_t>(t.buffer_arg)];
     if (base % 16 != 0) {

@@ -75,6 +75,9 @@ class LoadedKernel {
   std::shared_ptr<Module> module_;
   std::vector<ResolvedLaunch> launches_;
   std::vector<KernelArg> args_;
+  // The tensor-map args some launch takes, by index: encoded at every Launch. A template's
+  // map that no launch of this artifact names (another path's) is neither checked nor built.
+  std::vector<size_t> map_args_;
   // Per arg: the scalar's bytes as the kernel takes them (unused for buffers).
   std::vector<uint64_t> scalar_values_;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -42,22 +43,30 @@ Scope BaseScope(DType dtype, const Shape& shape, const Config& config, const Tar
   return scope;
 }
 
+// Sets which buffer tensor map `tm` covers (name, index in `args`, element type), without
+// its numbers: what a map no launch takes keeps. -1 as the index if `args` has no such
+// buffer (the manifest's validation rules that out).
+void LinkTensorMap(const v1::TensorMap& tm, const std::vector<BoundArg>& args,
+                   TensorMapDesc* out) {
+  for (size_t j = 0; j < args.size(); ++j) {
+    if (args[j].is_buffer && args[j].name == tm.buffer()) {
+      out->buffer_arg = static_cast<int>(j);
+      out->dtype = args[j].dtype;
+    }
+  }
+  out->buffer = tm.buffer();
+}
+
 // Evaluates tensor map `tm` into `*out` and checks it against its buffer in `args` (bound
 // already). Returns why the candidate is left out ("box[0]: 512 is outside 1..256"), or "".
 absl::StatusOr<std::string> BindTensorMap(const KernelTemplate& t, const v1::TensorMap& tm,
                                           const Scope& scope, const std::vector<BoundArg>* args,
                                           TensorMapDesc* out) {
-  for (size_t j = 0; j < args->size(); ++j) {
-    if ((*args)[j].is_buffer && (*args)[j].name == tm.buffer()) {
-      out->buffer_arg = static_cast<int>(j);
-    }
-  }
+  LinkTensorMap(tm, *args, out);
   if (out->buffer_arg < 0) {
     return absl::InternalError(absl::StrCat("tensor map over unknown buffer '", tm.buffer(), "'"));
   }
   const BoundArg& buffer = (*args)[static_cast<size_t>(out->buffer_arg)];
-  out->buffer = tm.buffer();
-  out->dtype = buffer.dtype;
   auto eval = [&](const google::protobuf::RepeatedPtrField<std::string>& in,
                   std::vector<int64_t>* values) -> absl::Status {
     values->clear();
@@ -184,10 +193,20 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
     }
     inst.args.push_back(std::move(arg));
   }
+  // Only the maps an active launch takes are evaluated and held to the driver's rules: a
+  // template with a TMA path and a portable one has maps the portable candidates never
+  // build (and that may not be valid for shapes only the portable path serves).
+  std::set<std::string> launched;
+  for (const BoundLaunch& l : inst.launches) launched.insert(l.args.begin(), l.args.end());
   for (int i = 0; i < m.args_size(); ++i) {
     if (!m.args(i).has_tensor_map()) continue;
-    KTUNE_ASSIGN_OR_RETURN(std::string why, BindTensorMap(t, m.args(i).tensor_map(), scope,
-                                                          &inst.args, &inst.args[i].tensor_map));
+    TensorMapDesc& desc = inst.args[i].tensor_map;
+    if (!launched.count(m.args(i).name())) {
+      LinkTensorMap(m.args(i).tensor_map(), inst.args, &desc);
+      continue;
+    }
+    KTUNE_ASSIGN_OR_RETURN(std::string why,
+                           BindTensorMap(t, m.args(i).tensor_map(), scope, &inst.args, &desc));
     if (!why.empty()) return reject(absl::StrCat("args[", i, "].tensor_map.", why));
   }
   KTUNE_ASSIGN_OR_RETURN(inst.bytes, t.Evaluate(m.cost().bytes(), scope));

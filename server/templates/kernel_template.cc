@@ -1,6 +1,7 @@
 #include "server/templates/kernel_template.h"
 
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -80,6 +81,28 @@ class Validator {
   std::set<std::string> identifiers_;
   std::set<std::string> dim_names_;  // buffer sizes may name these only
   std::set<std::string> params_;
+
+  // Each default alternative names known params with one of their values.
+  absl::Status CheckDefaultAlternatives() {
+    for (int i = 0; i < m_.default_alternatives_size(); ++i) {
+      for (const auto& [name, value] : m_.default_alternatives(i).params()) {
+        const std::string field = absl::StrCat("default_alternatives[", i, "].params");
+        const v1::Param* param = nullptr;
+        for (const v1::Param& p : m_.params()) {
+          if (p.name() == name) param = &p;
+        }
+        if (param == nullptr) {
+          return Fail({{"default_alternatives", i}}, field, absl::StrCat("'", name, "' is not a param"));
+        }
+        if (std::find(param->values().begin(), param->values().end(), value) ==
+            param->values().end()) {
+          return Fail({{"default_alternatives", i}}, field,
+                      absl::StrCat(name, "=", value, " is not one of its values"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
   std::set<std::string> args_;
 };
 
@@ -323,6 +346,10 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
                     "missing: INPUT, OUTPUT, INOUT or SCRATCH");
       }
       const bool checked = b.role() == v1::Buffer::INPUT || b.role() == v1::Buffer::INOUT;
+      if (b.fill().kind() == v1::Fill::ZERO_ONCE && b.role() != v1::Buffer::SCRATCH) {
+        return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                    "ZERO_ONCE is for SCRATCH buffers only");
+      }
       if (checked && (b.fill().kind() == v1::Fill::KIND_UNSPECIFIED ||
                       b.fill().kind() == v1::Fill::ZERO)) {
         return Fail({{"args", i}, {"buffer"}}, field + ".buffer.fill",
@@ -377,6 +404,7 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
                   absl::StrCat("'", name, "' is not a param"));
     }
   }
+  KTUNE_RETURN_IF_ERROR(CheckDefaultAlternatives());
 
   if (m_.cost().bytes().empty()) {
     return Fail({{"cost"}}, "cost.bytes", "missing: bytes that must move for one run");

@@ -134,6 +134,27 @@ Config DefaultConfig(const KernelTemplate& tmpl, const TargetInfo& target) {
   return c;
 }
 
+absl::StatusOr<Config> DefaultConfigFor(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
+                                        const Shape& shape, const TargetInfo& target) {
+  std::vector<Config> tries = {DefaultConfig(*tmpl, target)};
+  for (const v1::DefaultAlternative& alt : tmpl->manifest().default_alternatives()) {
+    if (alt.arch_specific() && !target.has_arch_specific) continue;
+    Config c = tries.front();
+    for (const auto& [name, value] : alt.params()) c.params[name] = value;
+    if (alt.arch_specific()) c.knobs.target = target.ArchSpecificTarget();
+    tries.push_back(std::move(c));
+  }
+  std::string first_rejection;
+  for (const Config& c : tries) {
+    KTUNE_ASSIGN_OR_RETURN(BindResult bound, Bind(tmpl, dtype, shape, c, target));
+    if (bound.instance) return c;
+    if (first_rejection.empty()) first_rejection = bound.rejected_because;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "template ", tmpl->name(), ": no default config fits ", DTypeName(dtype), " ",
+      ShapeString(shape), " on ", target.PortableTarget(), ": ", first_rejection));
+}
+
 absl::Status ValidateParams(const KernelTemplate& tmpl,
                             const std::map<std::string, int64_t>& params) {
   std::set<std::string> known;

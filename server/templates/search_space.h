@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/base/config.h"
+#include "server/base/dtype.h"
 #include "server/templates/kernel_template.h"
 #include "server/templates/shape.h"
 #include "server/templates/target.h"
@@ -33,6 +35,14 @@ std::vector<Knobs> KnobChoices(const KernelTemplate& tmpl, const TargetInfo& tar
 // The template's default config: every param at its default, no register limit, min
 // blocks 1, no fast math, the portable target.
 Config DefaultConfig(const KernelTemplate& tmpl, const TargetInfo& target);
+
+// The default config for one request: DefaultConfig where it binds for this dtype and shape
+// on `target`, else the first of the manifest's default_alternatives that does (an
+// arch-specific one only where the target has that variant). kFailedPrecondition naming the
+// shape and why the params' defaults were rejected when none binds; a Status error of Bind
+// (a template defect) as it is. REQUIRES: ValidateRequest is OK.
+absl::StatusOr<Config> DefaultConfigFor(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
+                                        const Shape& shape, const TargetInfo& target);
 
 // Checks that `params` names exactly the template's params, each with one of its values.
 // kInvalidArgument naming the param otherwise.

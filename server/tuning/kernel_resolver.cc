@@ -236,7 +236,7 @@ class KernelResolverImpl final : public KernelResolver {
 
   // The template's default config for the request's shape, compiled now.
   absl::StatusOr<ResolvedKernel> Default(const KernelQuery& q, const TargetInfo& target) {
-    const Config config = DefaultConfig(*q.tmpl, target);
+    KTUNE_ASSIGN_OR_RETURN(const Config config, DefaultConfigFor(q.tmpl, q.dtype, q.shape, target));
     KTUNE_ASSIGN_OR_RETURN(BuiltKernel built, BuildKernel(q.tmpl, q.dtype, q.shape, config,
                                                           target, *options_.compiler));
     if (!built.rejected_because.empty()) {

@@ -214,7 +214,11 @@ class TuningRun {
                                                         " has no valid candidate for ",
                                                         ShapeString(request_.shape)));
     }
-    default_config_ = DefaultConfig(*tmpl_, target_);
+    // The baseline of the speed-up; a shape no default fits has none (the strategy then
+    // starts anywhere and the entry records no default time).
+    absl::StatusOr<Config> default_config =
+        DefaultConfigFor(tmpl_, request_.dtype, request_.shape, target_);
+    default_config_ = default_config.ok() ? *default_config : DefaultConfig(*tmpl_, target_);
     KTUNE_ASSIGN_OR_RETURN(strategy_, NewStrategy(request_.strategy, space.configs,
                                                   request_.budget, request_.seed, default_config_));
     return absl::OkStatus();

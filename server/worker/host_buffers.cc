@@ -203,13 +203,14 @@ absl::StatusOr<std::string> GenerateFill(DType dtype, int64_t count, const v1::F
       break;
     case v1::Fill::CONSTANT:
     case v1::Fill::ZERO:
+    case v1::Fill::ZERO_ONCE:
       break;
     default:
       return absl::InvalidArgumentError("fill kind is unspecified");
   }
   const int64_t size = DTypeSize(dtype);
   std::string bytes(static_cast<size_t>(count * size), '\0');
-  if (fill.kind() == v1::Fill::ZERO) return bytes;
+  if (fill.kind() == v1::Fill::ZERO || fill.kind() == v1::Fill::ZERO_ONCE) return bytes;
   char* data = bytes.data();
   if (fill.kind() == v1::Fill::CONSTANT) {
     char one[4];

@@ -261,6 +261,7 @@ absl::StatusOr<ProblemBuffer> PlanBuffer(const v1::ArgSpec& a, int i, absl::stri
   b.bytes = static_cast<size_t>(a.count()) * static_cast<size_t>(DTypeSize(*dtype));
   // SCRATCH without a fill is zeroed (accumulators); inputs need data (checked on upload).
   b.zero_fill = b.role == v1::Buffer::SCRATCH && (a.fill().kind() == v1::Fill::ZERO ||
+                                                  a.fill().kind() == v1::Fill::ZERO_ONCE ||
                                                   a.fill().kind() == v1::Fill::KIND_UNSPECIFIED);
   return b;
 }

@@ -26,6 +26,7 @@ using ::ktune::testing::SetCubin;
 using ::ktune::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Pair;
 
 // Every field of `messages` together, by number, that is set in at least one of them.
@@ -83,7 +84,7 @@ v1::KernelArtifact FullArtifact() {
   eps->set_scalar_type("f32");
   eps->set_number(1e-6);
   eps->set_int_value(-7);
-  // A tensor map over x (no launch takes it: LoadedKernel still checks it).
+  // A tensor map over x (no launch takes it).
   v1::KernelArg* map = a.add_args();
   map->set_name("x_map");
   map->set_scalar_type("tensor_map");
@@ -598,27 +599,38 @@ TEST(LoadedKernelTest, MalformedLaunchesAreInvalidArgument) {
 }
 
 TEST(LoadedKernelTest, TensorMapsAreCheckedBeforeAnyDriverCall) {
-  KernelArtifact a = ArtifactFromProto(FullArtifact());
+  // The full artifact with a launch that takes its map (LoadedKernel checks the maps some
+  // launch takes; one no launch names, another path's, is left alone).
+  auto with_map_launched = [] {
+    KernelArtifact a = ArtifactFromProto(FullArtifact());
+    a.launches[1].args.push_back(4);
+    return a;
+  };
+  KernelArtifact a = with_map_launched();
   a.args[4].tensor_map.box = {64, 512};
   EXPECT_THAT(LoadedKernel::Load(a),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("args[4] (x_map).tensor_map.box[1]: 512 is outside 1..256")));
-  a = ArtifactFromProto(FullArtifact());
+  a = with_map_launched();
   a.args[4].tensor_map.box = {128, 128};  // 256 bytes, over SWIZZLE_128B's span
   EXPECT_THAT(LoadedKernel::Load(a), StatusIs(absl::StatusCode::kInvalidArgument,
                                               HasSubstr("128-byte span of SWIZZLE_128B")));
-  a = ArtifactFromProto(FullArtifact());
+  a = with_map_launched();
   a.args[4].tensor_map.buffer_arg = 3;  // eps, a scalar
   EXPECT_THAT(LoadedKernel::Load(a),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("tensor_map.buffer_arg: 3 is not a buffer arg")));
-  a = ArtifactFromProto(FullArtifact());
+  a = with_map_launched();
   a.args[4].tensor_map.dims = {8192, 4097};  // one row past x
   EXPECT_THAT(LoadedKernel::Load(a), StatusIs(absl::StatusCode::kInvalidArgument,
                                               HasSubstr("tensor_map.dims: the map reaches")));
+  // A map no launch takes is not checked: the loader goes on (here to find no driver).
+  a = ArtifactFromProto(FullArtifact());
+  a.args[4].tensor_map.box = {64, 512};
+  EXPECT_THAT(LoadedKernel::Load(a).status().message(), Not(HasSubstr("tensor_map")));
   // A client without tensor-map support sees an unknown scalar type (what the daemon
   // sends as scalar_type for them), not a crash.
-  a = ArtifactFromProto(FullArtifact());
+  a = with_map_launched();
   a.args[4].scalar_type = "tensor_map_v2";
   EXPECT_THAT(LoadedKernel::Load(a),
               StatusIs(absl::StatusCode::kInvalidArgument,

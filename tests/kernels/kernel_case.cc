@@ -44,6 +44,8 @@ absl::StatusOr<HostProblem> MakeHostProblem(const Instance &reference,
         p.scalars[a.name] = static_cast<double>(static_cast<float>(a.number));
       } else if (a.scalar_type == "i32" || a.scalar_type == "i64") {
         p.scalars[a.name] = static_cast<double>(a.int_value);
+      } else if (a.scalar_type == "tensor_map") {
+        // A view of a buffer the host reads directly: nothing to add.
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("argument '", a.name, "': scalar type '",
@@ -112,16 +114,33 @@ absl::StatusOr<ChosenCandidate>
 ChooseCandidate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
                 const Shape &shape, const TargetInfo &target,
                 const ConfigFilter &want) {
-  const Config default_config = DefaultConfig(*tmpl, target);
+  // The request's default (DefaultConfigFor), else the params' defaults for the distance.
+  absl::StatusOr<Config> request_default =
+      DefaultConfigFor(tmpl, dtype, shape, target);
+  const Config default_config =
+      request_default.ok() ? *request_default : DefaultConfig(*tmpl, target);
   KTUNE_ASSIGN_OR_RETURN(BindResult bound,
                          Bind(tmpl, dtype, shape, default_config, target));
   const bool default_wanted = !want || want(default_config);
   if (bound.instance && default_wanted) {
     return ChosenCandidate{default_config, *std::move(bound.instance), ""};
   }
-  KTUNE_ASSIGN_OR_RETURN(
-      SearchSpace space,
-      EnumerateParams(tmpl, dtype, shape, target, default_config.knobs));
+  // Params at the default's knobs first; then at the device's other target (a template
+  // with a portable and an arch-specific kernel has variants on both).
+  std::vector<Knobs> knob_choices = {default_config.knobs};
+  if (target.has_arch_specific) {
+    Knobs other = default_config.knobs;
+    other.target = other.target == target.ArchSpecificTarget()
+                       ? target.PortableTarget()
+                       : target.ArchSpecificTarget();
+    knob_choices.push_back(other);
+  }
+  SearchSpace space;
+  for (const Knobs &knobs : knob_choices) {
+    KTUNE_ASSIGN_OR_RETURN(SearchSpace s,
+                           EnumerateParams(tmpl, dtype, shape, target, knobs));
+    space.configs.insert(space.configs.end(), s.configs.begin(), s.configs.end());
+  }
   const Config *best = nullptr;
   int best_differing = 0;
   for (const Config &c : space.configs) {

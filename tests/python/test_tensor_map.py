@@ -47,19 +47,51 @@ class FakeEncoded:
         return ctypes.addressof(self._buf)
 
 
+class FakeUint:
+    """cuda-python's cuuint32_t / cuuint64_t: an integer type of the binding's own."""
+
+    def __init__(self, v):
+        self.v = int(v)
+
+    def __int__(self):
+        return self.v
+
+
+class FakeUint32(FakeUint):
+    pass
+
+
+class FakeUint64(FakeUint):
+    pass
+
+
 class FakeTmaDriver:
     CUtensorMapDataType = int
     CUtensorMapInterleave = int
     CUtensorMapSwizzle = int
     CUtensorMapL2promotion = int
     CUtensorMapFloatOOBfill = int
+    cuuint32_t = FakeUint32
+    cuuint64_t = FakeUint64
 
     def __init__(self):
         self.encodes = []
         self.launched = []
 
-    def cuTensorMapEncodeTiled(self, *args):
-        self.encodes.append(args)
+    def cuTensorMapEncodeTiled(self, dtype, rank, address, dims, strides, box, estrides, *enums):
+        # As the real binding (cuda-bindings 13.x): the sizes must be its own types, a plain
+        # int is a TypeError.
+        for name, values, kind in (("globalDim", dims, FakeUint64),
+                                   ("globalStrides", strides, FakeUint64),
+                                   ("boxDim", box, FakeUint32),
+                                   ("elementStrides", estrides, FakeUint32)):
+            if not all(isinstance(v, kind) for v in values):
+                raise TypeError(f"Argument '{name}' is not instance of type {kind.__name__}")
+        if not isinstance(rank, (int, FakeUint32)):
+            raise TypeError("Cannot convert to cuuint32_t")
+        self.encodes.append((dtype, int(rank), address, [int(v) for v in dims],
+                             [int(v) for v in strides], [int(v) for v in box],
+                             [int(v) for v in estrides], *enums))
         return (0, FakeEncoded(0xAB))
 
     def cuModuleLoadData(self, address):

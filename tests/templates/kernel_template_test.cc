@@ -92,6 +92,8 @@ const BrokenCase kBrokenCases[] = {
      ":9: args[0].buffer.fill: inputs need a non-zero fill (UNIFORM, NORMAL or CONSTANT): a "
      "kernel that does nothing must not pass"},
     {"uniform_range", "lo: -1 hi: 1", "lo: 1 hi: -1", ":9: args[0].buffer.fill: UNIFORM needs lo < hi"},
+    {"zero_once_not_scratch", "fill { kind: UNIFORM lo: -1 hi: 1 }", "fill { kind: ZERO_ONCE }",
+     ":9: args[0].buffer.fill: ZERO_ONCE is for SCRATCH buffers only"},
     {"buffer_dtype", "dtype: \"dtype\" count: \"n\" role: OUTPUT",
      "dtype: \"double\" count: \"n\" role: OUTPUT",
      ":10: args[1].buffer.dtype: unknown dtype 'double'; expected dtype, f32, f16, bf16, f8e4m3, f8e5m2 or i32"},
@@ -124,6 +126,12 @@ const BrokenCase kBrokenCases[] = {
      ":27: knobs.maxrregcount: 8 is outside 16..255 (0 means no limit)"},
     {"reference_params", "knobs {", "reference_params { key: \"WARPS\" value: 1 }\nknobs {",
      ":27: reference_params: 'WARPS' is not a param"},
+    {"default_alternative_param", "knobs {",
+     "default_alternatives { params { key: \"WARPS\" value: 1 } }\nknobs {",
+     ":27: default_alternatives[0].params: 'WARPS' is not a param"},
+    {"default_alternative_value", "knobs {",
+     "default_alternatives { params { key: \"VEC\" value: 3 } }\nknobs {",
+     ":27: default_alternatives[0].params: VEC=3 is not one of its values"},
 };
 
 class BrokenManifestTest : public ::testing::TestWithParam<BrokenCase> {};

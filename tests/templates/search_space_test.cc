@@ -18,6 +18,7 @@ namespace {
 
 using ::ktune::testing::StatusIs;
 using ::testing::ElementsAre;
+using ::testing::IsEmpty;
 using ::testing::HasSubstr;
 using ::testing::Pair;
 
@@ -235,10 +236,13 @@ TEST(InstanceTest, BindsATensorMapPerCandidate) {
                                               TmaConfig(8, 1, 0, "sm_90"), Sm90()));
   ASSERT_TRUE(other.instance) << other.rejected_because;
   EXPECT_THAT(other.instance->args[1].tensor_map.box, ElementsAre(8, 1));
-  // The reference binds the map at the default params.
+  // The reference takes no map: it is linked to its buffer, not evaluated (only maps an
+  // active launch takes are).
   ASSERT_OK_AND_ASSIGN(Instance ref, BindReference(TmaCopy(), DType::kBF16,
                                                    {{"rows", 100}, {"cols", 200}}, Sm90()));
-  EXPECT_THAT(ref.args[1].tensor_map.box, ElementsAre(32, 8));
+  EXPECT_THAT(ref.args[1].tensor_map.box, IsEmpty());
+  EXPECT_EQ(ref.args[1].tensor_map.buffer_arg, 0);
+  EXPECT_EQ(ref.args[1].tensor_map.dtype, DType::kBF16);
 }
 
 TEST(InstanceTest, TensorMapBeyondItsBufferIsRejected) {

@@ -62,9 +62,13 @@ def encode_tensor_map(driver, tensor_map, address):
     dtype = _TENSOR_MAP_DTYPES.get(t.dtype)
     if dtype is None:
         raise ValueError(f"tensor map over '{t.buffer}': unknown dtype '{t.dtype}'")
+    # cuda-python takes the sizes as its own integer types, not ints (13.x raises TypeError
+    # "Cannot convert int to cuuint32_t" otherwise, seen on the H200 host).
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
     encoded = cuda_check(cu, cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType(dtype), len(t.dims), address, list(t.dims), list(t.strides),
-        list(t.box), list(t.element_strides), cu.CUtensorMapInterleave(t.interleave),
+        cu.CUtensorMapDataType(dtype), u32(len(t.dims)), address, [u64(v) for v in t.dims],
+        [u64(v) for v in t.strides], [u32(v) for v in t.box],
+        [u32(v) for v in t.element_strides], cu.CUtensorMapInterleave(t.interleave),
         cu.CUtensorMapSwizzle(t.swizzle), cu.CUtensorMapL2promotion(t.l2_promotion),
         cu.CUtensorMapFloatOOBfill(t.oob_fill)), f"cuTensorMapEncodeTiled({t.buffer})")
     return ctypes.string_at(encoded.getPtr(), 128)
@@ -104,10 +108,15 @@ class LoadedKernel:
         self.module = None
         # Refuse what cannot be launched before loading anything: an unknown scalar type, a
         # tensor map that breaks the driver's rules or that this binding cannot build.
+        # A template's tensor map that no launch of this artifact takes (another path's) is
+        # neither checked nor built.
+        launched = {a for launch in artifact.launches for a in launch.args}
         for i, arg in enumerate(artifact.args):
             if arg.is_buffer:
                 continue
             if arg.scalar_type == "tensor_map":
+                if i not in launched:
+                    continue
                 check_tensor_map(artifact, i)
                 if not hasattr(cu, "cuTensorMapEncodeTiled"):
                     raise RuntimeError(

@@ -64,7 +64,9 @@ class KernelArg:
     dtype: str = ""         # buffers: "f32", "f16", "bf16", "f8e4m3", "f8e5m2", "i32"
     count: int = 0          # buffers: elements, not bytes
     role: str = ""          # buffers: "input", "output", "inout", "scratch"
-    scratch_fill: str = ""  # scratch: "zero" means zero it before each run
+    # scratch: "zero" means zero it before each run, "zero_once" once when allocated (the
+    # kernels leave it zeroed after every complete run)
+    scratch_fill: str = ""
     scalar_type: str = ""   # scalars: "i32", "i64", "f32"; or "tensor_map"
     int_value: int = 0
     number: float = 0.0
