@@ -262,7 +262,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"UnknownTemplate",
                 {"groupnorm", "--dtype", "bf16", "--shape", "n=1"},
-                "unknown template 'groupnorm'; known: add_rmsnorm, elementwise, gemv, layernorm, "
+                "unknown template 'groupnorm'; known: add_rmsnorm, elementwise, gemm, gemv, layernorm, "
                 "rmsnorm, rope, silu_and_mul, softmax"},
         BadCase{"UnknownDtype",
                 {"rmsnorm", "--dtype", "f64", "--shape", "tokens=16,hidden=4096"},

@@ -62,6 +62,7 @@ const std::map<std::string, HostReference> &HostReferences() {
       {"softmax", SoftmaxHostReference()},
       {"rope", RopeHostReference()},
       {"gemv", GemvHostReference()},
+      {"gemm", GemmHostReference()},
   };
   return *table;
 }

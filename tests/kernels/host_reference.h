@@ -83,6 +83,7 @@ HostReference SiluAndMulHostReference();
 HostReference SoftmaxHostReference();
 HostReference RopeHostReference();
 HostReference GemvHostReference();
+HostReference GemmHostReference();
 
 } // namespace ktune::testing
 

@@ -14,6 +14,16 @@ int64_t P(const Config &c, const char *name) {
 
 std::map<std::string, std::vector<KernelVariant>> AllVariants() {
   return {
+      {"gemm",
+       {{"Hopper, decode (SWAP)",
+         [](const Config &c) { return P(c, "WGMMA") == 1 && P(c, "SWAP") == 1 && P(c, "SPLIT_K") == 1; }},
+        {"Hopper, split-K",
+         [](const Config &c) { return P(c, "WGMMA") == 1 && P(c, "SPLIT_K") > 1; }},
+        {"Hopper, one consumer",
+         [](const Config &c) { return P(c, "WGMMA") == 1 && P(c, "BM") == 64 && P(c, "SWAP") == 0; }},
+        {"Hopper, cluster",
+         [](const Config &c) { return P(c, "WGMMA") == 1 && P(c, "CLUSTER") > 1; }},
+        {"portable (mma.sync)", [](const Config &c) { return P(c, "WGMMA") == 0; }}}},
       {"gemv",
        {{"tensor cores",
          [](const Config &c) { return P(c, "MMA") == 1 && P(c, "SPLIT_K") == 1; }},

@@ -1,6 +1,6 @@
 // Tensor maps and TMA for ktune's kernel templates: the parameter type of a manifest's
-// `tensor_map` argument, and thin wrappers over the PTX of one bulk tensor copy into shared
-// memory completed on an mbarrier.
+// `tensor_map` argument, thin wrappers over the PTX of bulk tensor copies into shared memory
+// completed on mbarriers, and the cluster operations that let one copy feed several blocks.
 //
 // Device code only; NVRTC finds it with `#include "ktune/tma.cuh"`. It includes nothing:
 // NVRTC cannot include <cuda.h>, so ktune::TensorMap restates CUtensorMap's layout (128
@@ -8,8 +8,8 @@
 //   `const __grid_constant__ ktune::TensorMap x_map`
 // and every launcher (ktune-worker, LoadedKernel in C++ and Python) fills it with
 // cuTensorMapEncodeTiled from the caller's pointer of the buffer the manifest names. The
-// PTX wrappers need sm_90 (compute capability 9.0) and are pure functions of their
-// arguments; their memory effects are the instructions'.
+// PTX wrappers need sm_90 (compute capability 9.0), except SmemAddress, and are pure
+// functions of their arguments; their memory effects are the instructions'.
 #ifndef KTUNE_TMA_CUH_
 #define KTUNE_TMA_CUH_
 
@@ -22,8 +22,6 @@ struct alignas(64) TensorMap {
 };
 static_assert(sizeof(TensorMap) == 128, "TensorMap must have CUtensorMap's size");
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-
 /// The shared-memory address PTX wants for a generic pointer into shared memory (written
 /// as PTX rather than __cvta_generic_to_shared so nothing depends on NVRTC's -minimal set).
 __device__ __forceinline__ unsigned SmemAddress(const void* p) {
@@ -31,6 +29,8 @@ __device__ __forceinline__ unsigned SmemAddress(const void* p) {
   asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
   return static_cast<unsigned>(a);
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 
 /// Initializes a shared 64-bit mbarrier expecting `arrivals` arrivals per phase. One thread
 /// does it, then FenceMbarrierInit and a __syncthreads before anyone uses the barrier.
@@ -74,6 +74,59 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const TensorMap* map, int c
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3}], [%4];" ::"r"(SmemAddress(dst)),
       "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(SmemAddress(bar))
+      : "memory");
+}
+
+/// One plain arrival on `bar`.
+__device__ __forceinline__ void MbarrierArrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddress(bar)) : "memory");
+}
+
+/// Fetches a tensor map into the copy engine's cache ahead of its first use.
+__device__ __forceinline__ void PrefetchTensorMap(const TensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(map))
+               : "memory");
+}
+
+// --- Thread-block clusters ---------------------------------------------------------------
+
+/// This block's rank in its cluster (0 for a kernel launched without clusters).
+__device__ __forceinline__ unsigned ClusterRank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+/// Every thread of every block of the cluster arrives and waits: shared-memory writes and
+/// barrier initialisations before it are visible cluster-wide after it. All threads of the
+/// block call it.
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
+}
+
+/// One arrival on the barrier at `bar`'s shared-memory offset in block `cta` of this cluster
+/// (this block included). Release at CTA scope only: what it orders are this block's reads
+/// of a slot by wgmma, complete before the arrival; a cluster-scope release here made a GEMM
+/// 3.7x slower on the H200 (one per slot and block).
+__device__ __forceinline__ void MbarrierArriveCluster(unsigned long long* bar, unsigned cta) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(SmemAddress(bar)), "r"(cta));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+/// TmaLoad2d into the same shared-memory offset of every block in `cta_mask` (bit i: rank
+/// i), completing the bytes on each one's barrier at `bar`'s offset.
+__device__ __forceinline__ void TmaLoad2dMulticast(void* dst, const TensorMap* map, int c0,
+                                                   int c1, unsigned long long* bar,
+                                                   unsigned short cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(SmemAddress(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(SmemAddress(bar)),
+      "h"(cta_mask)
       : "memory");
 }
 

@@ -1,0 +1,163 @@
+// The shipped gemm template: its Hopper path exists on sm_90a only and is excluded from
+// every other target by the manifest (before compiling, not failed at run time), its
+// portable path serves other GPUs and rows TMA cannot read, its default config follows the
+// device and the shape (default_alternatives), and its tensor maps follow the tile params.
+// No GPU, no compiling.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "server/templates/instance.h"
+#include "server/templates/registry.h"
+#include "server/templates/search_space.h"
+#include "tests/templates/shipped_registry.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::StatusIs;
+using ::testing::HasSubstr;
+
+Shape Mnk(int64_t m, int64_t n, int64_t k) { return {{"m", m}, {"n", n}, {"k", k}}; }
+
+class ShippedGemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    registry_ = testing::LoadShippedRegistry();
+    ASSERT_NE(registry_, nullptr);
+    ASSERT_OK_AND_ASSIGN(gemm_, registry_->Get("gemm"));
+  }
+
+  // Candidates of the search space by target, and whether any is on the Hopper path.
+  void Count(const SearchSpace& space, int* hopper_90a, int* hopper_other, int* portable) {
+    *hopper_90a = *hopper_other = *portable = 0;
+    for (const Config& c : space.configs) {
+      if (c.params.at("WGMMA") == 0) {
+        ++*portable;
+      } else if (c.knobs.target == "sm_90a") {
+        ++*hopper_90a;
+      } else {
+        ++*hopper_other;
+      }
+    }
+  }
+
+  std::unique_ptr<TemplateRegistry> registry_;
+  std::shared_ptr<const KernelTemplate> gemm_;
+};
+
+// On an sm_90 device both targets are tried: every Hopper candidate is sm_90a, the plain
+// sm_90 ones are rejected by the manifest's target constraint, and the portable path is
+// there on sm_90 (not duplicated on sm_90a).
+TEST_F(ShippedGemmTest, HopperPathOnlyOnSm90a) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(SearchSpace space,
+                       EnumerateSearchSpace(gemm_, DType::kBF16, Mnk(16, 4096, 4096), h200));
+  int hopper_90a, hopper_other, portable;
+  Count(space, &hopper_90a, &hopper_other, &portable);
+  EXPECT_GT(hopper_90a, 0);
+  EXPECT_EQ(hopper_other, 0);
+  EXPECT_GT(portable, 0);
+  for (const Config& c : space.configs) {
+    if (c.params.at("WGMMA") == 0) EXPECT_EQ(c.knobs.target, "sm_90") << ConfigString(c);
+  }
+  bool target_rule = false;
+  for (const auto& [why, count] : space.rejected) {
+    target_rule |= absl::StrContains(why, "KTUNE_ARCH_SPECIFIC") && count > 0;
+  }
+  EXPECT_TRUE(target_rule) << "no sm_90 Hopper candidate was rejected by the manifest";
+
+  // An Ampere GPU gets the portable path alone; fp8 has none there.
+  ASSERT_OK_AND_ASSIGN(TargetInfo a100, TargetFromArch("sm_80"));
+  ASSERT_OK_AND_ASSIGN(space, EnumerateSearchSpace(gemm_, DType::kBF16, Mnk(16, 4096, 4096), a100));
+  Count(space, &hopper_90a, &hopper_other, &portable);
+  EXPECT_EQ(hopper_90a + hopper_other, 0);
+  EXPECT_GT(portable, 0);
+  ASSERT_OK_AND_ASSIGN(space,
+                       EnumerateSearchSpace(gemm_, DType::kF8E4M3, Mnk(16, 4096, 4096), a100));
+  EXPECT_TRUE(space.configs.empty());
+}
+
+// The default config: the params' defaults on sm_90a on Hopper, the portable path on
+// Ampere and for rows TMA cannot read; none for fp8 without Hopper, saying why.
+TEST_F(ShippedGemmTest, DefaultConfigFollowsDeviceAndShape) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(TargetInfo a100, TargetFromArch("sm_80"));
+  ASSERT_OK_AND_ASSIGN(Config hopper, DefaultConfigFor(gemm_, DType::kBF16, Mnk(1, 4096, 4096), h200));
+  EXPECT_EQ(hopper.params.at("WGMMA"), 1);
+  EXPECT_EQ(hopper.knobs.target, "sm_90a");
+  ASSERT_OK_AND_ASSIGN(Config fp8, DefaultConfigFor(gemm_, DType::kF8E4M3, Mnk(4096, 4096, 4096), h200));
+  EXPECT_EQ(fp8.knobs.target, "sm_90a");
+
+  ASSERT_OK_AND_ASSIGN(Config odd_k, DefaultConfigFor(gemm_, DType::kF16, Mnk(33, 70, 77), h200));
+  EXPECT_EQ(odd_k.params.at("WGMMA"), 0);
+  EXPECT_EQ(odd_k.knobs.target, "sm_90");
+
+  ASSERT_OK_AND_ASSIGN(Config ampere, DefaultConfigFor(gemm_, DType::kBF16, Mnk(16, 4096, 4096), a100));
+  EXPECT_EQ(ampere.params.at("WGMMA"), 0);
+  EXPECT_EQ(ampere.knobs.target, "sm_80");
+  EXPECT_THAT(DefaultConfigFor(gemm_, DType::kF8E4M3, Mnk(16, 4096, 4096), a100).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no default config fits")));
+}
+
+// The portable path binds where TMA cannot read (k * 2 bytes not a multiple of 16): the
+// tensor maps no launch of it takes are not held to TMA's rules, only linked to their buffer.
+TEST_F(ShippedGemmTest, PortablePathIgnoresMapsItDoesNotTake) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(Config c, DefaultConfigFor(gemm_, DType::kBF16, Mnk(33, 70, 77), h200));
+  ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, DType::kBF16, Mnk(33, 70, 77), c, h200));
+  ASSERT_TRUE(bound.instance) << bound.rejected_because;
+  ASSERT_EQ(bound.instance->launches.size(), 1u);
+  EXPECT_THAT(bound.instance->launches[0].name_expression, HasSubstr("gemm_mma_kernel"));
+  for (const BoundArg& a : bound.instance->args) {
+    if (!a.is_tensor_map()) continue;
+    EXPECT_EQ(a.tensor_map.rank(), 0) << a.name;
+    EXPECT_GE(a.tensor_map.buffer_arg, 0) << a.name;
+  }
+  // The reference takes no map either, so it binds at such a shape too.
+  EXPECT_OK(BindReference(gemm_, DType::kBF16, Mnk(33, 70, 77), h200).status());
+}
+
+// The maps of a Hopper candidate follow its tiles: x's box is BM rows (SWAP 0), split
+// between a cluster's blocks; with SWAP 1 w's box is BM rows and x's BN.
+TEST_F(ShippedGemmTest, TensorMapsFollowTheTile) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(Config c, DefaultConfigFor(gemm_, DType::kBF16, Mnk(256, 6144, 4096), h200));
+  c.params["BN"] = 64;
+  c.params["CLUSTER"] = 2;
+  ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, DType::kBF16, Mnk(256, 6144, 4096), c, h200));
+  ASSERT_TRUE(bound.instance) << bound.rejected_because;
+  const Instance& i = *bound.instance;
+  auto map = [&](const std::string& name) -> const TensorMapDesc& {
+    for (const BoundArg& a : i.args) {
+      if (a.name == name) return a.tensor_map;
+    }
+    ADD_FAILURE() << "no arg " << name;
+    static TensorMapDesc none;
+    return none;
+  };
+  EXPECT_EQ(map("tm_x").box, (std::vector<int64_t>{64, 128 / 2}));
+  EXPECT_EQ(map("tm_w").box, (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(map("tm_x").dims, (std::vector<int64_t>{4096, 256}));
+  EXPECT_EQ(map("tm_x").strides, (std::vector<int64_t>{8192}));
+  // Whole clusters in the persistent grid.
+  EXPECT_EQ(i.launches[0].grid[0] % 2, 0);
+
+  c.params["SWAP"] = 1;
+  c.params["CLUSTER"] = 1;
+  c.params["BN"] = 16;
+  ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kF8E4M3, Mnk(16, 6144, 4096), c, h200));
+  ASSERT_TRUE(bound.instance) << bound.rejected_because;
+  for (const BoundArg& a : bound.instance->args) {
+    if (a.name == "tm_w") EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{128, 128}));
+    if (a.name == "tm_x") EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{128, 16}));
+    if (a.name == "out") EXPECT_EQ(a.dtype, DType::kBF16);  // fp8 writes bf16
+  }
+}
+
+}  // namespace
+}  // namespace ktune
