@@ -9,20 +9,25 @@ For each op and shape this script
      artifact's buffers by the manifest's arg names (OUTPUT buffers allocated here and
      poisoned with NaN before the checked run; SCRATCH buffers allocated here, zeroed before
      *every* run when their fill is ZERO, inside the timed region since a caller pays for
-     that too, else poisoned once), and launches all its launches in order on torch's
-     current stream;
+     that too, zeroed once at allocation when it is ZERO_ONCE (the kernels leave it zeroed
+     after every complete run: gemm's split-K counters), else poisoned once; args that are
+     not buffers, scalars and tensor maps over a buffer, the client's LoadedKernel binds),
+     and launches all its launches in order on torch's current stream, read at each launch;
   3. times the winner and its peers with the same timer (Timer below: do_bench's method,
      CUDA events around each call with the L2 flushed before every rep, fixed warm-up and rep
      windows, median; the flush reads 256 MiB by default, --flush zero writes it as do_bench
      does), the peers being torch eager,
      torch.compile (default mode, dynamic=False, compiled once per shape and warmed up
      before timing), a Triton kernel autotuned over BLOCK x num_warps written below (rmsnorm,
-     add_rmsnorm, layernorm, softmax), and cuBLAS through torch (gemv: F.linear);
+     add_rmsnorm, layernorm, softmax), and cuBLAS through torch (gemv and 16-bit gemm:
+     F.linear; fp8 gemm: torch._scaled_mm with per-tensor scales, bf16 out, its default
+     accumulation, use_fast_accum off);
   4. checks every output (ktune's and every peer's) against torch in fp32 on the same inputs:
      |got - ref| <= atol + rtol * |ref| for every element (NaN fails), with one tolerance per
      op for all (the manifest's bf16 one, atol widened where a peer legitimately rounds an
-     intermediate to bf16: layernorm, rope, elementwise; each op says why); a mismatch is
-     shown as FAIL in the table and never counts as a time;
+     intermediate to bf16: layernorm, rope, elementwise; each op says why; gemm's per dtype
+     and k, the manifest's: bf16 atol 1e-4 * sqrt(k), fp8 8e-4 * sqrt(k), rtol 1.6e-2); a
+     mismatch is shown as FAIL in the table and never counts as a time;
   5. reports per shape: time (us, median), GB/s over the bytes the op must move (the
      template cost model's formula, written here per op and cross-checked against the
      artifact's own metrics), the fraction of the copy ceiling (a 1 GiB device-to-device
@@ -31,27 +36,60 @@ For each op and shape this script
        ceil  at prefill shapes (rows >= 4096) ktune reaches >= 95 % of the copy ceiling;
        peer  at every shape ktune's time <= the best correct peer's;
        12us  gemv N=4096 K=4096 batch 1 under 12 us.
+     gemm reports TFLOP/s (2 m n k / time) beside GB/s, has no ceil goal, and its peer goal
+     is a ratio to cuBLAS, per key (issue 13; no correct cuBLAS time fails it):
+       bf16  >= 1.25x at m <= 128 on qkv and o; >= 1.0x at every other m <= 1024; >= 0.97x
+             above (the issue's m >= 4096);
+       fp8   >= 1.0x torch._scaled_mm at m <= 256, >= 0.95x above.
+
+The gemm op: out [m, n] = scale_x * scale_w * x [m, k] w [n, k]^T at Llama-3-8B's five
+projections (n x k: qkv 6144x4096, o 4096x4096, gate_up 28672x4096, down 4096x14336,
+lm_head 128256x4096) and m in 1, 8, 16, ..., 1024, 4096, 16384, labelled "qkv m=16", in bf16
+and fp8 e4m3 (one table each; --gemm-dtypes); --quick: qkv and o at m 1, 16, 128, 4096;
+--gemm-m and --gemm-proj cut the set (--rows does not apply). x and w are uniform in
+[-1, 1); the scales are 1-element f32 buffers, 1.0 for bf16 (so the peer is F.linear alone)
+and uniform [0.5, 2) for fp8. It tunes the template `gemm` (the Hopper wgmma + TMA path on
+sm_90a, whose tensor maps over x and w the client builds); each key's space is ~100-250
+candidates, so use --budget (random) or expect minutes per key with --budget 0.
+
+What is timed how. Every call (ktune's launches, a peer's torch call) is timed by Timer: L2
+flush, GPU sleep, start event, the call, end event. Decode keys (gemm m <= 256) are timed as
+a server runs them, as CUDA-graph replays (--graph-decode, on by default; --no-graph-decode
+times the eager calls): after the checked eager run, ktune's launches (the runner reads
+torch's current stream at each launch, so they land on the capturing stream) and the peer's
+call are each warmed up on a side stream and captured once into a torch.cuda.CUDAGraph; the
+replay's output is checked again (inputs restored, outputs poisoned) and Timer times
+graph.replay() with the flush and the gap outside the graph. Other keys time the eager
+call.
 
 Where it runs: the GPU host (torch, triton, cuda-python, grpcio), with ktuned running there
 (deploy/gpu-host/run.sh, stage `peers`, starts one and runs this with PYTHONPATH=<bundle>/
 python). `--dry-run` needs none of those: it lists the keys and, given the templates folder,
-checks every op's tensor names, element counts and byte formula against the manifests.
+checks every op's tensor names, element counts and byte formula against the manifests (and,
+where the op states them, as gemm does, the buffers' dtypes with the manifest's dtype_for;
+the scratch fills the runner knows; that each tensor map is over a buffer the bench binds).
 
     python3 bench/peers.py --target unix:///path/ktuned.sock --out DIR [--ops gemv,rmsnorm]
         [--quick] [--rows 1,16,256,4096,16384] [--budget 32] [--peers eager,compile,triton,cublas]
-        [--warmup-ms 10 --rep-ms 50] [--deadline-s 480] [--dry-run [--templates DIR]]
+        [--gemm-m 1,16,128] [--gemm-proj qkv,o] [--gemm-dtypes bf16,f8e4m3]
+        [--no-graph-decode] [--warmup-ms 10 --rep-ms 50] [--deadline-s 480]
+        [--dry-run [--templates DIR]]
 
 Output: DIR/peers.md (a header with the device, versions and ceilings, then one table per
-op with its notes: failures, ktune's params and its own timer's result) and DIR/peers.json
-(every number), both rewritten after every key, so a run cut short still leaves them.
+op, per dtype for gemm, with its notes: failures, ktune's params and its own timer's
+result) and DIR/peers.json (every number), both rewritten after every key, so a run cut
+short still leaves them.
 Robustness: a missing template, a failed tune, a launch error or a mismatch is a cell in the
 table, and the other ops and peers go on. Exit status: 0 when every goal passed, 1 when a
 goal was missed or something failed, 2 for bad flags.
 
 Time: each key costs its tune (seconds with a warm cubin cache), a torch.compile (seconds),
 a Triton autotune (first N: one compile per config) and ~0.1-0.3 s per timing, so the full
-set (60 keys) takes longer than one 10-minute device call: split it with --ops, or use
---quick (16 keys), and --deadline-s to stop starting keys in time.
+set (60 keys besides gemm) takes longer than one 10-minute device call: split it with --ops,
+or use --quick (16 keys), and --deadline-s to stop starting keys in time. gemm alone is 110
+keys (55 shapes x 2 dtypes), each tune ~100-250 candidates (each an NVRTC compile on a cold
+cubin cache, then a measurement): run it on its own, cut with --gemm-m, --gemm-proj,
+--gemm-dtypes and --budget.
 
 Timer notes. The events go around each call after its L2 flush and then a GPU sleep of
 --launch-gap-us (200 by default), so the CPU cost of launching (several kernels for torch
@@ -94,12 +132,21 @@ except ImportError:  # --dry-run works without triton; the kernels below stay pl
     class tl:  # noqa: N801 - stands in for triton.language so the annotations below evaluate
         constexpr = int
 
-DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i64": 8}
+DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i64": 8, "f8e4m3": 1, "f8e5m2": 1}
 PREFILL_ROWS = 4096           # rows at or above this are "prefill" for the ceiling goal
 CEIL_GOAL = 0.95              # fraction of the copy ceiling at prefill shapes
 GEMV_GOAL_US = 12.0           # gemv N=4096 K=4096 batch 1
 DEFAULT_ROWS = (1, 16, 256, 4096, 16384)
 QUICK_ROWS = (1, 4096)
+# gemm: Llama-3-8B's projections (n x k, nn.Linear's out x in features) at these m.
+GEMM_PROJS = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
+              "down": (4096, 14336), "lm_head": (128256, 4096)}
+GEMM_M = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
+QUICK_GEMM_M = (1, 16, 128, 4096)
+QUICK_GEMM_PROJS = ("qkv", "o")
+GEMM_DTYPES = ("bf16", "f8e4m3")              # --gemm-dtypes' default
+GEMM_ALL_DTYPES = ("bf16", "f16", "f8e4m3", "f8e5m2")  # the manifest's
+GRAPH_DECODE_M = 256          # gemm keys with m <= this are decode steps: CUDA-graph replays
 DEVICE = "cuda"               # where the tensors live (a CPU test of the op math sets "cpu")
 ALL_PEERS = ("eager", "compile", "triton", "cublas")
 PEER_TITLES = {"eager": "torch eager", "compile": "torch.compile", "triton": "Triton autotuned",
@@ -108,7 +155,8 @@ PEER_TITLES = {"eager": "torch eager", "compile": "torch.compile", "triton": "Tr
 
 def torch_dtype(name):
     return {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
-            "i32": torch.int32, "i64": torch.int64}[name]
+            "i32": torch.int32, "i64": torch.int64, "f8e4m3": torch.float8_e4m3fn,
+            "f8e5m2": torch.float8_e5m2}[name]
 
 
 def uniform(gen, shape, lo, hi, dtype):
@@ -135,6 +183,42 @@ class Op:
 
     def shapes(self, rows):
         raise NotImplementedError
+
+    def plan(self, args):
+        """The shapes to run when the op picks them from its own flags (gemm); None: the
+        rows (--rows, --quick) pick them through shapes() and quick_shapes()."""
+        return None
+
+    def key_dtypes(self, args):
+        """The dtypes the op runs at: --dtype's unless the op has its own (gemm)."""
+        return [args.dtype]
+
+    def tolerance(self, s, dtype):
+        """(atol, rtol) of the check at this shape and dtype."""
+        return self.atol, self.rtol
+
+    def flops(self, s):
+        """Floating-point operations of one run (TFLOP/s are reported where not None)."""
+        return None
+
+    # Without a correct peer time the `peer` goal is not set, or (True) fails.
+    peer_goal_required = False
+
+    def peer_goal(self, s, dtype):
+        """The speed-up over the best correct peer the `peer` goal asks for at this key."""
+        return 1.0
+
+    def is_decode(self, s):
+        """A decode step, timed as a CUDA-graph replay under --graph-decode (gemm m <= 256)."""
+        return False
+
+    def peer_title(self, peer, dtype):
+        return PEER_TITLES[peer]
+
+    def buffer_dtypes(self, s, dtype):
+        """{tensor name: ktune dtype} for the dry run's check against the manifest; None:
+        not checked (the runner checks every bound tensor's dtype on the GPU anyway)."""
+        return None
 
     def label(self, s):
         return "x".join(str(v) for v in s.values())
@@ -362,6 +446,131 @@ class Gemv(Op):
     cublas = eager  # F.linear on a batch of vectors is cuBLAS; torch adds nothing around it
 
 
+def is_fp8(dtype):
+    """A ktune dtype name ("f8e4m3", "f8e5m2") or a torch dtype of one byte."""
+    return dtype in ("f8e4m3", "f8e5m2") if isinstance(dtype, str) else dtype.itemsize == 1
+
+
+class Gemm(Op):
+    """out [m, n] = scale_x * scale_w * x [m, k] w [n, k]^T (nn.Linear's layout), the
+    template `gemm`, at Llama-3-8B's five projections (GEMM_PROJS) and m from 1 to 16384,
+    in bf16 and in fp8 e4m3 (bf16 out) by default (--gemm-dtypes; its own flags --gemm-m and
+    --gemm-proj pick the keys, --rows does not). scale_x and scale_w are 1-element f32
+    buffers: 1.0 for 16-bit inputs, so that the peer is one cuBLAS call (F.linear has no
+    scale; the check against the scaled reference would catch one that is not 1), and
+    uniform [0.5, 2) for fp8, which torch._scaled_mm takes as its per-tensor scales. The
+    only peer is cuBLAS through torch (torch.compile of one GEMM is that same call)."""
+    name = template = "gemm"
+    peers = ("cublas",)
+    peer_goal_required = True
+    # The manifest's tolerances: atol * sqrt(k) (float summation order on sums that cancel
+    # to ~0 grows like sqrt(k); fp8's tensor cores keep fewer bits within a K slot), rtol
+    # about two ulps of the output type.
+    ATOL_PER_SQRT_K = {"f16": 1e-4, "bf16": 1e-4, "f8e4m3": 8e-4, "f8e5m2": 8e-4}
+    RTOL = {"f16": 2e-3, "bf16": 1.6e-2, "f8e4m3": 1.6e-2, "f8e5m2": 1.6e-2}
+
+    def shapes(self, rows):
+        return [{"m": m, "n": n, "k": k} for n, k in GEMM_PROJS.values() for m in rows]
+
+    def plan(self, args):
+        ms = args.gemm_m or (QUICK_GEMM_M if args.quick else GEMM_M)
+        projs = args.gemm_proj or (QUICK_GEMM_PROJS if args.quick else tuple(GEMM_PROJS))
+        return [{"m": m, "n": GEMM_PROJS[p][0], "k": GEMM_PROJS[p][1]} for p in projs
+                for m in ms]
+
+    def key_dtypes(self, args):
+        return list(args.gemm_dtypes)
+
+    @staticmethod
+    def proj(s):
+        for name, (n, k) in GEMM_PROJS.items():
+            if (s["n"], s["k"]) == (n, k):
+                return name
+        return f"{s['n']}x{s['k']}"
+
+    def label(self, s):
+        return f"{self.proj(s)} m={s['m']}"
+
+    def rows(self, s):
+        return s["m"]
+
+    def variant(self, s):
+        return {"n": s["n"], "k": s["k"]}
+
+    def is_prefill(self, s):
+        return False  # compute-bound at large m: no copy-ceiling goal, TFLOP/s instead
+
+    def is_decode(self, s):
+        return s["m"] <= GRAPH_DECODE_M
+
+    @staticmethod
+    def out_dtype(dtype):
+        return "bf16" if is_fp8(dtype) else dtype
+
+    def buffers(self, s):
+        m, n, k = s["m"], s["n"], s["k"]
+        return {"x": ((m, k), "in", (-1, 1)), "w": ((n, k), "in", (-1, 1)),
+                "scale_x": ((1,), "in", (0.5, 2)), "scale_w": ((1,), "in", (0.5, 2))}
+
+    def outputs(self, s):
+        return {"out": (s["m"], s["n"])}
+
+    def buffer_dtypes(self, s, dtype):
+        return {"x": dtype, "w": dtype, "scale_x": "f32", "scale_w": "f32",
+                "out": self.out_dtype(dtype)}
+
+    def make_inputs(self, s, dtype, gen):
+        m, n, k = s["m"], s["n"], s["k"]
+        inp = {"x": uniform(gen, (m, k), -1, 1, dtype), "w": uniform(gen, (n, k), -1, 1, dtype)}
+        for name in ("scale_x", "scale_w"):
+            inp[name] = (uniform(gen, (1,), 0.5, 2, torch.float32) if is_fp8(dtype) else
+                         torch.ones(1, dtype=torch.float32, device=DEVICE))
+        return inp
+
+    def nbytes(self, s, e):
+        m, n, k = s["m"], s["n"], s["k"]
+        return (m + n) * k * e + m * n * (2 if e == 1 else e)
+
+    def flops(self, s):
+        return 2 * s["m"] * s["n"] * s["k"]
+
+    def tolerance(self, s, dtype):
+        return self.ATOL_PER_SQRT_K[dtype] * math.sqrt(s["k"]), self.RTOL[dtype]
+
+    def peer_goal(self, s, dtype):
+        """Issue 13's goals against cuBLAS: bf16 >= 1.25x at m <= 128 on qkv and o, >= 1.0x
+        at every m <= 1024, >= 0.97x above (the issue says m >= 4096; m between 1024 and 4096
+        is none of its keys); fp8 >= 1.0x _scaled_mm at m <= 256, >= 0.95x above."""
+        m = s["m"]
+        if is_fp8(dtype):
+            return 1.0 if m <= 256 else 0.95
+        if m <= 128 and self.proj(s) in ("qkv", "o"):
+            return 1.25
+        return 1.0 if m <= 1024 else 0.97
+
+    def peer_title(self, peer, dtype):
+        if peer == "cublas":
+            return ("cuBLAS (torch._scaled_mm, per-tensor scales)" if is_fp8(dtype) else
+                    "cuBLAS (F.linear)")
+        return PEER_TITLES[peer]
+
+    def reference(self, inp, sc):
+        out = inp["x"].float() @ inp["w"].float().t()
+        return {"out": out.mul_(inp["scale_x"] * inp["scale_w"])}  # in place: 8 GB at lm_head
+
+    def eager(self, inp, sc):
+        x, w = inp["x"], inp["w"]
+        if is_fp8(x.dtype):
+            # w.t() of the row-major [n, k] w is the column-major [k, n] operand _scaled_mm
+            # wants; no copy. Older torch (< 2.5) returns (out, amax).
+            out = torch._scaled_mm(x, w.t(), scale_a=inp["scale_x"], scale_b=inp["scale_w"],
+                                   out_dtype=torch.bfloat16)
+            return {"out": out[0] if isinstance(out, tuple) else out}
+        return {"out": F.linear(x, w)}  # scales 1.0 (make_inputs): one cuBLAS call
+
+    cublas = eager
+
+
 class Softmax(Op):
     """Over the last dim, output in the input's dtype (the manifest's dim out_bytes = its
     size; `out_f32` is then a 1-element buffer the kernels never touch, not compared)."""
@@ -499,9 +708,9 @@ class Elementwise(Op):
 
 
 OPS = {op.name: op for op in (Gemv(), RmsNorm(), AddRmsNorm(), LayerNorm(), Softmax(), SiluAndMul(),
-                              Rope(), Elementwise())}
+                              Rope(), Elementwise(), Gemm())}
 DEFAULT_ORDER = ("gemv", "rmsnorm", "add_rmsnorm", "layernorm", "softmax", "silu_and_mul",
-                 "rope", "elementwise")
+                 "rope", "elementwise", "gemm")
 
 
 # ---- Triton peers ------------------------------------------------------------------------
@@ -703,7 +912,9 @@ def triton_softmax(x):
 
 class KtuneRunner:
     """ktune's kernel bound to tensors: inputs and inout buffers by name from `inputs`,
-    outputs and scratch allocated here."""
+    outputs and scratch allocated here. Args that are not buffers (scalars, and tensor maps
+    over a buffer, which the client's LoadedKernel builds from the buffers' pointers at bind
+    time) are the client's to bind."""
 
     def __init__(self, kernel, inputs):
         art = kernel.artifact
@@ -714,8 +925,9 @@ class KtuneRunner:
         self.keep = []
         pointers = {}
         for a in art.args:
-            if not a.is_buffer:
-                continue
+            if (not a.is_buffer or getattr(a, "scalar_type", "") == "tensor_map"
+                    or (getattr(a, "tensor_map", None) is not None and not a.role)):
+                continue  # scalars and tensor maps: the client binds them
             dtype = torch_dtype(a.dtype)
             if a.role in ("input", "inout"):
                 t = inputs.get(a.name)
@@ -734,12 +946,16 @@ class KtuneRunner:
                 self.outputs_[a.name] = t
                 self.fresh_outputs.append(t)
             elif a.role == "scratch":
-                # ktune.proto: SCRATCH with a ZERO fill must be zeroed before each run; any
-                # other scratch is the kernels' own, so it starts poisoned here (ktune-worker
-                # zeroes an unspecified fill too, which would hide a kernel relying on it).
+                # ktune.proto: SCRATCH with a ZERO fill must be zeroed before each run;
+                # ZERO_ONCE once, at allocation (the kernels leave it zeroed after every
+                # complete run: gemm's split-K counters); any other scratch is the kernels'
+                # own, so it starts poisoned here (ktune-worker zeroes an unspecified fill
+                # too, which would hide a kernel relying on it).
                 if a.scratch_fill == "zero":
                     t = torch.zeros(a.count, dtype=dtype, device=DEVICE)
                     self.zeroed.append(t)
+                elif a.scratch_fill == "zero_once":
+                    t = torch.zeros(a.count, dtype=dtype, device=DEVICE)
                 elif a.scratch_fill == "":
                     t = torch.empty(a.count, dtype=dtype, device=DEVICE)
                     if t.is_floating_point():
@@ -753,7 +969,17 @@ class KtuneRunner:
             self.keep.append(t)  # every bound tensor lives as long as the runner
         # Packed once: the pointers and scalars do not change between runs.
         self.bound = kernel.bind(pointers)
-        self.stream = kernel.driver.CUstream(torch.cuda.current_stream().cuda_stream)
+        self._stream_handle = None
+        self.stream = None
+
+    def _current_stream(self):
+        """torch's current stream, read at every launch: a CUDA-graph capture (and its
+        warm-up) runs on a side stream."""
+        handle = torch.cuda.current_stream().cuda_stream
+        if handle != self._stream_handle:
+            self._stream_handle = handle
+            self.stream = self.kernel.driver.CUstream(handle)
+        return self.stream
 
     def poison(self):
         for t in self.fresh_outputs:
@@ -763,7 +989,7 @@ class KtuneRunner:
     def run(self):
         for t in self.zeroed:
             t.zero_()
-        self.bound.launch(self.stream)
+        self.bound.launch(self._current_stream())
 
     def outputs(self):
         return self.outputs_
@@ -916,13 +1142,34 @@ def make_inputs(op, s, dtype, seed):
     return op.make_inputs(s, dtype, gen)
 
 
-def measure(name, make_runner, pristine, ref, op, timer):
+def capture_graph(run):
+    """run() captured once into a torch.cuda.CUDAGraph: warmed up on a side stream first,
+    as torch asks (lazy initialisation, cuBLAS workspaces), then captured on torch's capture
+    stream (torch.cuda.graph makes it the current stream, which KtuneRunner launches on)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    torch.cuda.synchronize()
+    return graph
+
+
+def measure(name, make_runner, pristine, ref, tol, timer, graph=False):
     """Binds a copy of the inputs, runs once (compiles, autotunes), restores the inputs,
-    poisons the outputs, runs once more and checks, then times. A dict for the JSON."""
+    poisons the outputs, runs once more and checks, then times. With `graph` the run is
+    captured into a CUDA graph, whose replay is checked the same way (inputs restored,
+    outputs poisoned) and timed instead of the eager call. A dict for the JSON."""
     res = {"impl": name}
     t0 = time.monotonic()
     bound = {k: v.clone() for k, v in pristine.items()}
-    runner = None
+    runner = g = None
+    atol, rtol = tol
     try:
         runner = make_runner(bound)
         runner.run()
@@ -932,37 +1179,64 @@ def measure(name, make_runner, pristine, ref, op, timer):
         runner.poison()
         runner.run()
         torch.cuda.synchronize()
-        res["check"] = compare(runner.outputs(), ref, op.atol, op.rtol)
-        res.update(timer(runner.run))
+        res["check"] = compare(runner.outputs(), ref, atol, rtol)
+        call = runner.run
+        if graph:
+            g = capture_graph(runner.run)
+            for k, v in bound.items():
+                v.copy_(pristine[k])
+            runner.poison()
+            inputs = {v.data_ptr() for v in bound.values()}
+            for t in (runner.outputs() or {}).values():  # a peer's, from the graph's pool
+                if t.is_floating_point() and t.data_ptr() not in inputs:
+                    t.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            replayed = compare(runner.outputs(), ref, atol, rtol)
+            if res["check"]["ok"] and not replayed["ok"]:
+                replayed["detail"] = "graph replay: " + replayed["detail"]
+                res["check"] = replayed
+            call = g.replay
+        res["timed"] = "graph replay" if graph else "eager call"
+        res.update(timer(call))
     except Exception as e:  # a failing peer is a cell in the table, the rest go on
         res["error"] = f"{type(e).__name__}: {e}".strip()[:400]
         res["traceback"] = traceback.format_exc(limit=4)
     finally:
-        del runner, bound
+        del runner, bound, g
         torch.cuda.synchronize()
         res["wall_s"] = round(time.monotonic() - t0, 2)  # compile + autotune + check + timing
     return res
 
 
-def get_artifact(client, op, s, args):
+def get_artifact(client, op, s, dtype, args):
     """Tunes the key (or, with --policy cache_only, only looks it up)."""
     if args.policy == "cache_only":
-        return client.get_kernel(op.template, args.dtype, s, policy="cache_only",
+        return client.get_kernel(op.template, dtype, s, policy="cache_only",
                                  timeout_s=args.tune_timeout_s)
     strategy = "random" if args.budget > 0 else ""
-    return client.tune(op.template, args.dtype, s, strategy=strategy, budget=args.budget,
+    return client.tune(op.template, dtype, s, strategy=strategy, budget=args.budget,
                        timeout_s=args.tune_timeout_s)
 
 
-def run_key(client, op, s, args, timer, ceiling_gbps):
-    rec = {"op": op.name, "template": op.template, "shape": s, "label": op.label(s),
-           "prefill": op.is_prefill(s), "bytes": op.nbytes(s, DTYPE_BYTES[args.dtype]),
-           "ktune": {}, "peers": {}}
+def new_record(op, s, dtype):
+    atol, rtol = op.tolerance(s, dtype)
+    return {"op": op.name, "template": op.template, "dtype": dtype, "shape": s,
+            "label": op.label(s), "prefill": op.is_prefill(s),
+            "bytes": op.nbytes(s, DTYPE_BYTES[dtype]), "flops": op.flops(s),
+            "atol": atol, "rtol": rtol, "ktune": {}, "peers": {}}
+
+
+def run_key(client, op, s, dtype, args, timer, ceiling_gbps):
+    rec = new_record(op, s, dtype)
+    tol = (rec["atol"], rec["rtol"])
+    graph = bool(args.graph_decode and op.is_decode(s))
+    rec["timed"] = "CUDA-graph replay" if graph else "eager call"
     sc = dict(op.scalars)
     art = kernel = None
     t0 = time.monotonic()
     try:
-        art = get_artifact(client, op, s, args)
+        art = get_artifact(client, op, s, dtype, args)
         rec["ktune"].update(
             tune_s=round(time.monotonic() - t0, 2), provenance=art.provenance,
             params=art.params, knobs=dataclasses.asdict(art.knobs), launches=len(art.launches),
@@ -975,21 +1249,20 @@ def run_key(client, op, s, args, timer, ceiling_gbps):
                 rec["ktune"]["bytes_note"] = (f"the manifest's cost model says {model:.0f} bytes, "
                                               f"the bench {rec['bytes']}")
         for a in art.args:
-            if not a.is_buffer and a.name in sc:
+            if not a.is_buffer and a.name in sc and getattr(a, "scalar_type", "") != "tensor_map":
                 sc[a.name] = a.value
     except Exception as e:
         rec["ktune"]["error"] = f"tune: {type(e).__name__}: {e}"[:400]
     rec["scalars"] = sc
 
-    dtype = torch_dtype(args.dtype)
-    pristine = make_inputs(op, s, dtype, seed=1234)
+    pristine = make_inputs(op, s, torch_dtype(dtype), seed=1234)
     ref = op.reference(pristine, sc)
     if art is not None:
         try:
             import ktune
             kernel = ktune.LoadedKernel(art)
             rec["ktune"].update(measure("ktune", lambda b: KtuneRunner(kernel, b), pristine, ref,
-                                        op, timer))
+                                        tol, timer, graph))
         except Exception as e:
             rec["ktune"]["error"] = f"load: {type(e).__name__}: {e}"[:400]
         finally:
@@ -1004,8 +1277,8 @@ def run_key(client, op, s, args, timer, ceiling_gbps):
         except Exception as e:
             rec["peers"][peer] = {"impl": peer, "error": f"{type(e).__name__}: {e}"[:400]}
             continue
-        rec["peers"][peer] = measure(peer, lambda b, fn=fn: FnRunner(fn, b), pristine, ref, op,
-                                     timer)
+        rec["peers"][peer] = measure(peer, lambda b, fn=fn: FnRunner(fn, b), pristine, ref, tol,
+                                     timer, graph)
     del pristine, ref
     torch.cuda.empty_cache()
     finish_record(rec, op, ceiling_gbps)
@@ -1033,11 +1306,14 @@ def ok_time(r):
 
 
 def finish_record(rec, op, ceiling_gbps):
-    """GB/s, fractions, best peer, speed-up and the goals."""
+    """GB/s (TFLOP/s where the op counts flops), fractions, best peer, speed-up and the
+    goals."""
     for r in [rec["ktune"], *rec["peers"].values()]:
         if r.get("us"):
             r["gbps"] = rec["bytes"] / (r["us"] * 1e-6) / 1e9
             r["ceiling_fraction"] = r["gbps"] / ceiling_gbps if ceiling_gbps else None
+            if rec.get("flops"):
+                r["tflops"] = rec["flops"] / (r["us"] * 1e-6) / 1e12
     times = {k: ok_time(v) for k, v in rec["peers"].items()}
     times = {k: v for k, v in times.items() if v is not None}
     best = min(times, key=times.get) if times else None
@@ -1050,10 +1326,19 @@ def finish_record(rec, op, ceiling_gbps):
                else "mismatch" if k.get("check") else "no result")
         goals["ktune"] = f"FAIL ({why})"
     else:
+        need = op.peer_goal(rec["shape"], rec.get("dtype"))
         if best:
             rec["speedup"] = times[best] / kt
-            goals["peer"] = "ok" if kt <= times[best] else \
-                f"MISS ({kt / times[best] - 1:+.1%} vs {best})"
+            if need == 1.0:
+                goals["peer"] = "ok" if kt <= times[best] else \
+                    f"MISS ({kt / times[best] - 1:+.1%} vs {best})"
+            else:
+                goals["peer"] = "ok" if rec["speedup"] >= need else \
+                    f"MISS ({rec['speedup']:.2f}x < {need:g}x vs {best})"
+            if op.peer_goal_required:
+                rec["peer_goal"] = need
+        elif op.peer_goal_required:  # gemm: its goals are ratios to cuBLAS, which must run
+            goals["peer"] = f"FAIL (no correct peer time for the {need:g}x goal)"
         if rec["prefill"] and ceiling_gbps:
             f = rec["ktune"]["ceiling_fraction"]
             goals["ceil"] = "ok" if f >= CEIL_GOAL else f"MISS ({(f - CEIL_GOAL) * 100:+.1f} pp)"
@@ -1087,7 +1372,7 @@ def write_outputs(out_dir, meta, records, ops):
         json.dump({"meta": meta, "results": records}, f, indent=1, default=str)
     lines = [f"# ktune vs peers ({meta.get('dtype')}, {meta.get('device', '?')})", ""]
     for k in ("error", "versions", "timer", "timer_floor", "copy_ceiling", "tuning",
-              "cublas_bf16_reduced_precision_reduction", "wall_s"):
+              "graph_decode", "cublas_bf16_reduced_precision_reduction", "wall_s"):
         if k in meta:
             lines.append(f"- {k}: {md(meta[k])}")
     lines += ["", "Times in us (median); GB/s and % ceil are ktune's, over the bytes the op must "
@@ -1097,54 +1382,19 @@ def write_outputs(out_dir, meta, records, ops):
               f"{CEIL_GOAL:.0%} of the copy ceiling at prefill shapes (rows >= {PREFILL_ROWS}); "
               "peer = ktune no slower than the best peer; 12us = gemv 4096x4096 batch 1 under "
               f"{GEMV_GOAL_US:g} us. FAIL mismatch: outside atol + rtol * |ref| against torch in "
-              "fp32 (details in the notes).", ""]
+              "fp32 (details in the notes)." +
+              (f" gemm: TFLOP/s = 2 m n k / time; its peer goal is a ratio to cuBLAS "
+               f"(speed-up >= the key's: bf16 1.25x at m <= 128 on qkv and o, 1.0x at m <= "
+               f"1024, 0.97x above; fp8 1.0x at m <= 256, 0.95x above); decode keys (m <= "
+               f"{GRAPH_DECODE_M}) are timed as CUDA-graph replays unless --no-graph-decode."
+               if any(op.name == "gemm" for op in ops) else ""), ""]
     for op in ops:
-        recs = [r for r in records if r["op"] == op.name]
-        if not recs:
-            continue
-        peers = [p for p in op.peers if p in meta["peers"]]
-        lines += [f"## {op.name}", "",
-                  "| shape | ktune us | GB/s | % ceil | " +
-                  " | ".join(f"{p} us" for p in peers) +
-                  " | best peer | speed-up | goals |",
-                  "|" + "---|" * (7 + len(peers))]
-        notes = []
-        for r in recs:
-            k = r["ktune"]
-            gb = f"{k['gbps']:.0f}" if ok_time(k) else ""
-            frac = f"{k['ceiling_fraction'] * 100:.1f}" if ok_time(k) and k.get(
-                "ceiling_fraction") else ""
-            sp = f"{r['speedup']:.2f}x" if r.get("speedup") else ""
-            goals = md(", ".join(f"{g} {v}" for g, v in r.get("goals", {}).items()))
-            lines.append(f"| {r['label']} | {cell(k)} | {gb} | {frac} | " +
-                         " | ".join(cell(r["peers"].get(p)) for p in peers) +
-                         f" | {r.get('best_peer') or ''} | {sp} | {goals} |")
-            label = r["label"]
-            if k.get("params") is not None:
-                notes.append((label, f"ktune params {k['params']} knobs {k.get('knobs')}, "
-                                     f"{k.get('launches')} launch(es), tuned in {k.get('tune_s')} "
-                                     f"s, ktune's timer {k.get('tuned_us', 0):.2f} us "
-                                     f"({(k.get('tuned_ceiling_fraction') or 0) * 100:.1f} % of "
-                                     "its ceiling)" +
-                              (f", scratch {k['scratch']}" if k.get("scratch") else "")))
-            for name, x in [("ktune", k), *r["peers"].items()]:
-                if "error" in x:
-                    notes.append((label, f"{name}: {x['error']}"))
-                elif x.get("check") and not x["check"]["ok"]:
-                    c = x["check"]
-                    notes.append((label, f"{name} mismatch: {c['detail']} (max abs err "
-                                         f"{c['max_abs_err']}, atol {op.atol}, rtol {op.rtol})"))
-            if k.get("bytes_note"):
-                notes.append((label, k["bytes_note"]))
-            if r.get("skipped"):
-                notes.append((label, f"skipped: {r['skipped']}"))
-        lines.append("")
-        # One line per distinct note, naming every shape it is about.
-        grouped = {}
-        for label, text in notes:
-            grouped.setdefault(text, []).append(label)
-        lines += [f"- {md(', '.join(labels), 200)}: {md(text)}" for text, labels in grouped.items()]
-        lines.append("")
+        dtypes = list(dict.fromkeys(r.get("dtype", meta.get("dtype")) for r in records
+                                    if r["op"] == op.name))
+        for dtype in dtypes:
+            lines += op_table(op, dtype, meta, [r for r in records if r["op"] == op.name and
+                                               r.get("dtype", meta.get("dtype")) == dtype],
+                              several=len(dtypes) > 1 or dtype != meta.get("dtype"))
     goals = [v for r in records for v in r.get("goals", {}).values()]
     lines.append(f"Goals: {sum(g == 'ok' for g in goals)} ok, "
                  f"{sum(g != 'ok' for g in goals)} missed or failed, over {len(records)} keys.")
@@ -1152,19 +1402,140 @@ def write_outputs(out_dir, meta, records, ops):
         f.write("\n".join(lines) + "\n")
 
 
+def op_table(op, dtype, meta, recs, several):
+    """The markdown lines of one op's table at one dtype, and its notes."""
+    peers = [p for p in op.peers if p in meta["peers"]]
+    flops = any(r.get("flops") for r in recs)
+    lines = [f"## {op.name}" + (f" ({dtype})" if several else ""), ""]
+    titles = [f"{p} = {op.peer_title(p, dtype)}" for p in peers
+              if op.peer_title(p, dtype) != PEER_TITLES[p]]
+    if titles:
+        lines += ["Peers here: " + "; ".join(titles) + ".", ""]
+    lines += ["| shape | ktune us | " + ("TFLOP/s | " if flops else "") + "GB/s | % ceil | " +
+              " | ".join(f"{p} us" + (f" | {p} TFLOP/s" if flops else "") for p in peers) +
+              " | best peer | speed-up | goals |",
+              "|" + "---|" * (7 + len(peers) * (2 if flops else 1) + (1 if flops else 0))]
+    notes = []
+    for r in recs:
+        k = r["ktune"]
+        gb = f"{k['gbps']:.0f}" if ok_time(k) else ""
+        frac = f"{k['ceiling_fraction'] * 100:.1f}" if ok_time(k) and k.get(
+            "ceiling_fraction") else ""
+        sp = f"{r['speedup']:.2f}x" if r.get("speedup") else ""
+        goals = md(", ".join(f"{g} {v}" for g, v in r.get("goals", {}).items()))
+        peer_cells = []
+        for p in peers:
+            peer_cells.append(cell(r["peers"].get(p)))
+            if flops:
+                peer_cells.append(tflops_cell(r["peers"].get(p)))
+        lines.append(f"| {r['label']} | {cell(k)} | " +
+                     (f"{tflops_cell(k)} | " if flops else "") + f"{gb} | {frac} | " +
+                     " | ".join(peer_cells) +
+                     f" | {r.get('best_peer') or ''} | {sp} | {goals} |")
+        label = r["label"]
+        if k.get("params") is not None:
+            notes.append((label, f"ktune params {k['params']} knobs {k.get('knobs')}, "
+                                 f"{k.get('launches')} launch(es), tuned in {k.get('tune_s')} "
+                                 f"s, ktune's timer {k.get('tuned_us', 0):.2f} us "
+                                 f"({(k.get('tuned_ceiling_fraction') or 0) * 100:.1f} % of "
+                                 "its ceiling)" +
+                          (f", scratch {k['scratch']}" if k.get("scratch") else "")))
+        for name, x in [("ktune", k), *r["peers"].items()]:
+            if "error" in x:
+                notes.append((label, f"{name}: {x['error']}"))
+            elif x.get("check") and not x["check"]["ok"]:
+                c = x["check"]
+                notes.append((label, f"{name} mismatch: {c['detail']} (max abs err "
+                                     f"{c['max_abs_err']}, atol {r.get('atol', op.atol):.3g}, "
+                                     f"rtol {r.get('rtol', op.rtol):.3g})"))
+        if k.get("bytes_note"):
+            notes.append((label, k["bytes_note"]))
+        if r.get("timed") == "CUDA-graph replay":
+            notes.append((label, "timed as CUDA-graph replays (ktune and peers)"))
+        if r.get("skipped"):
+            notes.append((label, f"skipped: {r['skipped']}"))
+    lines.append("")
+    # One line per distinct note, naming every shape it is about.
+    grouped = {}
+    for label, text in notes:
+        grouped.setdefault(text, []).append(label)
+    lines += [f"- {md(', '.join(labels), 200)}: {md(text)}" for text, labels in grouped.items()]
+    lines.append("")
+    return lines
+
+
+def tflops_cell(r):
+    if not ok_time(r) or not r.get("tflops"):
+        return ""
+    return f"{r['tflops']:.0f}" if r["tflops"] >= 100 else f"{r['tflops']:.1f}"
+
+
 # ---- Dry run: keys, and the ops checked against the manifests ---------------------------
 
+@dataclasses.dataclass
+class ManifestBuffer:
+    role: str                  # "input", "output", "inout", "scratch"
+    count: str                 # the element count's expression
+    dtype: str = "dtype"       # "dtype" (the key's) or a fixed one ("f32", ...)
+    dtype_for: dict = dataclasses.field(default_factory=dict)  # key dtype -> buffer dtype
+    fill: str = ""             # the fill's kind, lower case ("zero", "uniform", ...)
+
+    def resolved_dtype(self, key_dtype):
+        d = self.dtype_for.get(key_dtype, self.dtype)
+        return key_dtype if d == "dtype" else d
+
+
+def _blocks(text, keyword):
+    """The bodies of every top-level `keyword { ... }` of a text-format file (comments and
+    quoted strings skipped when matching braces)."""
+    text = re.sub(r'(?m)^\s*#.*$', "", text)
+    out = []
+    for m in re.finditer(r'(?m)^\s*' + keyword + r'\s*\{', text):
+        depth, i, start = 1, m.end(), m.end()
+        while depth and i < len(text):
+            c = text[i]
+            if c == '"':  # to the closing quote, past escaped ones
+                i += 1
+                while text[i] != '"':
+                    i += 2 if text[i] == "\\" else 1
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+            i += 1
+        out.append(text[start:i - 1])
+    return out
+
+
 def _manifest(templates_dir, name):
-    """(buffers {name: (role, count expr)}, cost bytes expr) from NAME.textproto, or None."""
+    """(buffers {name: ManifestBuffer}, tensor maps {name: buffer name}, cost bytes expr)
+    from NAME.textproto, or None."""
     path = os.path.join(templates_dir, name, f"{name}.textproto")
     if not os.path.exists(path):
         return None
-    text = open(path).read()
-    bufs = {m.group(1): (m.group(4).lower(), m.group(3)) for m in re.finditer(
-        r'args\s*\{\s*name:\s*"(\w+)"\s*buffer\s*\{\s*dtype:\s*"(\w+)"\s*count:\s*"([^"]*)"'
-        r'\s*role:\s*(\w+)', text)}
+    with open(path) as f:
+        text = f.read()
+    bufs, tmaps = {}, {}
+    for body in _blocks(text, "args"):
+        arg = re.match(r'\s*name:\s*"(\w+)"\s*(\w+)\s*\{', body)
+        if not arg:
+            continue
+        if arg.group(2) == "buffer":
+            count = re.search(r'\bcount:\s*"([^"]*)"', body)
+            role = re.search(r'\brole:\s*(\w+)', body)
+            dtype = re.search(r'\bdtype:\s*"(\w+)"', body)
+            fill = re.search(r'\bfill\s*\{[^}]*?\bkind:\s*(\w+)', body)
+            bufs[arg.group(1)] = ManifestBuffer(
+                role=role.group(1).lower() if role else "", count=count.group(1) if count else "",
+                dtype=dtype.group(1) if dtype else "dtype",
+                dtype_for=dict(re.findall(
+                    r'dtype_for\s*\{\s*key:\s*"(\w+)"\s*value:\s*"(\w+)"\s*\}', body)),
+                fill=fill.group(1).lower() if fill else "")
+        elif arg.group(2) == "tensor_map":
+            buf = re.search(r'\bbuffer:\s*"(\w+)"', body)
+            tmaps[arg.group(1)] = buf.group(1) if buf else ""
     cost = re.search(r'cost\s*\{[^}]*?bytes:\s*"([^"]*)"', text)
-    return bufs, cost.group(1) if cost else None
+    return bufs, tmaps, cost.group(1) if cost else None
 
 
 def eval_expr(text, scope, esize):
@@ -1247,6 +1618,9 @@ def eval_expr(text, scope, esize):
     return v
 
 
+SCRATCH_FILLS = ("", "zero", "zero_once")  # the scratch fills KtuneRunner knows
+
+
 def dry_run(ops, args):
     templates = args.templates
     problems = 0
@@ -1255,37 +1629,59 @@ def dry_run(ops, args):
         state = "manifest found" if man else "no manifest" if templates else "not checked"
         print(f"{op.name} (template {op.template}, {state}; peers "
               f"{', '.join(p for p in op.peers if p in args.peers)})")
-        for s in selected_shapes(op, args):
-            e = DTYPE_BYTES[args.dtype]
-            line = (f"  {op.label(s):>22}  shape {s}  bytes {op.nbytes(s, e)}"
-                    f"{'  prefill' if op.is_prefill(s) else ''}")
+        several = op.key_dtypes(args) != [args.dtype]
+        for dtype, s in selected_keys(op, args):
+            e = DTYPE_BYTES[dtype]
+            label = op.label(s) + (f" {dtype}" if several else "")
+            line = (f"  {label:>22}  shape {s}  bytes {op.nbytes(s, e)}"
+                    f"{'  prefill' if op.is_prefill(s) else ''}"
+                    f"{'  graph' if args.graph_decode and op.is_decode(s) else ''}")
             issues = []
             if man:
-                bufs, cost = man
-                mine = {n: (math.prod(sh), "input" if r == "in" else r)
-                        for n, (sh, r, _) in op.buffers(s).items()}
-                mine.update({n: (math.prod(sh), "output") for n, sh in op.outputs(s).items()})
-                for n, (role, count) in bufs.items():
-                    if role == "scratch":
-                        continue
-                    want = eval_expr(count, s, e)
-                    if n not in mine:
-                        issues.append(f"manifest {role} '{n}' is not bound by the bench")
-                    elif mine[n] != (want, role):
-                        issues.append(f"'{n}': manifest {want} {role}, bench {mine[n]}")
-                for n in mine:
-                    if n not in bufs:
-                        issues.append(f"bench tensor '{n}' is not a manifest buffer")
-                if cost:
-                    want = eval_expr(cost, s, e)
-                    if want != op.nbytes(s, e):
-                        issues.append(f"bytes: manifest {want}, bench {op.nbytes(s, e)}")
+                issues = check_against_manifest(op, s, dtype, man)
             print(line + ("" if not issues else "\n    MISMATCH: " + "; ".join(issues)))
             problems += bool(issues)
     missing = [o for o in args.ops if o not in OPS]
     if missing:
         print(f"not written yet in the bench: {', '.join(missing)}")
     return 1 if problems else 0
+
+
+def check_against_manifest(op, s, dtype, man):
+    """What differs between the op's tensors at one key and the manifest's buffers: names,
+    roles, element counts, dtypes (where the op states them), scratch fills the runner
+    knows, tensor maps over bound buffers, and the byte formula."""
+    bufs, tmaps, cost = man
+    e = DTYPE_BYTES[dtype]
+    issues = []
+    mine = {n: (math.prod(sh), "input" if r == "in" else r)
+            for n, (sh, r, _) in op.buffers(s).items()}
+    mine.update({n: (math.prod(sh), "output") for n, sh in op.outputs(s).items()})
+    dtypes = op.buffer_dtypes(s, dtype) or {}
+    for n, b in bufs.items():
+        if b.role == "scratch":
+            if b.fill not in SCRATCH_FILLS:
+                issues.append(f"scratch '{n}': fill '{b.fill}' is not one KtuneRunner knows")
+            continue
+        want = eval_expr(b.count, s, e)
+        if n not in mine:
+            issues.append(f"manifest {b.role} '{n}' is not bound by the bench")
+            continue
+        if mine[n] != (want, b.role):
+            issues.append(f"'{n}': manifest {want} {b.role}, bench {mine[n]}")
+        if n in dtypes and dtypes[n] != b.resolved_dtype(dtype):
+            issues.append(f"'{n}': manifest dtype {b.resolved_dtype(dtype)}, bench {dtypes[n]}")
+    for n in mine:
+        if n not in bufs:
+            issues.append(f"bench tensor '{n}' is not a manifest buffer")
+    for n, buf in tmaps.items():  # built by the client from the buffer's pointer
+        if buf not in mine:
+            issues.append(f"tensor map '{n}' is over '{buf}', which the bench does not bind")
+    if cost:
+        want = eval_expr(cost, s, e)
+        if want != op.nbytes(s, e):
+            issues.append(f"bytes: manifest {want}, bench {op.nbytes(s, e)}")
+    return issues
 
 
 # ---- Main --------------------------------------------------------------------------------
@@ -1300,8 +1696,20 @@ def parse_args(argv):
     p.add_argument("--ops", default=",".join(DEFAULT_ORDER),
                    help=f"comma-separated, run in this order (default {','.join(DEFAULT_ORDER)})")
     p.add_argument("--rows", default=None,
-                   help=f"rows (tokens; gemv: batch is separate) to run, default "
-                        f"{','.join(map(str, DEFAULT_ROWS))}")
+                   help=f"rows (tokens; gemv: batch is separate; gemm: --gemm-m) to run, "
+                        f"default {','.join(map(str, DEFAULT_ROWS))}")
+    p.add_argument("--gemm-m", default=None,
+                   help=f"gemm: m values, default {','.join(map(str, GEMM_M))} (--quick: "
+                        f"{','.join(map(str, QUICK_GEMM_M))})")
+    p.add_argument("--gemm-proj", default=None,
+                   help=f"gemm: Llama-3-8B projections, of {','.join(GEMM_PROJS)} (default all; "
+                        f"--quick: {','.join(QUICK_GEMM_PROJS)})")
+    p.add_argument("--gemm-dtypes", default=",".join(GEMM_DTYPES),
+                   help=f"gemm: dtypes, of {','.join(GEMM_ALL_DTYPES)} (default "
+                        f"{','.join(GEMM_DTYPES)}; fp8 writes bf16)")
+    p.add_argument("--graph-decode", action=argparse.BooleanOptionalAction, default=True,
+                   help=f"time decode keys (gemm m <= {GRAPH_DECODE_M}) as CUDA-graph replays, "
+                        "ktune's launches and the peer's call each captured once (default on)")
     p.add_argument("--only", default=None,
                    help="keep only the shapes with these dims, e.g. cols=128256 or batch=8")
     p.add_argument("--quick", action="store_true",
@@ -1348,6 +1756,23 @@ def parse_args(argv):
     except ValueError:
         p.error(f"--rows: expected comma-separated integers, got '{args.rows}'")
     try:
+        args.gemm_m = tuple(int(m) for m in args.gemm_m.split(",")) if args.gemm_m else None
+    except ValueError:
+        p.error(f"--gemm-m: expected comma-separated integers, got '{args.gemm_m}'")
+    if args.gemm_m and min(args.gemm_m) < 1:
+        p.error(f"--gemm-m: m must be >= 1, got '{','.join(map(str, args.gemm_m))}'")
+    args.gemm_proj = tuple(x.strip() for x in args.gemm_proj.split(",") if x.strip()) \
+        if args.gemm_proj else None
+    for x in args.gemm_proj or ():
+        if x not in GEMM_PROJS:
+            p.error(f"--gemm-proj: unknown projection '{x}' (known: {', '.join(GEMM_PROJS)})")
+    args.gemm_dtypes = tuple(x.strip() for x in args.gemm_dtypes.split(",") if x.strip())
+    for x in args.gemm_dtypes:
+        if x not in GEMM_ALL_DTYPES:
+            p.error(f"--gemm-dtypes: unknown dtype '{x}' (known: {', '.join(GEMM_ALL_DTYPES)})")
+    if not args.gemm_dtypes:
+        p.error("--gemm-dtypes: none given")
+    try:
         args.only = dict((k.strip(), int(v)) for k, v in
                          (kv.split("=") for kv in args.only.split(","))) if args.only else {}
     except ValueError:
@@ -1358,12 +1783,20 @@ def parse_args(argv):
 
 
 def selected_shapes(op, args):
-    shapes = op.quick_shapes(args.rows) if args.quick else None
+    shapes = op.plan(args)
+    if shapes is None and args.quick:
+        shapes = op.quick_shapes(args.rows)
     if shapes is None:
         shapes = op.shapes(args.rows)
         if args.quick:  # the first variant (hidden 4096, vocab 32000, ...) at the quick rows
             shapes = [s for s in shapes if op.variant(s) == op.variant(shapes[0])]
     return [s for s in shapes if all(s.get(k) == v for k, v in args.only.items())]
+
+
+def selected_keys(op, args):
+    """[(dtype, shape)] in run order: each of the op's dtypes in turn, its shapes within."""
+    shapes = selected_shapes(op, args)
+    return [(d, s) for d in op.key_dtypes(args) for s in shapes]
 
 
 def versions():
@@ -1411,26 +1844,27 @@ def run_all(args, ops, meta, records, start):
     meta["copy_ceiling"] = f"{ceiling:.0f} GB/s measured here (1 GiB copy, 2 x bytes)"
     with ktune.Client(args.target, token=args.token) as client:
         for op in ops:
-            for s in selected_shapes(op, args):
+            for dtype, s in selected_keys(op, args):
                 if args.deadline_s and time.monotonic() - start > args.deadline_s:
-                    records.append({"op": op.name, "template": op.template, "shape": s,
-                                    "label": op.label(s), "ktune": {}, "peers": {},
-                                    "goals": {"ktune": "FAIL (skipped: deadline)"},
-                                    "skipped": f"past --deadline-s {args.deadline_s}"})
+                    rec = new_record(op, s, dtype)
+                    rec.update(goals={"ktune": "FAIL (skipped: deadline)"},
+                               skipped=f"past --deadline-s {args.deadline_s}")
+                    records.append(rec)
                     continue
                 t0 = time.monotonic()
                 try:
-                    rec = run_key(client, op, s, args, timer, ceiling)
+                    rec = run_key(client, op, s, dtype, args, timer, ceiling)
                 except Exception as e:  # e.g. out of memory making the inputs
-                    rec = {"op": op.name, "template": op.template, "shape": s,
-                           "label": op.label(s), "ktune": {"error": f"{type(e).__name__}: {e}"},
-                           "peers": {}, "goals": {"ktune": f"FAIL ({type(e).__name__})"}}
+                    rec = new_record(op, s, dtype)
+                    rec.update(ktune={"error": f"{type(e).__name__}: {e}"},
+                               goals={"ktune": f"FAIL ({type(e).__name__})"})
                     torch.cuda.empty_cache()
                 rec["wall_s"] = round(time.monotonic() - t0, 2)
                 records.append(rec)
                 walls = ", ".join(f"{k} {v.get('wall_s')} s" for k, v in
                                   [("ktune", rec["ktune"]), *rec["peers"].items()])
-                print(f"{op.name} {op.label(s)}: ktune {cell(rec['ktune']) or '-'}, best peer "
+                print(f"{op.name} {dtype} {op.label(s)}: ktune {cell(rec['ktune']) or '-'}, "
+                      f"best peer "
                       f"{rec.get('best_peer')}, goals {rec.get('goals')} ({rec['wall_s']} s: tune "
                       f"{rec['ktune'].get('tune_s')} s, {walls})", flush=True)
                 if "stored_copy_gbps" not in meta:  # known once a tune measured it
@@ -1463,6 +1897,13 @@ def main(argv):
                      f"{args.launch_gap_us:g} us so that no launch's CPU time is timed",
             "tuning": ("cache_only (nothing tuned)" if args.policy == "cache_only" else
                        f"random, budget {args.budget} per key" if args.budget else "exhaustive")}
+    if any(op.is_decode(s) for op in ops for s in selected_shapes(op, args)):
+        meta["graph_decode"] = (
+            f"decode keys (gemm m <= {GRAPH_DECODE_M}) timed as CUDA-graph replays: ktune's "
+            "launches and the peer's call each captured once, the flush and gap outside the "
+            "graph" if args.graph_decode else "off: decode keys timed as eager calls")
+    if "gemm" in args.ops:
+        meta["gemm_dtypes"] = list(args.gemm_dtypes)
     records = []
     try:
         run_all(args, ops, meta, records, start)

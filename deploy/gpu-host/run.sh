@@ -2,7 +2,8 @@
 # Runs on the GPU host from the unpacked bundle (deploy/bundle.sh): every GPU test, then the
 # benchmarks, writing logs and the store under $OUT (default ./out), and a short table last.
 #   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile daemon spec (default: all)
-#                       and peers (not in the default: it fills a 10-minute call; flags in $PEERS_ARGS)
+#                       and, not in the default: gemm (tunes GEMM keys, repeatability, NVRTC
+#                       time; $GEMM_KEYS), peers (fills a 10-minute call; flags in $PEERS_ARGS)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"
@@ -55,6 +56,25 @@ if want compile; then
   "$here/bin/compile_bench" --template rmsnorm --dtype bf16 --shape tokens=4096,hidden=8192 \
     > "$out/compile_bench.txt" 2>&1
   tail -n 12 "$out/compile_bench.txt" >> "$summary"
+fi
+if want gemm; then
+  # GEMM keys tuned in full (every valid candidate), bf16 and fp8; $GEMM_KEYS replaces the
+  # default list ("dtype:m:n:k ..."). Then one key tuned five times from scratch
+  # (repeatability) and NVRTC's time per candidate at 1 thread and all cores.
+  for key in ${GEMM_KEYS:-bf16:16:6144:4096 bf16:128:4096:4096 bf16:4096:4096:4096 f8e4m3:16:6144:4096}; do
+    IFS=: read -r dt m n k <<< "$key"
+    tune "gemm-$dt-$m-$n-$k" gemm --dtype "$dt" --shape "m=$m,n=$n,k=$k"
+  done
+  for i in 1 2 3 4 5; do
+    "$here/bin/ktune" tune gemm --dtype bf16 --shape m=16,n=4096,k=4096 \
+      --db "$out/gemm-repeat-$i.db" --quiet --top 1 > "$out/gemm-repeat-$i.log" 2>&1
+    echo "gemm repeat $i: $(grep -E '^(winner|time|trials) ' "$out/gemm-repeat-$i.log" | tr -s ' ' | tr '\n' '|')" >> "$summary"
+  done
+  for shape in m=16,n=4096,k=4096 m=4096,n=4096,k=4096; do
+    "$here/bin/compile_bench" --template gemm --dtype bf16 --shape "$shape" --arch sm_90a --limit 48 \
+      > "$out/compile_bench_gemm_${shape//[=,]/_}.txt" 2>&1
+    tail -n 12 "$out/compile_bench_gemm_${shape//[=,]/_}.txt" >> "$summary"
+  done
 fi
 if want daemon; then
   # ktuned on this GPU, then the C++ client (a GPU test) and the Python client (the torch
