@@ -512,10 +512,14 @@ Command AddCacheCommand(CLI::App& parent) {
   app = cache->add_subcommand(
       "import",
       "Read an export file into the store, in one transaction, reporting per entry what "
-      "happened. Refused (nothing imported, exit 2): entries tuned with another NVRTC "
+      "happened. Refused (nothing imported, exit 2): a file with any entry that does not "
+      "check out against the templates and its device (template, dtype, shape, params, "
+      "knobs, times, counts, the cubin and its kernels), entries tuned with another NVRTC "
       "version, or for a device model the store has never seen while it knows others");
   AddDbFlags(app, &imp->db, &imp->nvrtc_version);
   app->add_option("file", imp->file, "Export file to read")->required();
+  app->add_option("--templates", imp->templates_dir,
+                  "Templates folder the entries are checked against (default: shipped)");
   app->add_option("--on-conflict", imp->on_conflict,
                   "When the store has the key already: keep-faster (the lower median time "
                   "stays; a tie keeps the existing), keep-existing, or replace")

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ktune/v1/ktune.grpc.pb.h"
 #include "server/base/file.h"
+#include "server/base/file_lock.h"
 #include "server/base/status_macros.h"
 #include "server/compile/compile_pool.h"
 #include "server/gpu/device_model.h"
@@ -370,6 +371,9 @@ class ServerImpl final : public KtuneServer {
 
   ~ServerImpl() override { Shutdown(); }
 
+  // `<socket>.lock`, held while this server may own the socket path (declared first, so it
+  // is released last); null on TCP.
+  std::unique_ptr<FileLock> socket_lock_;
   ServerOptions options_;
   std::vector<GpuSlot> gpus_;
   std::string compile_only_reason_;
@@ -454,19 +458,38 @@ absl::Status Listen(ServerImpl* s) {
   grpc::EnableDefaultHealthCheckService(true);
   if (o.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // No SO_REUSEPORT: a second ktuned on this port must fail to bind, not share the port and
+  // split the connections with the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(o.max_message_bytes);
   builder.SetMaxSendMessageSize(o.max_message_bytes);
   builder.AddListeningPort(o.listen, Credentials(o), &s->port_);
   builder.RegisterService(s->service_.get());
 
+  // Leaves the server stopped before it started: the destructor then has nothing to stop.
+  auto abandon = [s](absl::Status why) {
+    s->queue_->Shutdown();
+    absl::MutexLock lock(&s->mu_);
+    s->shutting_down_ = s->shut_down_ = true;
+    return why;
+  };
   const std::string socket = UnixSocketPath(o.listen);
   mode_t old_umask = 0;
   if (!socket.empty()) {
     const std::string dir = socket.substr(0, socket.rfind('/'));
     if (!dir.empty() && !IsDir(dir)) {
-      KTUNE_RETURN_IF_ERROR(MakeDirs(dir));
+      if (absl::Status made = MakeDirs(dir); !made.ok()) return abandon(made);
       chmod(dir.c_str(), 0700);
     }
+    // gRPC unlinks a socket path before binding it: without this lock a second ktuned
+    // would take the path from a running one, which stays up, unreachable.
+    absl::StatusOr<std::unique_ptr<FileLock>> lock = LockFileExclusive(socket + ".lock");
+    if (!lock.ok()) {
+      return abandon(absl::Status(
+          lock.status().code(),
+          absl::StrCat("listen: ", o.listen, " is in use: ", lock.status().message())));
+    }
+    s->socket_lock_ = *std::move(lock);
     // The socket is born 0600: no window in which another user could connect.
     old_umask = umask(0077);
   }
@@ -479,14 +502,11 @@ absl::Status Listen(ServerImpl* s) {
     }
   }
   if (s->server_ == nullptr) {
-    s->queue_->Shutdown();
-    {
-      absl::MutexLock lock(&s->mu_);
-      s->shutting_down_ = s->shut_down_ = true;
-    }
-    return absl::UnavailableError(absl::StrCat(
+    return abandon(absl::UnavailableError(absl::StrCat(
         "cannot listen on ", o.listen,
-        WantsTls(o) ? " (or the TLS certificate and key are not a usable pair)" : ""));
+        WantsTls(o) ? " (or the TLS certificate and key are not a usable pair; or another "
+                      "process listens there)"
+                    : " (another process may listen there)")));
   }
   return absl::OkStatus();
 }

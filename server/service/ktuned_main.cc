@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "server/base/file.h"
+#include "server/base/file_lock.h"
 #include "server/base/paths.h"
 #include "server/compile/cubin_cache.h"
 #include "server/gpu/process_gpu.h"
@@ -141,6 +142,7 @@ std::optional<int> ReadTls(const Flags& f, ktune::ServerOptions* options) {
 
 // What the server runs on; it must outlive the server.
 struct Engine {
+  std::unique_ptr<ktune::FileLock> db_lock;  // `<db>.lock`: one ktuned per store file
   std::unique_ptr<ktune::TemplateRegistry> registry;
   std::unique_ptr<ktune::store::Store> store;
   std::unique_ptr<ktune::CubinCache> cache;
@@ -162,6 +164,14 @@ std::optional<int> OpenEngine(Flags* f, Engine* e) {
     if (absl::Status s = ktune::MakeDirs(ktune::DefaultCacheDir()); !s.ok()) {
       return Fail("cache folder", s);
     }
+  }
+  if (f->db != ":memory:") {
+    absl::StatusOr<std::unique_ptr<ktune::FileLock>> lock =
+        ktune::LockFileExclusive(f->db + ".lock");
+    if (!lock.ok()) {
+      return Fail(absl::StrCat("store ", f->db, " is served by another ktuned"), lock.status());
+    }
+    e->db_lock = *std::move(lock);
   }
   absl::StatusOr<std::unique_ptr<ktune::store::Store>> store = ktune::store::OpenSqliteStore(f->db);
   if (!store.ok()) return Fail(absl::StrCat("store ", f->db), store.status());

@@ -4,14 +4,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "server/base/sha256.h"
 #include "server/store/store.h"
 #include "server/store/store_testing.h"
 #include "tests/cli/cache_fixture.h"
@@ -39,6 +43,11 @@ class CacheCommandTest : public ::testing::Test {
  protected:
   // Runs `ktune cache ARGS...` (hermetic: tests/testing/subprocess.h).
   Result Cache(std::vector<std::string> args) {
+    // Imports are checked against the templates the fixture's entries were tuned from.
+    if (!args.empty() && args[0] == "import" &&
+        std::find(args.begin(), args.end(), "--templates") == args.end()) {
+      args.insert(args.begin() + 1, {"--templates", KTUNE_SOURCE_DIR "/tests/cli/testdata/templates"});
+    }
     args.insert(args.begin(), "cache");
     const std::string run_dir = dir_.File(absl::StrCat("run", runs_++));
     std::filesystem::create_directories(run_dir);
@@ -269,6 +278,84 @@ TEST_F(CacheCommandTest, ImportFollowsTheConflictRuleAndSaysWhatHappened) {
   const Result help = Cache({"import", "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.out, HasSubstr("keep-faster (the lower median time stays"));
+}
+
+// A forged entry (issue 17: a negative time over a cubin of ELF magic and noise replaced a
+// real winner under keep-faster) refuses the whole file, naming the entry and the field, and
+// leaves the store as it was, byte for byte.
+TEST_F(CacheCommandTest, ImportRefusesAForgedEntryAndLeavesTheStoreUntouched) {
+  const std::string file = dir_.File("export.json");
+  ASSERT_EQ(Cache({"export", "--db", MainDb(), "--template", "rmsnorm", "--dtype", "f16", file})
+                .exit_code,
+            0);
+  const nlohmann::json good = nlohmann::json::parse(ReadBytes(file));
+  ASSERT_EQ(good["entries"].size(), 2u);
+  const std::string noise_cubin = std::string("\x7f" "ELF") + std::string(64, '\x5a');
+  struct Case {
+    std::string name;
+    std::function<void(nlohmann::json&)> forge;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"negative time", [](nlohmann::json& e) { e["metrics"]["time_ns"] = -1; },
+       "metrics.time_ns: -1 is not a finite positive time"},
+      {"ELF magic and noise",
+       [&](nlohmann::json& e) {
+         e["cubin_base64"] = absl::Base64Escape(noise_cubin);
+         e["cubin_sha256"] = Sha256Hex(noise_cubin);
+       },
+       "cubin_base64: ELF:"},
+      {"unknown kernel", [](nlohmann::json& e) { e["launches"][0]["lowered_name"] = "_Z4evilv"; },
+       "launches[0].lowered_name: '_Z4evilv' is not a kernel of the cubin"},
+      {"path as template", [](nlohmann::json& e) { e["key"]["template_id"] = "../rmsnorm"; },
+       "key.template_id: unknown template '../rmsnorm'"},
+      {"dtype f64", [](nlohmann::json& e) { e["key"]["dtype"] = "f64"; }, "key.dtype: 'f64'"},
+      {"negative dim", [](nlohmann::json& e) { e["key"]["shape"] = "hidden=-4096,tokens=16"; },
+       "key.shape:"},
+      {"control character",
+       [](nlohmann::json& e) { e["key"]["shape"] = "hidden=4096,tokens=16\x01"; }, "key.shape:"},
+      {"foreign param", [](nlohmann::json& e) { e["config"]["params"]["EVIL"] = 1; },
+       "config.params:"},
+      {"unknown target", [](nlohmann::json& e) { e["config"]["knobs"]["target"] = "sm_12"; },
+       "config.knobs:"},
+      {"negative count", [](nlohmann::json& e) { e["trials_total"] = -1; }, "trials_ok:"},
+  };
+  const std::string db = dir_.File("other.db");
+  BuildOtherStore(db);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<store::Store> s, store::OpenSqliteStore(db));
+  ASSERT_OK_AND_ASSIGN(std::vector<store::EntrySummary> entries_before, s->ListEntries({}));
+  s.reset();
+  const std::string before = ReadBytes(db);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    nlohmann::json forged = good;
+    c.forge(forged["entries"][1]);
+    const std::string path = dir_.File("forged.json");
+    WriteBytes(path, forged.dump(1));
+    const Result r = Cache({"import", "--db", db, "--nvrtc-version", "13.0", path});
+    EXPECT_EQ(r.exit_code, 2) << r;
+    EXPECT_THAT(r.err, HasSubstr("entries[1] (")) << r;
+    EXPECT_THAT(r.err, HasSubstr(" on NVIDIA H200|sm_90|132sm|6144bit): ")) << r;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << r;
+    EXPECT_THAT(r.err, HasSubstr("nothing imported")) << r;
+    EXPECT_THAT(r.out, IsEmpty()) << r;
+    EXPECT_TRUE(ReadBytes(db) == before) << "the store changed";
+  }
+  ASSERT_OK_AND_ASSIGN(s, store::OpenSqliteStore(db));
+  ASSERT_OK_AND_ASSIGN(std::vector<store::EntrySummary> entries_after, s->ListEntries({}));
+  ASSERT_EQ(entries_after.size(), entries_before.size());
+  for (size_t i = 0; i < entries_after.size(); ++i) {
+    EXPECT_EQ(entries_after[i].id, entries_before[i].id);
+    EXPECT_TRUE(entries_after[i].key == entries_before[i].key);
+    EXPECT_EQ(entries_after[i].metrics.time_ns, entries_before[i].metrics.time_ns);
+    EXPECT_TRUE(entries_after[i].config == entries_before[i].config);
+  }
+  s.reset();
+  // The file as exported still imports.
+  const Result r = Cache({"import", "--db", db, "--nvrtc-version", "13.0", "--on-conflict",
+                          "replace", file});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr("0 added, 2 replaced, 0 kept existing"));
 }
 
 // --- prune -------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include "server/base/sha256.h"
 #include "server/store/store.h"
 #include "tests/store/store_fixtures.h"
+#include "tests/testing/fake_cubin.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune::cache_testing {
@@ -97,10 +98,13 @@ inline int64_t AddTuned(store::Store& s, const store::EntryKey& key, std::vector
   e.source_hash = source;
   e.nvrtc_version = nvrtc;
   e.config = best->config;
-  e.cubin = store::testing::MakeCubin(static_cast<int64_t>(best->metrics.time_ns), 2048);
-  e.cubin_sha256 = Sha256Hex(e.cubin);
   LaunchSpec l;
   l.lowered_name = absl::StrCat("_Z7", key.template_id, "ILi", best->config.params.at("BLOCK"), "EEvv");
+  // A cubin of 2048 bytes holding the launch's kernel, as `ktune cache import` insists.
+  const int64_t seed = static_cast<int64_t>(best->metrics.time_ns);
+  const size_t frame = testing::MakeFakeCubin({l.lowered_name}, seed, 0).size();
+  e.cubin = testing::MakeFakeCubin({l.lowered_name}, seed, 2048 - frame);
+  e.cubin_sha256 = Sha256Hex(e.cubin);
   l.grid = {4096, 1, 1};
   l.block = {static_cast<uint32_t>(best->config.params.at("BLOCK")), 1, 1};
   l.shared_bytes = 128;
@@ -170,6 +174,7 @@ inline void BuildMainStore(const std::string& path) {
     for (int64_t vec : {1, 4}) {
       ew_trials.push_back(
           TimedTrial(block, vec, 9000 * (1 + 0.2 * (vec == 1) + 0.03 * i), ew, 1720.25, i++));
+      ew_trials.back().config.knobs.target = "sm_80";  // the A100 has no sm_90a
     }
   }
   AddTuned(s, {kA100, "elementwise", "f32", "n=1048576"}, ew_trials, "13.0", "src-aaaa");

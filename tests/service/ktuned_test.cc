@@ -42,6 +42,11 @@ class KtunedTest : public ::testing::Test {
             "--templates", testing::ShippedTemplatesDir(),
             "--worker",    dir_ + "/no-such-ktune-worker"};
   }
+  // Flags of a ktuned with its own store `db` (in the temp folder) on `listen`.
+  std::vector<std::string> Own(const std::string& db, const std::string& listen) const {
+    return {"--db",     dir_ + "/" + db, "--templates", testing::ShippedTemplatesDir(),
+            "--worker", dir_ + "/no-such-ktune-worker", "--listen", listen};
+  }
   std::vector<std::string> With(std::vector<std::string> more) const {
     std::vector<std::string> args = Base();
     args.insert(args.end(), more.begin(), more.end());
@@ -149,6 +154,60 @@ TEST_F(KtunedTest, MutualTlsOnLoopback) {
 
   d.Terminate();
   EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+}
+
+// A second ktuned on the same unix socket path used to unlink and take it, leaving the first
+// running and unreachable: now it exits 1 naming the lock and the holder, and the first
+// keeps serving. Once the first is gone, the path is free again.
+TEST_F(KtunedTest, ASecondKtunedOnTheSameSocketIsRefused) {
+  const std::string socket = dir_ + "/run/ktuned.sock";
+  MakeDirs(dir_ + "/first").IgnoreError();
+  MakeDirs(dir_ + "/second").IgnoreError();
+  Ktuned first(dir_ + "/first", Own("first.db", "unix://" + socket));
+  ASSERT_THAT(first.WaitServing(), HasSubstr(socket)) << first.Stderr();
+  {
+    Ktuned second(dir_ + "/second", Own("second.db", "unix://" + socket));
+    EXPECT_EQ(second.Wait(absl::Seconds(20)), 1) << second.Stderr();
+    EXPECT_THAT(second.Stderr(), HasSubstr(socket + ".lock is held by another process (pid " +
+                                           std::to_string(first.pid()) + ")"));
+  }
+  EXPECT_TRUE(Templates("unix://" + socket).ok()) << "the first lost its socket";
+  first.Terminate();
+  EXPECT_EQ(first.Wait(absl::Seconds(5)), 0) << first.Stderr();
+  Ktuned third(dir_ + "/second", Own("second.db", "unix://" + socket));
+  EXPECT_THAT(third.WaitServing(), HasSubstr(socket)) << third.Stderr();
+  third.Terminate();
+  EXPECT_EQ(third.Wait(absl::Seconds(5)), 0) << third.Stderr();
+}
+
+// Two ktuned on one TCP port used to both listen (SO_REUSEPORT) and split the connections.
+TEST_F(KtunedTest, ASecondKtunedOnTheSameTcpPortIsRefused) {
+  MakeDirs(dir_ + "/first").IgnoreError();
+  MakeDirs(dir_ + "/second").IgnoreError();
+  Ktuned first(dir_ + "/first", Own("first.db", "127.0.0.1:0"));
+  const std::string serving = first.WaitServing();
+  ASSERT_THAT(serving, HasSubstr("127.0.0.1:")) << first.Stderr();
+  const std::string address = serving.substr(0, serving.find_first_of(", "));
+  Ktuned second(dir_ + "/second", Own("second.db", address));
+  EXPECT_EQ(second.Wait(absl::Seconds(20)), 1) << second.Stderr();
+  EXPECT_THAT(second.Stderr(), HasSubstr("cannot listen on " + address)) << second.Stderr();
+  EXPECT_TRUE(Templates(address).ok());
+  first.Terminate();
+  EXPECT_EQ(first.Wait(absl::Seconds(5)), 0) << first.Stderr();
+}
+
+// Two daemons writing one store file: the second is refused, naming the store's lock.
+TEST_F(KtunedTest, ASecondKtunedOnTheSameStoreIsRefused) {
+  MakeDirs(dir_ + "/first").IgnoreError();
+  MakeDirs(dir_ + "/second").IgnoreError();
+  Ktuned first(dir_ + "/first", With({"--listen", "unix://" + dir_ + "/a.sock"}));
+  ASSERT_THAT(first.WaitServing(), HasSubstr("a.sock")) << first.Stderr();
+  Ktuned second(dir_ + "/second", With({"--listen", "unix://" + dir_ + "/b.sock"}));
+  EXPECT_EQ(second.Wait(absl::Seconds(20)), 1) << second.Stderr();
+  EXPECT_THAT(second.Stderr(), HasSubstr("store " + dir_ + "/ktune.db is served by another ktuned"));
+  EXPECT_THAT(second.Stderr(), HasSubstr(dir_ + "/ktune.db.lock is held by another process"));
+  first.Terminate();
+  EXPECT_EQ(first.Wait(absl::Seconds(5)), 0) << first.Stderr();
 }
 
 }  // namespace

@@ -91,6 +91,7 @@ class Subprocess {
   void Signal(int signal) {
     if (pid_ > 0) kill(pid_, signal);
   }
+  pid_t pid() const { return pid_; }  // 0 once it has been reaped
   std::string Stdout() const { return ReadFile(out_).value_or(""); }
   std::string Stderr() const { return ReadFile(err_).value_or(""); }
 

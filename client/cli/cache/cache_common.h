@@ -79,6 +79,7 @@ int RunCacheExport(const CacheExportArgs& args);
 struct CacheImportArgs {
   std::string db;
   std::string file;
+  std::string templates_dir;  // what every entry is checked against ("" = shipped)
   std::string on_conflict = "keep-faster";
   std::string nvrtc_version;
   bool allow_nvrtc_mismatch = false;

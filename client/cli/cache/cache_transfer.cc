@@ -16,6 +16,7 @@
 #include "server/base/paths.h"
 #include "server/base/status_macros.h"
 #include "server/store/export_file.h"
+#include "server/tuning/import_check.h"
 
 namespace ktune::cli {
 namespace {
@@ -27,6 +28,13 @@ bool FileExists(const std::string& path) {
 
 std::string OnDevice(const store::EntryKey& key) {
   return absl::StrCat(KeyText(key), " on ", key.device_model);
+}
+
+// The device rows of the store at `path`, opened read-only; none when there is no file yet.
+absl::StatusOr<std::vector<store::Device>> ListKnownDevices(const std::string& path) {
+  if (!FileExists(path)) return std::vector<store::Device>{};
+  KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<store::Store> store, OpenCacheReadOnly(path));
+  return store->ListDevices();
 }
 
 }  // namespace
@@ -88,13 +96,20 @@ int RunCacheImport(const CacheImportArgs& args) {
 
   // Checks against the target store, read-only: a refused import never creates or touches it.
   const std::string path = CacheDbPath(args.db);
+  absl::StatusOr<std::vector<store::Device>> devices = ListKnownDevices(path);
+  if (!devices.ok()) return FailOpen(devices.status());
   std::set<std::string> known_models;
-  if (FileExists(path)) {
-    absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
-    if (!store.ok()) return FailOpen(store.status());
-    absl::StatusOr<std::vector<store::Device>> devices = (*store)->ListDevices();
-    if (!devices.ok()) return Fail(devices.status());
-    for (const store::Device& d : *devices) known_models.insert(d.model_key);
+  for (const store::Device& d : *devices) known_models.insert(d.model_key);
+  // Every field of every entry, before anything is written: the file is foreign input and
+  // an imported entry is served as an EXACT answer.
+  {
+    absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry =
+        LoadRegistryOrWarn(args.templates_dir);
+    if (!registry.ok()) return Fail(registry.status());
+    if (absl::Status s = CheckImportFile(**registry, *devices, *file); !s.ok()) {
+      std::cerr << "ktune: " << args.file << ": " << s.message() << "; nothing imported\n";
+      return kExitUsage;
+    }
   }
   const std::string nvrtc = NvrtcVersionOr(args.nvrtc_version);
   size_t refused = 0;
