@@ -497,11 +497,13 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
   s->options_ = std::move(options);
   const ServerOptions& o = s->options_;
   ProbeGpus(s.get());
-  s->pool_ = std::make_unique<CompilePool>(o.compiler, o.compile_threads);
-  std::vector<TuningEnv> envs;
-  for (GpuSlot& g : s->gpus_) {
-    envs.push_back({o.registry, o.compiler, s->pool_.get(), g.gpu.get(), o.store});
+  CompilePool* pool = o.pool;
+  if (pool == nullptr) {
+    s->pool_ = std::make_unique<CompilePool>(o.compiler, o.compile_threads);
+    pool = s->pool_.get();
   }
+  std::vector<TuningEnv> envs;
+  for (GpuSlot& g : s->gpus_) envs.push_back({o.registry, o.compiler, pool, g.gpu.get(), o.store});
   s->queue_ = std::make_unique<TuningQueue>(std::move(envs), o.queue_capacity);
   s->service_ = std::make_unique<KtuneServiceImpl>(o, &s->gpus_, s->compile_only_reason_,
                                                    s->queue_.get());
