@@ -2,12 +2,7 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "server/base/file.h"
-#include "server/base/paths.h"
 #include "server/base/status_macros.h"
-#include "server/gpu/process_gpu.h"
-#include "server/tuning/compile_request.h"
 
 namespace ktune::cli {
 
@@ -33,20 +28,16 @@ TuneRequest JobRequest(const TuneJobFlags& flags, std::string template_name, DTy
 }
 
 absl::StatusOr<LocalTuning> OpenLocalTuning(const TuneJobFlags& flags,
-                                            const TemplateRegistry& registry) {
+                                            std::unique_ptr<TemplateRegistry> registry) {
+  EngineOptions options;
+  options.registry = std::move(registry);
+  options.db = flags.db;
+  options.cache_dir = flags.cache_dir;
+  options.worker = flags.worker;
+  options.compile_threads = flags.threads;
   LocalTuning t;
-  t.db_path = flags.db.empty() ? DefaultDbPath() : flags.db;
-  if (flags.db.empty()) KTUNE_RETURN_IF_ERROR(MakeDirs(DefaultCacheDir()));
-  KTUNE_ASSIGN_OR_RETURN(t.store, store::OpenSqliteStore(t.db_path));
-  const std::string cache_dir =
-      flags.cache_dir.empty() ? absl::StrCat(DefaultCacheDir(), "/cubins") : flags.cache_dir;
-  KTUNE_ASSIGN_OR_RETURN(t.cache, CubinCache::Open(cache_dir));
-  KTUNE_ASSIGN_OR_RETURN(t.compiler, NewTemplateCompiler(registry, t.cache.get()));
-  t.pool = std::make_unique<CompilePool>(t.compiler.get(), flags.threads);
-  ProcessGpuOptions gpu_options;
-  gpu_options.worker_path = flags.worker.empty() ? DefaultWorkerPath() : flags.worker;
-  gpu_options.ordinal = flags.ordinal;
-  KTUNE_ASSIGN_OR_RETURN(t.gpu, StartProcessGpu(gpu_options));
+  KTUNE_ASSIGN_OR_RETURN(t.engine, OpenEngine(std::move(options)));
+  KTUNE_ASSIGN_OR_RETURN(t.gpu, t.engine->gpu_factory(flags.ordinal));
   return t;
 }
 

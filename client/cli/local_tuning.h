@@ -1,6 +1,5 @@
 // What `ktune tune` tunes with in this process, for one key or a spec's keys: the flags of a
-// tuning job, and the store file, cubin cache, NVRTC, compile pool and ktune-worker child
-// they open.
+// tuning job, and the engine and ktune-worker child they open.
 #ifndef KTUNE_CLIENT_CLI_LOCAL_TUNING_H_
 #define KTUNE_CLIENT_CLI_LOCAL_TUNING_H_
 
@@ -10,11 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/compile/compile_pool.h"
-#include "server/compile/compiler.h"
-#include "server/compile/cubin_cache.h"
+#include "server/engine/engine.h"
 #include "server/gpu/gpu.h"
-#include "server/store/store.h"
 #include "server/templates/registry.h"
 #include "server/tuning/tuning_job.h"
 
@@ -46,25 +42,20 @@ absl::Status CheckTuneJobFlags(const TuneJobFlags& flags);
 TuneRequest JobRequest(const TuneJobFlags& flags, std::string template_name, DType dtype,
                        Shape shape);
 
-// Members in the order they are opened, so they close in reverse (the pool before the
-// compiler it uses).
+// The engine (server/engine/engine.h, the one ktuned opens too) with the one GPU that
+// `ktune tune` uses in this process. The GPU is declared last, so it closes first.
 struct LocalTuning {
-  std::string db_path;
-  std::unique_ptr<store::Store> store;
-  std::unique_ptr<CubinCache> cache;
-  std::unique_ptr<Compiler> compiler;
-  std::unique_ptr<CompilePool> pool;
+  std::unique_ptr<Engine> engine;
   std::unique_ptr<Gpu> gpu;
 
-  TuningEnv Env(const TemplateRegistry& registry) const {
-    return TuningEnv{&registry, compiler.get(), pool.get(), gpu.get(), store.get()};
-  }
+  TuningEnv Env() const { return engine->Env(gpu.get()); }
 };
 
-// Opens the store (--db, else the daemon's default file), the cubin cache (--cache-dir, else
-// the default), NVRTC over `registry`, the compile pool and the worker (--worker, --gpu).
+// Opens the engine over `registry` with the store (--db, else the daemon's default file), the
+// cubin cache (--cache-dir, else the default), the compile pool (--threads), then the worker
+// (--worker, --gpu).
 absl::StatusOr<LocalTuning> OpenLocalTuning(const TuneJobFlags& flags,
-                                            const TemplateRegistry& registry);
+                                            std::unique_ptr<TemplateRegistry> registry);
 
 }  // namespace ktune::cli
 

@@ -17,11 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
-#include "client/lib/ktune_client.h"
-#include "server/base/status_macros.h"
-#include "server/gpu/device_model.h"
+#include "client/cli/tune_backend.h"
 #include "server/store/store.h"
-#include "server/tuning/compile_request.h"
 #include "server/tuning/tuning_job.h"
 #include "server/tuning/tuning_spec.h"
 
@@ -92,26 +89,6 @@ struct Tally {
   }
 };
 
-// A job's progress, as both backends report it.
-struct JobProgress {
-  int64_t done = 0;
-  int64_t total = 0;
-  double eta_s = 0;
-  double best_time_ns = 0;  // 0: none passed yet
-  std::string best_params;
-};
-using JobProgressFn = std::function<void(const JobProgress&)>;
-
-// Where keys are looked up and tuned. Not thread-safe; one spec run drives one.
-class Backend {
- public:
-  virtual ~Backend() = default;
-  // The key's entry when it exists and is fresh (same template source and NVRTC version);
-  // nullopt when it must be tuned.
-  virtual absl::StatusOr<std::optional<KeyResult>> Fresh(const SpecKey& key) = 0;
-  virtual absl::StatusOr<KeyResult> Tune(const SpecKey& key, const JobProgressFn& progress) = 0;
-};
-
 KeyResult FromEntry(const SpecKey& key, const store::Entry& e, KeyState state) {
   KeyResult r;
   r.key = key;
@@ -128,145 +105,15 @@ KeyResult FromEntry(const SpecKey& key, const store::Entry& e, KeyState state) {
   return r;
 }
 
-// In this process: the store file, NVRTC and a ktune-worker child, as `ktune tune`.
-class LocalBackend : public Backend {
- public:
-  static absl::StatusOr<std::unique_ptr<LocalBackend>> Open(const SpecTuneArgs& args,
-                                                            const TemplateRegistry* registry) {
-    auto b = std::unique_ptr<LocalBackend>(new LocalBackend(args, registry));
-    KTUNE_ASSIGN_OR_RETURN(b->local_, OpenLocalTuning(args.job, *registry));
-    // The device model names the keys; it needs the GPU even when every key is fresh.
-    KTUNE_ASSIGN_OR_RETURN(v1::DeviceInfo info, b->local_.gpu->Info());
-    b->model_ = DeviceModelKey(info);
-    return b;
-  }
-
-  absl::StatusOr<std::optional<KeyResult>> Fresh(const SpecKey& key) override {
-    KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const KernelTemplate> tmpl,
-                           registry_->Get(key.template_name));
-    const store::EntryKey entry_key{model_, key.template_name, std::string(DTypeName(key.dtype)),
-                                    ShapeString(key.shape)};
-    absl::StatusOr<store::Lookup> hit =
-        local_.store->LookupEntry(entry_key, tmpl->source_hash(), local_.compiler->Version());
-    // A damaged cubin (kDataLoss) is never served: tuning again replaces it.
-    if (!hit.ok() && (hit.status().code() == absl::StatusCode::kNotFound ||
-                      hit.status().code() == absl::StatusCode::kDataLoss)) {
-      return std::nullopt;
-    }
-    if (!hit.ok()) return hit.status();
-    if (hit->stale) return std::nullopt;
-    return FromEntry(key, hit->entry, KeyState::kCached);
-  }
-
-  absl::StatusOr<KeyResult> Tune(const SpecKey& key, const JobProgressFn& progress) override {
-    const TuneRequest request = JobRequest(args_.job, key.template_name, key.dtype, key.shape);
-    const TuningEnv env = local_.Env(*registry_);
-    KTUNE_ASSIGN_OR_RETURN(TuneResult result,
-                           RunTuning(request, env, [&](const TuneProgress& p) {
-                             JobProgress jp;
-                             jp.done = p.done;
-                             jp.total = p.total;
-                             jp.eta_s = p.eta_s;
-                             if (p.best != nullptr) {
-                               jp.best_time_ns = p.best->metrics.time_ns;
-                               jp.best_params = ParamsText(p.best->config.params);
-                             }
-                             progress(jp);
-                             return true;
-                           }));
-    KeyResult r = FromEntry(key, result.entry, KeyState::kTuned);
-    r.trials = static_cast<int64_t>(result.trials.size());
-    r.resumed_trials = result.resumed_trials;
-    r.seconds = result.seconds;
-    return r;
-  }
-
- private:
-  LocalBackend(const SpecTuneArgs& args, const TemplateRegistry* registry)
-      : args_(args), registry_(registry) {}
-
-  const SpecTuneArgs& args_;
-  const TemplateRegistry* registry_;
-  LocalTuning local_;
-  std::string model_;
-};
-
-KeyResult FromArtifact(const SpecKey& key, const client::KernelArtifact& a, KeyState state) {
-  KeyResult r;
-  r.key = key;
-  r.state = state;
-  r.entry_id = a.entry_id;
-  r.params = a.params;
-  r.knobs = KnobsText(a.knobs.target, a.knobs.maxrregcount, a.knobs.min_blocks,
-                        a.knobs.fast_math);
-  r.time_ns = a.metrics.time_ns;
-  r.gbps = a.metrics.gbps;
-  r.ceiling_fraction = a.metrics.ceiling_fraction;
-  r.default_time_ns = a.metrics.default_time_ns;
+// A key tuned now: the job's own trial count (a daemon reports none: 0), resumed trials
+// and wall time.
+KeyResult FromTuned(const SpecKey& key, const TuneResult& tuned) {
+  KeyResult r = FromEntry(key, tuned.entry, KeyState::kTuned);
+  r.trials = static_cast<int64_t>(tuned.trials.size());
+  r.resumed_trials = tuned.resumed_trials;
+  r.seconds = tuned.seconds;
   return r;
 }
-
-// Through a running ktuned: GetKernel CACHE_ONLY says what is fresh, Tune streams a job.
-class DaemonBackend : public Backend {
- public:
-  static absl::StatusOr<std::unique_ptr<DaemonBackend>> Open(const SpecTuneArgs& args) {
-    client::ClientOptions options;
-    options.bearer_token = args.token;
-    KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<client::KtuneClient> c,
-                           client::Connect(args.daemon, options));
-    // Fails fast, naming the target, when no daemon answers there.
-    KTUNE_RETURN_IF_ERROR(c->ListTemplates().status());
-    return std::unique_ptr<DaemonBackend>(new DaemonBackend(args, std::move(c)));
-  }
-
-  absl::StatusOr<std::optional<KeyResult>> Fresh(const SpecKey& key) override {
-    client::KernelRequest request;
-    request.template_id = key.template_name;
-    request.dtype = std::string(DTypeName(key.dtype));
-    request.shape = key.shape;
-    request.policy = client::Policy::kCacheOnly;
-    request.gpu = args_.job.ordinal;
-    absl::StatusOr<client::KernelArtifact> a = client_->GetKernel(request);
-    if (!a.ok() && a.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
-    if (!a.ok()) return a.status();
-    if (a->stale) return std::nullopt;
-    return FromArtifact(key, *a, KeyState::kCached);
-  }
-
-  absl::StatusOr<KeyResult> Tune(const SpecKey& key, const JobProgressFn& progress) override {
-    client::TuneRequest request;
-    request.template_id = key.template_name;
-    request.dtype = std::string(DTypeName(key.dtype));
-    request.shape = key.shape;
-    request.gpu = args_.job.ordinal;
-    request.strategy = args_.job.strategy;
-    request.budget = args_.job.budget;
-    // Fresh() found no fresh entry (or --force): the daemon must not hand back a stale one.
-    request.force = true;
-    const Clock::time_point start = Clock::now();
-    KTUNE_ASSIGN_OR_RETURN(client::KernelArtifact a,
-                           client_->Tune(request, [&](const client::TuneProgress& p) {
-                             JobProgress jp;
-                             jp.done = p.done;
-                             jp.total = p.total;
-                             jp.eta_s = p.eta_s;
-                             jp.best_time_ns = p.best_time_ns;
-                             jp.best_params = ParamsText(p.best_params);
-                             progress(jp);
-                             return true;
-                           }));
-    KeyResult r = FromArtifact(key, a, KeyState::kTuned);
-    r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    return r;
-  }
-
- private:
-  DaemonBackend(const SpecTuneArgs& args, std::unique_ptr<client::KtuneClient> c)
-      : args_(args), client_(std::move(c)) {}
-
-  const SpecTuneArgs& args_;
-  std::unique_ptr<client::KtuneClient> client_;
-};
 
 std::string Duration(double s) {
   if (s < 60) return absl::StrFormat("%.0fs", s);
@@ -442,14 +289,7 @@ int RunSpecTune(const SpecTuneArgs& args) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "--strategy: unknown strategy '", args.job.strategy, "'; expected exhaustive or random")));
   }
-  if (!args.daemon.empty() && args.job.time_s > 0) {
-    return Fail(absl::InvalidArgumentError(
-        "--time: not supported with --daemon (ktuned's Tune takes no time limit); use --budget"));
-  }
-  if (!args.daemon.empty() && args.job.min_sample_us > 0) {
-    return Fail(absl::InvalidArgumentError(
-        "--min-sample-us: not supported with --daemon (ktuned times with its own settings)"));
-  }
+  if (absl::Status s = CheckDaemonFlags(args.daemon, args.job); !s.ok()) return Fail(s);
   // Every key is checked before anything is tuned; against the local templates also in
   // daemon mode (the shipped ones, or --templates), the daemon checking its own again.
   absl::StatusOr<TuningSpec> spec = LoadTuningSpec(args.file);
@@ -460,23 +300,12 @@ int RunSpecTune(const SpecTuneArgs& args) {
   absl::StatusOr<std::vector<SpecKey>> keys = ExpandTuningSpec(*spec, **registry);
   if (!keys.ok()) return Fail(keys.status());
 
-  std::unique_ptr<Backend> backend;
-  std::string where;
-  if (args.daemon.empty()) {
-    absl::StatusOr<std::unique_ptr<LocalBackend>> local = LocalBackend::Open(args, registry->get());
-    if (!local.ok()) return Fail(local.status());
-    backend = *std::move(local);
-    where = "local";
-  } else {
-    absl::StatusOr<std::unique_ptr<DaemonBackend>> daemon = DaemonBackend::Open(args);
-    // An unreachable daemon is a failure to do the work, not bad input.
-    if (!daemon.ok()) {
-      std::fprintf(stderr, "ktune: %s\n", std::string(daemon.status().message()).c_str());
-      return kExitFailure;
-    }
-    backend = *std::move(daemon);
-    where = args.daemon;
-  }
+  absl::StatusOr<std::unique_ptr<TuneBackend>> opened =
+      OpenTuneBackend(args.daemon, args.token, args.job, *std::move(registry));
+  if (!opened.ok()) return FailOpen(args.daemon, opened.status());
+  TuneBackend& backend = **opened;
+  if (absl::Status s = backend.Prepare(); !s.ok()) return Fail(s);
+  const std::string where = backend.where();
 
   if (!args.job.quiet) {
     std::fprintf(stderr, "ktune: spec %s: model %s, %zu keys, tuning %s\n", args.file.c_str(),
@@ -490,9 +319,9 @@ int RunSpecTune(const SpecTuneArgs& args) {
     display.StartKey(key);
     KeyResult result;
     result.key = key;
-    std::optional<KeyResult> fresh;
+    std::optional<store::Entry> fresh;
     if (!args.force) {
-      absl::StatusOr<std::optional<KeyResult>> found = backend->Fresh(key);
+      absl::StatusOr<std::optional<store::Entry>> found = backend.Fresh(key);
       if (!found.ok()) {
         result.error = std::string(found.status().message());
       } else {
@@ -500,13 +329,13 @@ int RunSpecTune(const SpecTuneArgs& args) {
       }
     }
     if (fresh) {
-      result = *std::move(fresh);
+      result = FromEntry(key, *fresh, KeyState::kCached);
     } else if (result.error.empty()) {
       // A failing key is reported and the spec goes on with the next.
-      absl::StatusOr<KeyResult> tuned =
-          backend->Tune(key, [&](const JobProgress& p) { display.Job(p); });
+      absl::StatusOr<TuneResult> tuned =
+          backend.Tune(key, [&](const JobProgress& p) { display.Job(p); });
       if (tuned.ok()) {
-        result = *std::move(tuned);
+        result = FromTuned(key, *tuned);
       } else {
         result.error = std::string(tuned.status().message());
       }

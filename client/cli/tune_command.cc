@@ -1,6 +1,6 @@
-// `ktune tune`: one tuning job in this process, with a live progress line, then the winner
-// and the best candidates with their metrics; or, with --spec, every key of a tuning spec
-// (spec_tune.h).
+// `ktune tune`: one tuning job, in this process or through --daemon (tune_backend.h), with a
+// live progress line, then the winner (and, in this process, the best candidates with their
+// metrics); or, with --spec, every key of a tuning spec (spec_tune.h).
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,9 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "client/cli/commands.h"
 #include "client/cli/spec_tune.h"
+#include "client/cli/tune_backend.h"
 #include "server/store/store.h"
-#include "server/templates/search_space.h"
-#include "server/tuning/compile_request.h"
 #include "server/tuning/tuning_job.h"
 
 namespace ktune::cli {
@@ -54,43 +53,29 @@ void PrintTrials(const std::vector<store::Trial>& trials, int top) {
   }
 }
 
-int RunTune(const TuneArgs& args) {
-  const TuneJobFlags& job = args.spec.job;
-  if (absl::Status s = CheckTuneJobFlags(job); !s.ok()) return Fail(s);
-  absl::StatusOr<TemplateRequest> resolved = ResolveTemplateRequest(
-      job.templates_dir, args.template_name, args.dtype, args.shape);
-  if (!resolved.ok()) return Fail(resolved.status());
-  const TemplateRegistry& registry = *resolved->registry;
-  absl::StatusOr<LocalTuning> local = OpenLocalTuning(job, registry);
-  if (!local.ok()) return Fail(local.status());
-
-  const TuneRequest request =
-      JobRequest(job, args.template_name, resolved->dtype, resolved->shape);
-  const bool live = !job.quiet && ::isatty(STDERR_FILENO);
-  auto progress = [&](const TuneProgress& p) {
-    if (job.quiet) return true;
-    std::string best = p.best ? absl::StrCat("best ", Us(p.best->metrics.time_ns), " us (",
-                                             ParamsText(p.best->config.params), ")")
-                              : "no passing candidate yet";
+// The live progress line on stderr: rewritten in place on a terminal, a line per 10% in a log.
+JobProgressFn ProgressLine(bool quiet, bool live) {
+  return [quiet, live](const JobProgress& p) {
+    if (quiet) return;
+    std::string best = p.has_best ? absl::StrCat("best ", Us(p.best_time_ns), " us (",
+                                                 p.best_params, ")")
+                                  : "no passing candidate yet";
     std::string line =
         absl::StrFormat("[%lld/%lld] %s  %s  elapsed %.0fs ETA %.0fs",
                         static_cast<long long>(p.done), static_cast<long long>(p.total), best,
-                        p.last ? OutcomeName(p.last->outcome) : "", p.elapsed_s, p.eta_s);
-    // A terminal gets one line rewritten in place; a log gets a line per 10%.
+                        p.last_outcome, p.elapsed_s, p.eta_s);
     if (live) {
       std::fprintf(stderr, "\r\033[K%s", line.c_str());
     } else if (p.total > 0 && (p.done * 10 / p.total != (p.done - 1) * 10 / p.total)) {
       std::fprintf(stderr, "%s\n", line.c_str());
     }
-    return true;
   };
-  absl::StatusOr<TuneResult> result = RunTuning(request, local->Env(registry), progress);
-  if (live) std::fprintf(stderr, "\n");
-  if (!result.ok()) return Fail(result.status());
+}
 
-  const store::Entry& e = result->entry;
-  int64_t by_outcome[7] = {};
-  for (const store::Trial& t : result->trials) ++by_outcome[static_cast<int>(t.outcome)];
+// The winner, how the trials ended and where it is stored. Through a daemon there are no
+// trials here and no entry id (the daemon's store has them).
+void PrintWinner(const TuneResult& result, const std::string& stored_in, bool local) {
+  const store::Entry& e = result.entry;
   std::printf("tuned     %s %s %s on %s\n", e.key.template_id.c_str(), e.key.dtype.c_str(),
               e.key.shape.c_str(), e.key.device_model.c_str());
   std::printf("winner    %s  %s\n", ParamsText(e.config.params).c_str(),
@@ -100,28 +85,50 @@ int RunTune(const TuneArgs& args) {
               e.metrics.time_ns > 0 ? 100 * e.metrics.spread_ns / e.metrics.time_ns : 0.0,
               static_cast<long long>(e.metrics.repeats), e.metrics.gbps,
               100 * e.metrics.ceiling_fraction);
+  const LaunchSpec first = e.launches.empty() ? LaunchSpec{"?", {0, 0, 0}, {0, 0, 0}, 0, {}}
+                                              : e.launches[0];
   std::printf("kernel    %s  grid [%u,%u,%u] block [%u,%u,%u] smem %u B\n",
-              e.launches.empty() ? "?" : e.launches[0].lowered_name.c_str(),
-              e.launches.empty() ? 0 : e.launches[0].grid[0],
-              e.launches.empty() ? 0 : e.launches[0].grid[1],
-              e.launches.empty() ? 0 : e.launches[0].grid[2],
-              e.launches.empty() ? 0 : e.launches[0].block[0],
-              e.launches.empty() ? 0 : e.launches[0].block[1],
-              e.launches.empty() ? 0 : e.launches[0].block[2],
-              e.launches.empty() ? 0 : e.launches[0].shared_bytes);
+              first.lowered_name.c_str(), first.grid[0], first.grid[1], first.grid[2],
+              first.block[0], first.block[1], first.block[2], first.shared_bytes);
+  if (!local) {
+    std::printf("stored    by %s (%.1f s)\n", stored_in.c_str(), result.seconds);
+    return;
+  }
+  int64_t by_outcome[7] = {};
+  for (const store::Trial& t : result.trials) ++by_outcome[static_cast<int>(t.outcome)];
   std::vector<std::string> counts;
   for (int o = 0; o < 7; ++o) {
     if (by_outcome[o])
       counts.push_back(absl::StrCat(OutcomeName(static_cast<Outcome>(o)), " ", by_outcome[o]));
   }
-  std::printf("trials    %zu in %.1f s (%s)%s\n", result->trials.size(), result->seconds,
+  std::printf("trials    %zu in %.1f s (%s)%s\n", result.trials.size(), result.seconds,
               absl::StrJoin(counts, ", ").c_str(),
-              result->resumed_trials
-                  ? absl::StrCat(", ", result->resumed_trials, " from an earlier run").c_str()
+              result.resumed_trials
+                  ? absl::StrCat(", ", result.resumed_trials, " from an earlier run").c_str()
                   : "");
-  std::printf("stored    entry %lld in %s\n\n", static_cast<long long>(e.id),
-              local->db_path.c_str());
-  PrintTrials(result->trials, args.top);
+  std::printf("stored    entry %lld in %s\n\n", static_cast<long long>(e.id), stored_in.c_str());
+}
+
+// One key, through the same backend as a spec's keys (tune_backend.h): here or --daemon.
+int RunTune(const TuneArgs& args) {
+  const SpecTuneArgs& spec = args.spec;
+  const TuneJobFlags& job = spec.job;
+  if (absl::Status s = CheckTuneJobFlags(job); !s.ok()) return Fail(s);
+  if (absl::Status s = CheckDaemonFlags(spec.daemon, job); !s.ok()) return Fail(s);
+  absl::StatusOr<TemplateRequest> resolved = ResolveTemplateRequest(
+      job.templates_dir, args.template_name, args.dtype, args.shape);
+  if (!resolved.ok()) return Fail(resolved.status());
+  const SpecKey key{args.template_name, resolved->dtype, resolved->shape};
+  absl::StatusOr<std::unique_ptr<TuneBackend>> backend =
+      OpenTuneBackend(spec.daemon, spec.token, job, std::move(resolved->registry));
+  if (!backend.ok()) return FailOpen(spec.daemon, backend.status());
+
+  const bool live = !job.quiet && ::isatty(STDERR_FILENO);
+  absl::StatusOr<TuneResult> result = (*backend)->Tune(key, ProgressLine(job.quiet, live));
+  if (live) std::fprintf(stderr, "\n");
+  if (!result.ok()) return Fail(result.status());
+  PrintWinner(*result, (*backend)->stored_in(), spec.daemon.empty());
+  if (spec.daemon.empty()) PrintTrials(result->trials, args.top);
   return kExitOk;
 }
 
@@ -139,8 +146,8 @@ absl::Status CheckMode(const TuneArgs& args) {
     }
     return absl::OkStatus();
   }
-  for (const auto& [given, flag] : {std::pair{!args.spec.daemon.empty(), "--daemon"},
-                                    {args.spec.json, "--json"}, {args.spec.force, "--force"}}) {
+  for (const auto& [given, flag] :
+       {std::pair{args.spec.json, "--json"}, {args.spec.force, "--force"}}) {
     if (given) return absl::InvalidArgumentError(absl::StrCat(flag, ": only with --spec"));
   }
   if (args.template_name.empty()) {
@@ -171,8 +178,8 @@ Command AddTuneCommand(CLI::App& parent) {
   app->add_option("--spec", args->spec.file,
                   "Tuning spec file (proto/ktune/v1/spec.proto), e.g. specs/llama-3-8b.textproto");
   app->add_option("--daemon", args->spec.daemon,
-                  "With --spec: tune through the ktuned at this target (unix:///PATH or "
-                  "HOST:PORT) instead of in this process");
+                  "Tune through the ktuned at this target (unix:///PATH or HOST:PORT) instead "
+                  "of in this process");
   app->add_option("--token", args->spec.token, "With --daemon: bearer token, if ktuned wants one");
   app->add_flag("--json", args->spec.json, "With --spec: print the summary as JSON");
   app->add_flag("--force", args->spec.force,

@@ -23,6 +23,7 @@
 #include "server/service/reactors.h"
 #include "server/service/request_validation.h"
 #include "server/service/tls_pairing.h"
+#include "server/tuning/catalog.h"
 #include "server/tuning/kernel_resolver.h"
 #include "server/tuning/tuning_queue.h"
 
@@ -184,19 +185,14 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     if (!request->template_id().empty()) filter.template_id = request->template_id();
     if (!request->dtype().empty()) filter.dtype = request->dtype();
     if (!request->device_model().empty()) filter.device_model = request->device_model();
-    absl::StatusOr<std::vector<store::EntrySummary>> entries = options_.store->ListEntries(filter);
+    absl::StatusOr<std::vector<CatalogEntry>> entries =
+        ListCatalogEntries(*options_.store, *options_.registry, options_.compiler->Version(),
+                           filter, request->stale_only());
     if (!entries.ok()) {
       reactor->Finish(ToGrpcStatus(entries.status()));
       return reactor;
     }
-    for (const store::EntrySummary& e : *entries) {
-      bool stale = e.nvrtc_version != options_.compiler->Version();
-      if (auto t = options_.registry->Get(e.key.template_id); t.ok()) {
-        stale = stale || e.source_hash != (*t)->source_hash();
-      }
-      if (request->stale_only() && !stale) continue;
-      *response->add_entries() = ToProto(e, stale);
-    }
+    for (const CatalogEntry& e : *entries) *response->add_entries() = ToProto(e.summary, e.stale);
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -214,9 +210,7 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
       v1::Device* d = response->add_devices();
       *d->mutable_info() = g.info;
       d->set_model_key(g.model);
-      if (auto stored = options_.store->GetDevice(g.model); stored.ok()) {
-        d->set_copy_gbps(stored->copy_gbps);
-      }
+      d->set_copy_gbps(StoredCopyGbps(*options_.store, g.model));
       d->set_healthy(g.gpu->healthy());
       d->set_status(g.gpu->why());
     }
@@ -523,11 +517,13 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
   s->options_ = std::move(options);
   const ServerOptions& o = s->options_;
   ProbeGpus(s.get());
-  s->pool_ = std::make_unique<CompilePool>(o.compiler, o.compile_threads);
-  std::vector<TuningEnv> envs;
-  for (GpuSlot& g : s->gpus_) {
-    envs.push_back({o.registry, o.compiler, s->pool_.get(), g.gpu.get(), o.store});
+  CompilePool* pool = o.pool;
+  if (pool == nullptr) {
+    s->pool_ = std::make_unique<CompilePool>(o.compiler, o.compile_threads);
+    pool = s->pool_.get();
   }
+  std::vector<TuningEnv> envs;
+  for (GpuSlot& g : s->gpus_) envs.push_back({o.registry, o.compiler, pool, g.gpu.get(), o.store});
   s->queue_ = std::make_unique<TuningQueue>(std::move(envs), o.queue_capacity);
   s->service_ = std::make_unique<KtuneServiceImpl>(o, &s->gpus_, s->compile_only_reason_,
                                                    s->queue_.get());

@@ -16,16 +16,15 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/compile/compile_pool.h"
 #include "server/compile/compiler.h"
+#include "server/engine/engine.h"
 #include "server/gpu/gpu.h"
 #include "server/store/store.h"
 #include "server/templates/registry.h"
 #include "server/templates/target.h"
 
 namespace ktune {
-
-// Makes the Gpu for visible ordinal N (the daemon: StartProcessGpu; tests: a FakeGpu).
-using GpuFactory = std::function<absl::StatusOr<std::unique_ptr<Gpu>>(int ordinal)>;
 
 struct ServerOptions {
   // "unix:///run/ktune/ktuned.sock" (the socket is made 0600, a folder created for it
@@ -41,7 +40,9 @@ struct ServerOptions {
   int max_gpus = 16;
   // Jobs waiting (not running) over all GPUs; past it, RESOURCE_EXHAUSTED.
   int queue_capacity = 64;
-  // Compile pool threads; <= 0: one per core.
+  // The compile pool over `compiler` (the engine's; must outlive the server); null: the
+  // server makes its own with compile_threads (<= 0: one per core).
+  CompilePool* pool = nullptr;
   int compile_threads = 0;
   // Threads for FALLBACK's neighbour search and default-config compiles.
   int fallback_threads = 2;

@@ -28,15 +28,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "server/base/file.h"
-#include "server/base/file_lock.h"
 #include "server/base/paths.h"
-#include "server/compile/cubin_cache.h"
-#include "server/gpu/process_gpu.h"
+#include "server/engine/engine.h"
 #include "server/service/ktune_server.h"
 #include "server/service/tls_pairing.h"
-#include "server/store/store.h"
-#include "server/templates/registry.h"
-#include "server/tuning/compile_request.h"
 
 namespace {
 
@@ -140,65 +135,31 @@ std::optional<int> ReadTls(const Flags& f, ktune::ServerOptions* options) {
   return std::nullopt;
 }
 
-// What the server runs on; it must outlive the server.
-struct Engine {
-  std::unique_ptr<ktune::FileLock> db_lock;  // `<db>.lock`: one ktuned per store file
-  std::unique_ptr<ktune::TemplateRegistry> registry;
-  std::unique_ptr<ktune::store::Store> store;
-  std::unique_ptr<ktune::CubinCache> cache;
-  std::unique_ptr<ktune::Compiler> compiler;
-};
-
-// Opens the templates, the store (f->db filled with the default when empty), the cubin
-// cache and the compiler. An exit status when one cannot be opened.
-std::optional<int> OpenEngine(Flags* f, Engine* e) {
-  absl::StatusOr<std::unique_ptr<ktune::TemplateRegistry>> registry =
-      ktune::LoadTemplateRegistry(f->templates);
-  if (!registry.ok()) return Fail(absl::StrCat("templates ", f->templates), registry.status());
-  e->registry = *std::move(registry);
-  for (const absl::Status& err : e->registry->errors()) {
+// Opens the engine (server/engine/engine.h) over the flags' templates, store and worker,
+// warning about each template that did not load. An exit status when it cannot be opened.
+std::optional<int> OpenEngine(const Flags& f, std::unique_ptr<ktune::Engine>* engine) {
+  ktune::EngineOptions o;
+  o.templates_dir = f.templates;
+  o.db = f.db;
+  o.worker = f.worker;
+  o.exclusive_store = true;  // one ktuned per store file
+  absl::StatusOr<std::unique_ptr<ktune::Engine>> opened = ktune::OpenEngine(std::move(o));
+  if (!opened.ok()) return Fail("engine", opened.status());
+  *engine = *std::move(opened);
+  for (const absl::Status& err : (*engine)->registry->errors()) {
     std::fprintf(stderr, "ktuned: template not loaded: %s\n", std::string(err.message()).c_str());
   }
-  if (f->db.empty()) {
-    f->db = ktune::DefaultDbPath();
-    if (absl::Status s = ktune::MakeDirs(ktune::DefaultCacheDir()); !s.ok()) {
-      return Fail("cache folder", s);
-    }
-  }
-  if (f->db != ":memory:") {
-    absl::StatusOr<std::unique_ptr<ktune::FileLock>> lock =
-        ktune::LockFileExclusive(f->db + ".lock");
-    if (!lock.ok()) {
-      return Fail(absl::StrCat("store ", f->db, " is served by another ktuned"), lock.status());
-    }
-    e->db_lock = *std::move(lock);
-  }
-  absl::StatusOr<std::unique_ptr<ktune::store::Store>> store = ktune::store::OpenSqliteStore(f->db);
-  if (!store.ok()) return Fail(absl::StrCat("store ", f->db), store.status());
-  e->store = *std::move(store);
-  absl::StatusOr<std::unique_ptr<ktune::CubinCache>> cache =
-      ktune::CubinCache::Open(absl::StrCat(ktune::DefaultCacheDir(), "/cubins"));
-  if (!cache.ok()) return Fail("cubin cache", cache.status());
-  e->cache = *std::move(cache);
-  absl::StatusOr<std::unique_ptr<ktune::Compiler>> compiler =
-      ktune::NewTemplateCompiler(*e->registry, e->cache.get());
-  if (!compiler.ok()) return Fail("compiler", compiler.status());
-  e->compiler = *std::move(compiler);
   return std::nullopt;
 }
 
-// The server's options from the flags, over `options` (its TLS already read).
-void FillOptions(const Flags& f, const Engine& e, ktune::ServerOptions* options) {
+// The server's options from the flags and the engine, over `options` (its TLS already read).
+void FillOptions(const Flags& f, const ktune::Engine& e, ktune::ServerOptions* options) {
   options->listen = f.listen;
   options->registry = e.registry.get();
   options->store = e.store.get();
   options->compiler = e.compiler.get();
-  options->gpu_factory = [worker = f.worker](int ordinal) {
-    ktune::ProcessGpuOptions o;
-    o.worker_path = worker;
-    o.ordinal = ordinal;
-    return ktune::StartProcessGpu(o);
-  };
+  options->pool = e.pool.get();
+  options->gpu_factory = e.gpu_factory;
   options->queue_capacity = f.queue;
   options->artifact_cache_bytes = f.artifact_cache_mb << 20;
   options->token = f.token;
@@ -207,7 +168,8 @@ void FillOptions(const Flags& f, const Engine& e, ktune::ServerOptions* options)
 }
 
 // Says where the server listens, then serves until SIGTERM/SIGINT arrives on `signals`.
-void Serve(const Flags& f, ktune::KtuneServer& server, sigset_t signals) {
+void Serve(const Flags& f, const std::string& db_path, ktune::KtuneServer& server,
+           sigset_t signals) {
   if (server.compile_only()) {
     std::fprintf(stderr, "ktuned: compile-only (lookups and FALLBACK compiles): %s\n",
                  server.compile_only_reason().c_str());
@@ -218,7 +180,7 @@ void Serve(const Flags& f, ktune::KtuneServer& server, sigset_t signals) {
   }
   std::fprintf(stderr, "ktuned: serving on %s%s, store %s\n", where.c_str(),
                f.tls_client_ca.empty() ? (f.tls() ? " (TLS)" : "") : " (mutual TLS)",
-               f.db.c_str());
+               db_path.c_str());
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -248,13 +210,13 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  Engine engine;
-  if (std::optional<int> code = OpenEngine(&flags, &engine)) return *code;
-  FillOptions(flags, engine, &options);
+  std::unique_ptr<ktune::Engine> engine;
+  if (std::optional<int> code = OpenEngine(flags, &engine)) return *code;
+  FillOptions(flags, *engine, &options);
   absl::StatusOr<std::unique_ptr<ktune::KtuneServer>> server =
       ktune::StartKtuneServer(std::move(options));
   if (!server.ok()) return Fail("server", server.status());
-  Serve(flags, **server, signals);
+  Serve(flags, engine->db_path, **server, signals);
   server->reset();
   return 0;
 }

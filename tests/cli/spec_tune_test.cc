@@ -300,5 +300,46 @@ TEST_F(SpecTuneTest, ThroughADaemonOnAUnixSocket) {
   EXPECT_EQ(ktuned.Wait(absl::Seconds(30)), 0);
 }
 
+// One key goes the same way as a spec's keys: with --daemon, the ktuned tunes it and keeps
+// it; nothing is written here. The daemon's Tune takes no --time.
+TEST_F(SpecTuneTest, OneKeyThroughADaemon) {
+  const std::string socket = dir_ + "/run/ktuned.sock";
+  testing::Ktuned ktuned(NewTempDir(),
+                         {"--listen", "unix://" + socket, "--db", dir_ + "/daemon.db",
+                          "--templates", dir_ + "/templates", "--worker", kFakeWorker});
+  ASSERT_THAT(ktuned.WaitServing(), HasSubstr(socket)) << ktuned.Stderr();
+
+  const std::vector<std::string> one = {"tune",        "tiny",      "--dtype",
+                                        "f32",         "--shape",   "n=64",
+                                        "--templates", dir_ + "/templates",
+                                        "--db",        dir_ + "/ktune.db",
+                                        "--budget",    "3",         "--daemon",
+                                        "unix://" + socket};
+  const Result tuned = Run(one);
+  ASSERT_EQ(tuned.exit_code, 0) << tuned << "--- ktuned\n" << ktuned.Stderr();
+  EXPECT_THAT(tuned.out, HasSubstr("tuned     tiny f32 n=64 on "));
+  EXPECT_THAT(tuned.out, ContainsRegex("winner    [A-Z]+=[0-9]+"));
+  EXPECT_THAT(tuned.out, HasSubstr("stored    by the ktuned at unix://" + socket));
+  EXPECT_FALSE(FileExists(dir_ + "/ktune.db")) << "daemon mode must not write a local store";
+  // The daemon kept it: the spec through it finds the key fresh.
+  const Result spec = Run(Args(WriteSpec("64"), {"--daemon", "unix://" + socket, "--json"}));
+  ASSERT_EQ(spec.exit_code, 0) << spec;
+  EXPECT_EQ(nlohmann::json::parse(spec.out)["cached"], 1);
+
+  std::vector<std::string> timed = one;
+  timed.insert(timed.end(), {"--time", "5"});
+  const Result refused = Run(timed);
+  EXPECT_EQ(refused.exit_code, 2) << refused;
+  EXPECT_THAT(refused.err, HasSubstr("--time: not supported with --daemon"));
+
+  std::vector<std::string> nobody = one;
+  nobody.back() = "unix://" + dir_ + "/nobody.sock";
+  const Result none = Run(nobody);
+  EXPECT_EQ(none.exit_code, 1) << none;
+  EXPECT_THAT(none.err, HasSubstr("nobody.sock"));
+  ktuned.Signal(SIGTERM);
+  EXPECT_EQ(ktuned.Wait(absl::Seconds(30)), 0);
+}
+
 }  // namespace
 }  // namespace ktune

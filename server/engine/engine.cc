@@ -1,0 +1,81 @@
+#include "server/engine/engine.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/base/file.h"
+#include "server/base/paths.h"
+#include "server/base/status_macros.h"
+#include "server/gpu/process_gpu.h"
+#include "server/tuning/compile_request.h"
+
+namespace ktune {
+namespace {
+
+// `s` with its code kept and `what` in front of its message.
+absl::Status Naming(const std::string& what, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+absl::StatusOr<std::unique_ptr<TemplateRegistry>> OpenRegistry(EngineOptions& options) {
+  if (options.registry != nullptr) return std::move(options.registry);
+  const std::string dir =
+      options.templates_dir.empty() ? DefaultTemplatesDir() : options.templates_dir;
+  absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry = LoadTemplateRegistry(dir);
+  if (!registry.ok()) return Naming(absl::StrCat("--templates ", dir), registry.status());
+  return registry;
+}
+
+absl::Status OpenStore(const std::string& db, bool exclusive, Engine& e) {
+  e.db_path = db.empty() ? DefaultDbPath() : db;
+  if (db.empty()) {
+    if (absl::Status s = MakeDirs(DefaultCacheDir()); !s.ok()) {
+      return Naming(absl::StrCat("cache folder ", DefaultCacheDir()), s);
+    }
+  }
+  if (exclusive && e.db_path != ":memory:") {
+    absl::StatusOr<std::unique_ptr<FileLock>> lock = LockFileExclusive(e.db_path + ".lock");
+    if (!lock.ok()) {
+      return Naming(absl::StrCat("store ", e.db_path, " is served by another ktuned"),
+                    lock.status());
+    }
+    e.store_lock = *std::move(lock);
+  }
+  absl::StatusOr<std::unique_ptr<store::Store>> store = store::OpenSqliteStore(e.db_path);
+  if (!store.ok()) return Naming(absl::StrCat("--db ", e.db_path), store.status());
+  e.store = *std::move(store);
+  return absl::OkStatus();
+}
+
+absl::Status OpenCompiler(const std::string& cache_dir, int threads, Engine& e) {
+  const std::string dir =
+      cache_dir.empty() ? absl::StrCat(DefaultCacheDir(), "/cubins") : cache_dir;
+  absl::StatusOr<std::unique_ptr<CubinCache>> cache = CubinCache::Open(dir);
+  if (!cache.ok()) return Naming(absl::StrCat("cubin cache ", dir), cache.status());
+  e.cache = *std::move(cache);
+  absl::StatusOr<std::unique_ptr<Compiler>> compiler =
+      NewTemplateCompiler(*e.registry, e.cache.get());
+  if (!compiler.ok()) return Naming("compiler", compiler.status());
+  e.compiler = *std::move(compiler);
+  e.pool = std::make_unique<CompilePool>(e.compiler.get(), threads);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> OpenEngine(EngineOptions options) {
+  auto e = std::make_unique<Engine>();
+  KTUNE_ASSIGN_OR_RETURN(e->registry, OpenRegistry(options));
+  KTUNE_RETURN_IF_ERROR(OpenStore(options.db, options.exclusive_store, *e));
+  KTUNE_RETURN_IF_ERROR(OpenCompiler(options.cache_dir, options.compile_threads, *e));
+  e->gpu_factory = [worker = options.worker.empty() ? DefaultWorkerPath() : options.worker](
+                       int ordinal) {
+    ProcessGpuOptions o;
+    o.worker_path = worker;
+    o.ordinal = ordinal;
+    return StartProcessGpu(o);
+  };
+  return e;
+}
+
+}  // namespace ktune

@@ -1,0 +1,76 @@
+// The engine both front ends run on: the template registry, the SQLite store, the on-disk
+// cubin cache, NVRTC over the registry, the compile pool, and the way to a GPU (a
+// ktune-worker child per visible ordinal). `ktuned` (server/service) serves it over gRPC and
+// adds the job queue and a worker per GPU; `ktune tune` (client/cli) drives it in this
+// process with one GPU. Both open it here, so they open it the same way.
+//
+// The members are as thread-safe as their own types: the registry is immutable, the store,
+// the compiler and the pool are safe to share; gpu_factory may be called from any thread.
+#ifndef KTUNE_SERVER_ENGINE_ENGINE_H_
+#define KTUNE_SERVER_ENGINE_ENGINE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/base/file_lock.h"
+#include "server/compile/compile_pool.h"
+#include "server/compile/compiler.h"
+#include "server/compile/cubin_cache.h"
+#include "server/gpu/gpu.h"
+#include "server/store/store.h"
+#include "server/templates/registry.h"
+#include "server/tuning/tuning_job.h"
+
+namespace ktune {
+
+// Makes the Gpu for visible ordinal N (the engine: StartProcessGpu; tests: a FakeGpu).
+using GpuFactory = std::function<absl::StatusOr<std::unique_ptr<Gpu>>(int ordinal)>;
+
+struct EngineOptions {
+  // The templates, already loaded (the CLI checks a request against them first); null:
+  // loaded from templates_dir ("" = the shipped ones).
+  std::unique_ptr<TemplateRegistry> registry;
+  std::string templates_dir;
+  // The SQLite file; "": the default (DefaultDbPath), its folder made when missing.
+  std::string db;
+  // The cubin cache folder; "": <DefaultCacheDir>/cubins.
+  std::string cache_dir;
+  // The ktune-worker program; "": the one beside this program (DefaultWorkerPath).
+  std::string worker;
+  // Compile pool threads; <= 0: one per core.
+  int compile_threads = 0;
+  // Hold an exclusive lock on `<db>.lock` for the engine's life, refusing a store another
+  // process holds so (ktuned: one daemon per store; `ktune` shares the store with it).
+  bool exclusive_store = false;
+};
+
+// Members in the order they are opened, so they close in reverse (the pool before the
+// compiler it uses, the compiler before its cache).
+struct Engine {
+  std::string db_path;  // the store's file, the default filled in
+  std::unique_ptr<FileLock> store_lock;  // with exclusive_store: `<db>.lock`
+  std::unique_ptr<TemplateRegistry> registry;
+  std::unique_ptr<store::Store> store;
+  std::unique_ptr<CubinCache> cache;
+  std::unique_ptr<Compiler> compiler;
+  std::unique_ptr<CompilePool> pool;
+  // Starts a ktune-worker for an ordinal. Starting one is cheap and needs no GPU; its
+  // Info() is what fails on a host without one (kUnavailable), so opening never does.
+  GpuFactory gpu_factory;
+
+  // What a tuning job on `gpu` runs with. REQUIRES: `gpu` outlives the job.
+  TuningEnv Env(Gpu* gpu) const {
+    return TuningEnv{registry.get(), compiler.get(), pool.get(), gpu, store.get()};
+  }
+};
+
+// Opens the registry, the store, the cubin cache, NVRTC and the compile pool. An error keeps
+// its code and names what failed: "--templates DIR: ...", "--db FILE: ...", "cubin cache
+// DIR: ...", "compiler: ...". Needs no GPU or driver.
+absl::StatusOr<std::unique_ptr<Engine>> OpenEngine(EngineOptions options);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_ENGINE_ENGINE_H_

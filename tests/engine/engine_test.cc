@@ -1,0 +1,105 @@
+// OpenEngine: what ktuned and `ktune tune` both open. It needs no GPU or driver; each part
+// that cannot be opened is named with the flag or folder behind it.
+#include "server/engine/engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "server/base/file.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::NewTempDir;
+using ::ktune::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::NotNull;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = NewTempDir();
+    testing::WriteTiny(dir_ + "/templates");
+  }
+
+  EngineOptions Options() const {
+    EngineOptions o;
+    o.templates_dir = dir_ + "/templates";
+    o.db = dir_ + "/ktune.db";
+    o.cache_dir = dir_ + "/cubins";
+    o.worker = dir_ + "/no-such-worker";
+    o.compile_threads = 1;
+    return o;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(EngineTest, OpensCompileOnlyWithoutAGpu) {
+  absl::StatusOr<std::unique_ptr<Engine>> e = OpenEngine(Options());
+  ASSERT_OK(e);
+  Engine& engine = **e;
+  EXPECT_EQ(engine.db_path, dir_ + "/ktune.db");
+  EXPECT_TRUE(engine.registry->Get("tiny").ok());
+  EXPECT_THAT(engine.store, NotNull());
+  EXPECT_THAT(engine.cache, NotNull());
+  EXPECT_THAT(engine.compiler, NotNull());
+  EXPECT_THAT(engine.pool, NotNull());
+  EXPECT_FALSE(engine.compiler->Version().empty());
+  EXPECT_TRUE(IsDir(dir_ + "/cubins"));
+  // A tuning env over no GPU yet: the daemon's queue fills the GPU in per worker.
+  const TuningEnv env = engine.Env(nullptr);
+  EXPECT_EQ(env.registry, engine.registry.get());
+  EXPECT_EQ(env.pool, engine.pool.get());
+  EXPECT_EQ(env.store, engine.store.get());
+  // The GPU is reached only through the factory; with no worker program there is none.
+  ASSERT_TRUE(engine.gpu_factory);
+  absl::StatusOr<std::unique_ptr<Gpu>> gpu = engine.gpu_factory(0);
+  if (gpu.ok()) EXPECT_FALSE((*gpu)->Info().ok());
+}
+
+TEST_F(EngineTest, UsesARegistryAlreadyLoaded) {
+  EngineOptions o = Options();
+  absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry =
+      LoadTemplateRegistry(dir_ + "/templates");
+  ASSERT_OK(registry);
+  const TemplateRegistry* loaded = registry->get();
+  o.registry = *std::move(registry);
+  o.templates_dir = dir_ + "/not-read";
+  absl::StatusOr<std::unique_ptr<Engine>> e = OpenEngine(std::move(o));
+  ASSERT_OK(e);
+  EXPECT_EQ((*e)->registry.get(), loaded);
+}
+
+TEST_F(EngineTest, ABadDbPathNamesTheFlagAndTheFile) {
+  EngineOptions o = Options();
+  o.db = dir_ + "/no/such/folder/ktune.db";
+  // SQLite's own code for a file it cannot open is kept, whatever it maps to.
+  const absl::Status s = OpenEngine(std::move(o)).status();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--db " + dir_ + "/no/such/folder/ktune.db"));
+}
+
+TEST_F(EngineTest, AMissingTemplatesFolderNamesTheFlag) {
+  EngineOptions o = Options();
+  o.templates_dir = dir_ + "/nowhere";
+  EXPECT_THAT(OpenEngine(std::move(o)).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("--templates " + dir_ + "/nowhere")));
+}
+
+TEST_F(EngineTest, AnUnusableCubinCacheIsNamed) {
+  ASSERT_OK(AtomicWriteFile(dir_ + "/a-file", "not a folder"));
+  EngineOptions o = Options();
+  o.cache_dir = dir_ + "/a-file/cubins";
+  const absl::Status s = OpenEngine(std::move(o)).status();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("cubin cache " + dir_ + "/a-file/cubins"));
+}
+
+}  // namespace
+}  // namespace ktune
