@@ -89,6 +89,79 @@ absl::StatusOr<std::string> BindTensorMap(const KernelTemplate& t, const v1::Ten
   return s.ok() ? std::string() : std::string(s.message());
 }
 
+// Binds every manifest arg into inst->args (launches bound already): buffers with their
+// element counts, scalars with their values, and the tensor maps the active launches take
+// (evaluated and held to TMA's rules; the others only linked to their buffer). Returns why
+// the candidate is left out, or "".
+absl::StatusOr<std::string> BindArgs(const KernelTemplate& t, DType dtype, const Scope& scope,
+                                     Instance* inst) {
+  const v1::TemplateManifest& m = t.manifest();
+  for (const v1::Arg& a : m.args()) {
+    BoundArg arg;
+    arg.name = a.name();
+    if (a.has_tensor_map()) {
+      arg.scalar_type = "tensor_map";  // evaluated below, once every buffer is bound
+    } else if (a.has_buffer()) {
+      arg.is_buffer = true;
+      arg.dtype = BufferDType(a.buffer(), dtype);
+      KTUNE_ASSIGN_OR_RETURN(arg.count, t.Evaluate(a.buffer().count(), scope));
+      if (arg.count < 1) return absl::StrCat("buffer ", a.name(), " of ", arg.count, " elements");
+      arg.role = a.buffer().role();
+      arg.fill = a.buffer().fill();
+    } else {
+      arg.scalar_type = a.scalar().type();
+      if (a.scalar().has_expr()) {
+        KTUNE_ASSIGN_OR_RETURN(arg.int_value, t.Evaluate(a.scalar().expr(), scope));
+        if (arg.scalar_type == "i32" && (arg.int_value > std::numeric_limits<int32_t>::max() ||
+                                         arg.int_value < std::numeric_limits<int32_t>::min())) {
+          return absl::StrCat("scalar ", a.name(), " = ", arg.int_value, " does not fit i32");
+        }
+      } else {
+        arg.number = a.scalar().number();
+      }
+    }
+    inst->args.push_back(std::move(arg));
+  }
+  // Only the maps an active launch takes are evaluated and held to the driver's rules: a
+  // template with a TMA path and a portable one has maps the portable candidates never
+  // build (and that may not be valid for shapes only the portable path serves).
+  std::set<std::string> launched;
+  for (const BoundLaunch& l : inst->launches) launched.insert(l.args.begin(), l.args.end());
+  for (int i = 0; i < m.args_size(); ++i) {
+    if (!m.args(i).has_tensor_map()) continue;
+    TensorMapDesc& desc = inst->args[i].tensor_map;
+    if (!launched.count(m.args(i).name())) {
+      LinkTensorMap(m.args(i).tensor_map(), inst->args, &desc);
+      continue;
+    }
+    KTUNE_ASSIGN_OR_RETURN(std::string why,
+                           BindTensorMap(t, m.args(i).tensor_map(), scope, &inst->args, &desc));
+    if (!why.empty()) return absl::StrCat("args[", i, "].tensor_map.", why);
+  }
+  return std::string();
+}
+
+// The request dtype's tolerance into inst->atol / rtol, atol scaled by sqrt(atol_scale).
+absl::Status BindTolerance(const KernelTemplate& t, DType dtype, const Shape& shape,
+                           const Scope& scope, Instance* inst) {
+  const v1::TemplateManifest& m = t.manifest();
+  for (const v1::Tolerance& tol : m.tolerances()) {
+    if (tol.dtype() != DTypeName(dtype)) continue;
+    inst->atol = tol.atol();
+    inst->rtol = tol.rtol();
+    if (!tol.atol_scale().empty()) {
+      KTUNE_ASSIGN_OR_RETURN(int64_t scale, t.Evaluate(tol.atol_scale(), scope));
+      if (scale < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("template ", t.name(), ": tolerance atol_scale '", tol.atol_scale(),
+                         "' is ", scale, " for shape ", ShapeString(shape), "; must be >= 0"));
+      }
+      inst->atol *= std::sqrt(static_cast<double>(scale));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tmpl,
                                         const Launches& launches, DType dtype,
                                         const Shape& shape, const Config& config,
@@ -166,65 +239,11 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
     }
   }
 
-  for (const v1::Arg& a : m.args()) {
-    BoundArg arg;
-    arg.name = a.name();
-    if (a.has_tensor_map()) {
-      arg.scalar_type = "tensor_map";  // evaluated below, once every buffer is bound
-    } else if (a.has_buffer()) {
-      arg.is_buffer = true;
-      arg.dtype = BufferDType(a.buffer(), dtype);
-      KTUNE_ASSIGN_OR_RETURN(arg.count, t.Evaluate(a.buffer().count(), scope));
-      if (arg.count < 1) return reject(absl::StrCat("buffer ", a.name(), " of ", arg.count, " elements"));
-      arg.role = a.buffer().role();
-      arg.fill = a.buffer().fill();
-    } else {
-      arg.scalar_type = a.scalar().type();
-      if (a.scalar().has_expr()) {
-        KTUNE_ASSIGN_OR_RETURN(arg.int_value, t.Evaluate(a.scalar().expr(), scope));
-        if (arg.scalar_type == "i32" && (arg.int_value > std::numeric_limits<int32_t>::max() ||
-                                         arg.int_value < std::numeric_limits<int32_t>::min())) {
-          return reject(absl::StrCat("scalar ", a.name(), " = ", arg.int_value,
-                                     " does not fit i32"));
-        }
-      } else {
-        arg.number = a.scalar().number();
-      }
-    }
-    inst.args.push_back(std::move(arg));
-  }
-  // Only the maps an active launch takes are evaluated and held to the driver's rules: a
-  // template with a TMA path and a portable one has maps the portable candidates never
-  // build (and that may not be valid for shapes only the portable path serves).
-  std::set<std::string> launched;
-  for (const BoundLaunch& l : inst.launches) launched.insert(l.args.begin(), l.args.end());
-  for (int i = 0; i < m.args_size(); ++i) {
-    if (!m.args(i).has_tensor_map()) continue;
-    TensorMapDesc& desc = inst.args[i].tensor_map;
-    if (!launched.count(m.args(i).name())) {
-      LinkTensorMap(m.args(i).tensor_map(), inst.args, &desc);
-      continue;
-    }
-    KTUNE_ASSIGN_OR_RETURN(std::string why,
-                           BindTensorMap(t, m.args(i).tensor_map(), scope, &inst.args, &desc));
-    if (!why.empty()) return reject(absl::StrCat("args[", i, "].tensor_map.", why));
-  }
+  KTUNE_ASSIGN_OR_RETURN(std::string why, BindArgs(t, dtype, scope, &inst));
+  if (!why.empty()) return reject(std::move(why));
   KTUNE_ASSIGN_OR_RETURN(inst.bytes, t.Evaluate(m.cost().bytes(), scope));
   KTUNE_ASSIGN_OR_RETURN(inst.flops, t.Evaluate(m.cost().flops(), scope, 0));
-  for (const v1::Tolerance& tol : m.tolerances()) {
-    if (tol.dtype() != DTypeName(dtype)) continue;
-    inst.atol = tol.atol();
-    inst.rtol = tol.rtol();
-    if (!tol.atol_scale().empty()) {
-      KTUNE_ASSIGN_OR_RETURN(int64_t scale, t.Evaluate(tol.atol_scale(), scope));
-      if (scale < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("template ", t.name(), ": tolerance atol_scale '", tol.atol_scale(),
-                         "' is ", scale, " for shape ", ShapeString(shape), "; must be >= 0"));
-      }
-      inst.atol *= std::sqrt(static_cast<double>(scale));
-    }
-  }
+  KTUNE_RETURN_IF_ERROR(BindTolerance(t, dtype, shape, scope, &inst));
   result.instance = std::move(inst);
   return result;
 }
