@@ -48,7 +48,7 @@
 #include "absl/time/time.h"
 #include "client/lib/ktune_client.h"
 #include "server/base/paths.h"
-#include "server/service/ktune_server.h"
+#include "frontends/ktuned/ktune_server.h"
 #include "server/store/store.h"
 #include "server/templates/registry.h"
 #include "server/tuning/compile_request.h"
@@ -354,7 +354,7 @@ std::string LoadAverage() {
 }
 
 int Run(int argc, char** argv) {
-  // As ktuned does (server/service/ktuned_main.cc): no lock graph on every Mutex::Lock.
+  // As ktuned does (frontends/ktuned/ktuned_main.cc): no lock graph on every Mutex::Lock.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"getkernel_bench: cache-hit GetKernel latency and throughput of ktuned"};
   double seconds = 3;

@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libsqlite3-dev sqlite3 libssl-dev openssl
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
-  chromium  # renders `ktune cache report` headless in tests/cli/cache_report_test.cc
+  chromium  # renders `ktune cache report` headless in tests/ktune/cache_report_test.cc
 )
 
 missing=()

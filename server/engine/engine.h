@@ -1,7 +1,7 @@
 // The engine both front ends run on: the template registry, the SQLite store, the on-disk
 // cubin cache, NVRTC over the registry, the compile pool, and the way to a GPU (a
-// ktune-worker child per visible ordinal). `ktuned` (server/service) serves it over gRPC and
-// adds the job queue and a worker per GPU; `ktune tune` (client/cli) drives it in this
+// ktune-worker child per visible ordinal). `ktuned` (frontends/ktuned) serves it over gRPC and
+// adds the job queue and a worker per GPU; `ktune tune` (frontends/ktune) drives it in this
 // process with one GPU. Both open it here, so they open it the same way.
 //
 // The members are as thread-safe as their own types: the registry is immutable, the store,

@@ -1,4 +1,4 @@
-// `ktune get` (client/cli/get_command.cc), the built program run against a fake ktuned.
+// `ktune get` (frontends/ktune/get_command.cc), the built program run against a fake ktuned.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

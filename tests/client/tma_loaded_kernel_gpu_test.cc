@@ -60,7 +60,7 @@ class TmaLoadedKernelGpuTest : public ::testing::Test {
     ASSERT_TRUE(compiled.ok) << compiled.log;
     ASSERT_OK_AND_ASSIGN(v1::KernelBinary binary, BuildKernelBinary(*bound.instance, compiled));
 
-    // The artifact as the daemon describes it (server/service/convert.cc).
+    // The artifact as the daemon describes it (frontends/ktuned/convert.cc).
     v1::KernelArtifact a;
     ::ktune::testing::SetCubin(a, compiled.cubin);
     for (const v1::LaunchBinary& lb : binary.launches()) {

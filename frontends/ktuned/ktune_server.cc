@@ -1,0 +1,537 @@
+#include "frontends/ktuned/ktune_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <sys/stat.h>
+
+#include <optional>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "ktune/v1/ktune.grpc.pb.h"
+#include "server/base/file.h"
+#include "server/base/file_lock.h"
+#include "server/base/status_macros.h"
+#include "server/compile/compile_pool.h"
+#include "server/gpu/device_model.h"
+#include "frontends/ktuned/artifact_cache.h"
+#include "frontends/ktuned/convert.h"
+#include "frontends/ktuned/health_checked_gpu.h"
+#include "frontends/ktuned/reactors.h"
+#include "frontends/ktuned/request_validation.h"
+#include "frontends/ktuned/tls_pairing.h"
+#include "server/tuning/catalog.h"
+#include "server/tuning/kernel_resolver.h"
+#include "server/tuning/tuning_queue.h"
+
+namespace ktune {
+namespace {
+
+bool SameToken(const std::string& a, const std::string& b) {
+  // Constant time in the contents, so the token cannot be guessed byte by byte.
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+struct GpuSlot {
+  std::unique_ptr<HealthCheckedGpu> gpu;
+  v1::DeviceInfo info;
+  std::string model;
+};
+
+KernelResolverOptions ResolverOptions(const ServerOptions& options,
+                                      const std::vector<GpuSlot>& gpus,
+                                      std::string compile_only_reason, TuningQueue* queue) {
+  KernelResolverOptions r;
+  r.store = options.store;
+  r.compiler = options.compiler;
+  r.queue = queue;
+  for (const GpuSlot& g : gpus) r.devices.push_back(g.info);
+  r.compile_only_reason = std::move(compile_only_reason);
+  r.compile_only_target = options.compile_only_target;
+  r.threads = options.fallback_threads;
+  return r;
+}
+
+// The Ktune service: requests checked and converted, kernels resolved by the KernelResolver,
+// answers converted back and status mapped; Tune streams its job's progress.
+class KtuneServiceImpl final : public v1::Ktune::CallbackService {
+ public:
+  KtuneServiceImpl(const ServerOptions& options, std::vector<GpuSlot>* gpus,
+                   std::string compile_only_reason, TuningQueue* queue)
+      : options_(options),
+        gpus_(*gpus),
+        compile_only_reason_(compile_only_reason),
+        artifacts_(options.artifact_cache_bytes),
+        resolver_(NewKernelResolver(
+            ResolverOptions(options, gpus_, std::move(compile_only_reason), queue))) {
+    vctx_.registry = options.registry;
+    for (const GpuSlot& g : gpus_) vctx_.devices.push_back(g.info);
+    vctx_.target = gpus_.empty() ? resolver_->Target(0) : options.compile_only_target;
+  }
+
+  grpc::ServerUnaryReactor* GetKernel(grpc::CallbackServerContext* ctx,
+                                      const v1::GetKernelRequest* request,
+                                      v1::GetKernelResponse* response) override {
+    auto* call = new UnaryCall(ctx);
+    std::shared_ptr<UnaryOnce> once = call->once();
+    if (absl::Status s = CheckToken(ctx); !s.ok()) {
+      once->Finish(ToGrpcStatus(s));
+      return call;
+    }
+    // A fresh exact hit is the same answer under every policy, so the cache serves them all.
+    // The counter is read before the store is: a commit in between tags what is read now
+    // with the older counter, so it is never served past that commit.
+    // No counter (the cache is off, or it could not be read): neither served nor kept.
+    CacheSlot slot;
+    if (artifacts_.enabled()) {
+      if (absl::StatusOr<int64_t> counter = resolver_->ChangeCounter(); counter.ok()) {
+        slot.generation = *counter;
+        slot.key = ArtifactCache::Key(request->template_id(), request->dtype(),
+                                      request->shape(), request->gpu());
+      }
+    }
+    if (slot.generation) {
+      if (std::shared_ptr<const v1::KernelArtifact> a = artifacts_.Get(slot.key, *slot.generation)) {
+        *response->mutable_artifact() = *a;
+        once->Finish(grpc::Status::OK);
+        return call;
+      }
+    }
+    absl::StatusOr<KernelQuery> q = ValidateGetKernel(*request, vctx_);
+    if (!q.ok()) {
+      once->Finish(ToGrpcStatus(q.status()));
+      return call;
+    }
+    auto query = std::make_shared<const KernelQuery>(*std::move(q));
+    resolver_->Resolve(*query, ToPolicy(request->policy()),
+                       [this, once, response, query, slot = std::move(slot)](
+                           absl::StatusOr<ResolvedKernel> r) {
+                         Answer(*once, response, *query, slot, std::move(r));
+                       });
+    return call;
+  }
+
+  grpc::ServerWriteReactor<v1::TuneEvent>* Tune(grpc::CallbackServerContext* ctx,
+                                                const v1::TuneRequest* request) override {
+    auto* stream = new TuneStream(ctx);
+    std::shared_ptr<StreamState> state = stream->state();
+    if (absl::Status s = CheckToken(ctx); !s.ok()) {
+      state->End(ToGrpcStatus(s));
+      return stream;
+    }
+    absl::StatusOr<KernelQuery> q = ValidateTune(*request, vctx_);
+    if (!q.ok()) {
+      state->End(ToGrpcStatus(q.status()));
+      return stream;
+    }
+    if (!request->force()) {
+      absl::StatusOr<store::Lookup> hit = resolver_->Lookup(*q);
+      if (hit.ok() && !hit->stale) {
+        EndWithArtifact(*state, ToArtifact(hit->entry, false, q->reference, v1::EXACT));
+        return stream;
+      }
+    }
+    absl::StatusOr<std::shared_ptr<TuningJob>> job = resolver_->Tune(
+        *q, request->strategy().empty() ? "exhaustive" : request->strategy(), request->budget());
+    if (!job.ok()) {
+      state->End(ToGrpcStatus(job.status()));
+      return stream;
+    }
+    (*job)->Subscribe([state](const JobProgress& p) {
+      v1::TuneEvent e;
+      *e.mutable_progress() = ToProto(p);
+      state->Push(std::move(e));
+    });
+    (*job)->OnDone([state, q = *q](const absl::StatusOr<TuneResult>& r) {
+      if (!r.ok()) return state->End(ToGrpcStatus(r.status()));
+      EndWithArtifact(*state, ToArtifact(r->entry, false, q.reference, v1::EXACT));
+    });
+    return stream;
+  }
+
+  grpc::ServerUnaryReactor* ListTemplates(grpc::CallbackServerContext* ctx,
+                                          const v1::ListTemplatesRequest*,
+                                          v1::ListTemplatesResponse* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    if (absl::Status s = CheckToken(ctx); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+    for (const auto& [name, tmpl] : options_.registry->templates()) {
+      *response->add_templates() = ToProto(*tmpl);
+    }
+    for (const absl::Status& e : options_.registry->errors()) {
+      response->add_errors(std::string(e.message()));
+    }
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* ListEntries(grpc::CallbackServerContext* ctx,
+                                        const v1::ListEntriesRequest* request,
+                                        v1::ListEntriesResponse* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    if (absl::Status s = CheckToken(ctx); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+    store::EntryFilter filter;
+    if (!request->template_id().empty()) filter.template_id = request->template_id();
+    if (!request->dtype().empty()) filter.dtype = request->dtype();
+    if (!request->device_model().empty()) filter.device_model = request->device_model();
+    absl::StatusOr<std::vector<CatalogEntry>> entries =
+        ListCatalogEntries(*options_.store, *options_.registry, options_.compiler->Version(),
+                           filter, request->stale_only());
+    if (!entries.ok()) {
+      reactor->Finish(ToGrpcStatus(entries.status()));
+      return reactor;
+    }
+    for (const CatalogEntry& e : *entries) *response->add_entries() = ToProto(e.summary, e.stale);
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* GetDevices(grpc::CallbackServerContext* ctx,
+                                       const v1::GetDevicesRequest*,
+                                       v1::GetDevicesResponse* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    if (absl::Status s = CheckToken(ctx); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+    response->set_compile_only(gpus_.empty());
+    for (const GpuSlot& g : gpus_) {
+      v1::Device* d = response->add_devices();
+      *d->mutable_info() = g.info;
+      d->set_model_key(g.model);
+      d->set_copy_gbps(StoredCopyGbps(*options_.store, g.model));
+      d->set_healthy(g.gpu->healthy());
+      d->set_status(g.gpu->why());
+    }
+    if (gpus_.empty()) {
+      v1::Device* d = response->add_devices();
+      d->set_model_key(resolver_->DeviceModel(0));
+      d->set_healthy(false);
+      d->set_status(compile_only_reason_);
+    }
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+
+ private:
+  // Where a fresh exact answer is kept: the store's change counter read before the lookup,
+  // and the request's cache key. No generation: not kept.
+  struct CacheSlot {
+    std::optional<int64_t> generation;
+    std::string key;
+  };
+
+  static KernelPolicy ToPolicy(v1::Policy p) {
+    switch (p) {
+      case v1::TUNE:
+        return KernelPolicy::kTune;
+      case v1::FALLBACK:
+        return KernelPolicy::kFallback;
+      default:  // CACHE_ONLY, and POLICY_UNSPECIFIED means the same
+        return KernelPolicy::kCacheOnly;
+    }
+  }
+
+  static v1::Provenance ProvenanceProto(KernelProvenance p) {
+    switch (p) {
+      case KernelProvenance::kNearest:
+        return v1::NEAREST;
+      case KernelProvenance::kDefault:
+        return v1::DEFAULT;
+      case KernelProvenance::kExact:
+        break;
+    }
+    return v1::EXACT;
+  }
+
+  // Finishes a GetKernel call with the resolver's answer, unless the call was finished
+  // first (its deadline); keeps a cacheable artifact.
+  void Answer(UnaryOnce& once, v1::GetKernelResponse* response, const KernelQuery& q,
+              const CacheSlot& slot, absl::StatusOr<ResolvedKernel> r) {
+    if (!once.Claim()) return;
+    if (!r.ok()) return once.reactor->Finish(ToGrpcStatus(r.status()));
+    absl::StatusOr<v1::KernelArtifact> a =
+        ToArtifact(r->entry, r->stale, r->bound ? *r->bound : q.reference, ProvenanceProto(r->provenance));
+    if (!a.ok()) return once.reactor->Finish(ToGrpcStatus(a.status()));
+    if (r->cacheable && slot.generation) {
+      auto kept = std::make_shared<const v1::KernelArtifact>(*std::move(a));
+      artifacts_.Put(slot.key, *slot.generation, kept);
+      *response->mutable_artifact() = *kept;
+    } else {
+      *response->mutable_artifact() = *std::move(a);
+    }
+    response->set_tuning_job_id(r->tuning_job_id);
+    once.reactor->Finish(grpc::Status::OK);
+  }
+
+  // Ends a Tune stream with its artifact as the last event, or with the error.
+  static void EndWithArtifact(StreamState& state, absl::StatusOr<v1::KernelArtifact> a) {
+    if (!a.ok()) return state.End(ToGrpcStatus(a.status()));
+    v1::TuneEvent e;
+    *e.mutable_artifact() = *std::move(a);
+    state.Push(std::move(e));
+    state.End(grpc::Status::OK);
+  }
+
+  absl::Status CheckToken(grpc::CallbackServerContext* ctx) const {
+    if (options_.token.empty()) return absl::OkStatus();
+    const std::string want = absl::StrCat("Bearer ", options_.token);
+    auto range = ctx->client_metadata().equal_range("authorization");
+    if (range.first == range.second) {
+      return absl::UnauthenticatedError(
+          "authorization: this daemon wants metadata 'authorization: Bearer <token>'");
+    }
+    for (auto it = range.first; it != range.second; ++it) {
+      if (SameToken(std::string(it->second.data(), it->second.size()), want)) {
+        return absl::OkStatus();
+      }
+    }
+    return absl::UnauthenticatedError("authorization: wrong bearer token");
+  }
+
+
+  const ServerOptions& options_;
+  const std::vector<GpuSlot>& gpus_;
+  const std::string compile_only_reason_;
+  ArtifactCache artifacts_;
+  ValidationContext vctx_;
+  // Last: destroyed first, its threads joined while the rest is still there.
+  const std::unique_ptr<KernelResolver> resolver_;
+};
+
+class ServerImpl final : public KtuneServer {
+ public:
+  int port() const override { return port_; }
+  bool compile_only() const override { return gpus_.empty(); }
+  std::string compile_only_reason() const override { return compile_only_reason_; }
+  bool serving() const override {
+    if (gpus_.empty()) return true;
+    for (const GpuSlot& g : gpus_) {
+      if (g.gpu->healthy()) return true;
+    }
+    return false;
+  }
+
+  // Pushes serving() to gRPC health checking; called when a GPU's health changes (on its
+  // queue thread) and once the server is up.
+  void UpdateHealth() {
+    absl::MutexLock lock(&health_mu_);
+    if (health_ == nullptr) return;
+    const bool up = serving();
+    health_->SetServingStatus(up);
+    health_->SetServingStatus("ktune.v1.Ktune", up);
+  }
+  void SetHealthService(grpc::HealthCheckServiceInterface* health) {
+    {
+      absl::MutexLock lock(&health_mu_);
+      health_ = health;
+    }
+    UpdateHealth();
+  }
+
+  void Shutdown() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) {
+        mu_.Await(absl::Condition(&shut_down_));
+        return;
+      }
+      shutting_down_ = true;
+    }
+    // Jobs first: every TUNE call and Tune stream then finishes (cancelled), so the
+    // server's shutdown does not wait out a long tune.
+    queue_->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    absl::MutexLock lock(&mu_);
+    shut_down_ = true;
+  }
+
+  void Wait() override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&shut_down_));
+  }
+
+  ~ServerImpl() override { Shutdown(); }
+
+  // `<socket>.lock`, held while this server may own the socket path (declared first, so it
+  // is released last); null on TCP.
+  std::unique_ptr<FileLock> socket_lock_;
+  ServerOptions options_;
+  std::vector<GpuSlot> gpus_;
+  std::string compile_only_reason_;
+  std::unique_ptr<CompilePool> pool_;
+  std::unique_ptr<TuningQueue> queue_;
+  std::unique_ptr<KtuneServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Mutex health_mu_;
+  grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
+  absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// "unix:///a/b" and "unix:/a/b" -> "/a/b"; "" for a TCP address.
+std::string UnixSocketPath(const std::string& listen) {
+  if (!absl::StartsWith(listen, "unix:")) return "";
+  std::string path = listen.substr(5);
+  if (absl::StartsWith(path, "//")) path = path.substr(2);
+  return path;
+}
+
+
+absl::Status CheckTls(const ServerOptions& o) {
+  switch (CheckTlsPairing(!UnixSocketPath(o.listen).empty(), !o.tls_cert_pem.empty(),
+                          !o.tls_key_pem.empty(), !o.tls_client_ca_pem.empty())) {
+    case TlsMisfit::kUnixSocket:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tls: ", o.listen,
+          " is a unix socket, which stays plaintext (its 0600 file mode guards it); TLS is "
+          "for a HOST:PORT listener"));
+    case TlsMisfit::kHalfPair:
+      return absl::InvalidArgumentError(
+          "tls: the server certificate and its private key go together; one is missing");
+    case TlsMisfit::kClientCaAlone:
+      return absl::InvalidArgumentError(
+          "tls: client certificates (mTLS) need the server's own certificate and key too");
+    case TlsMisfit::kNone:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+bool WantsTls(const ServerOptions& o) {
+  return !o.tls_cert_pem.empty() || !o.tls_key_pem.empty() || !o.tls_client_ca_pem.empty();
+}
+
+// GPUs: ordinals until the first that is not there. None: compile-only, saying why.
+void ProbeGpus(ServerImpl* s) {
+  const ServerOptions& o = s->options_;
+  if (!o.gpu_factory) s->compile_only_reason_ = "no GPU factory (compile-only by configuration)";
+  for (int i = 0; o.gpu_factory && i < o.max_gpus; ++i) {
+    absl::StatusOr<std::unique_ptr<Gpu>> gpu = o.gpu_factory(i);
+    absl::StatusOr<v1::DeviceInfo> info =
+        gpu.ok() ? (*gpu)->Info() : absl::StatusOr<v1::DeviceInfo>(gpu.status());
+    if (!info.ok()) {
+      if (i == 0) s->compile_only_reason_ = absl::StrCat("GPU 0: ", info.status().ToString());
+      break;
+    }
+    GpuSlot slot;
+    slot.gpu = std::make_unique<HealthCheckedGpu>(*std::move(gpu), [s] { s->UpdateHealth(); });
+    slot.info = *info;
+    slot.model = DeviceModelKey(*info);
+    s->gpus_.push_back(std::move(slot));
+  }
+}
+
+std::shared_ptr<grpc::ServerCredentials> Credentials(const ServerOptions& o) {
+  if (!WantsTls(o)) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(
+      o.tls_client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                  : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = o.tls_client_ca_pem;
+  ssl.pem_key_cert_pairs.push_back({o.tls_key_pem, o.tls_cert_pem});
+  return grpc::SslServerCredentials(ssl);
+}
+
+// Builds and starts the gRPC server; a unix socket is born 0600 in a 0700 folder.
+absl::Status Listen(ServerImpl* s) {
+  const ServerOptions& o = s->options_;
+  grpc::EnableDefaultHealthCheckService(true);
+  if (o.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  // No SO_REUSEPORT: a second ktuned on this port must fail to bind, not share the port and
+  // split the connections with the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(o.max_message_bytes);
+  builder.SetMaxSendMessageSize(o.max_message_bytes);
+  builder.AddListeningPort(o.listen, Credentials(o), &s->port_);
+  builder.RegisterService(s->service_.get());
+
+  // Leaves the server stopped before it started: the destructor then has nothing to stop.
+  auto abandon = [s](absl::Status why) {
+    s->queue_->Shutdown();
+    absl::MutexLock lock(&s->mu_);
+    s->shutting_down_ = s->shut_down_ = true;
+    return why;
+  };
+  const std::string socket = UnixSocketPath(o.listen);
+  mode_t old_umask = 0;
+  if (!socket.empty()) {
+    const std::string dir = socket.substr(0, socket.rfind('/'));
+    if (!dir.empty() && !IsDir(dir)) {
+      if (absl::Status made = MakeDirs(dir); !made.ok()) return abandon(made);
+      chmod(dir.c_str(), 0700);
+    }
+    // gRPC unlinks a socket path before binding it: without this lock a second ktuned
+    // would take the path from a running one, which stays up, unreachable.
+    absl::StatusOr<std::unique_ptr<FileLock>> lock = LockFileExclusive(socket + ".lock");
+    if (!lock.ok()) {
+      return abandon(absl::Status(
+          lock.status().code(),
+          absl::StrCat("listen: ", o.listen, " is in use: ", lock.status().message())));
+    }
+    s->socket_lock_ = *std::move(lock);
+    // The socket is born 0600: no window in which another user could connect.
+    old_umask = umask(0077);
+  }
+  s->server_ = builder.BuildAndStart();
+  if (!socket.empty()) {
+    umask(old_umask);
+    if (s->server_ != nullptr && chmod(socket.c_str(), 0600) != 0) {
+      s->server_->Shutdown();
+      return absl::PermissionDeniedError(absl::StrCat("chmod 0600 ", socket, " failed"));
+    }
+  }
+  if (s->server_ == nullptr) {
+    return abandon(absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", o.listen,
+        WantsTls(o) ? " (or the TLS certificate and key are not a usable pair; or another "
+                      "process listens there)"
+                    : " (another process may listen there)")));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions options) {
+  if (options.registry == nullptr || options.store == nullptr || options.compiler == nullptr) {
+    return absl::InvalidArgumentError("registry, store and compiler are required");
+  }
+  if (options.listen.empty()) return absl::InvalidArgumentError("listen: required");
+  KTUNE_RETURN_IF_ERROR(CheckTls(options));
+  auto s = std::make_unique<ServerImpl>();
+  s->options_ = std::move(options);
+  const ServerOptions& o = s->options_;
+  ProbeGpus(s.get());
+  CompilePool* pool = o.pool;
+  if (pool == nullptr) {
+    s->pool_ = std::make_unique<CompilePool>(o.compiler, o.compile_threads);
+    pool = s->pool_.get();
+  }
+  std::vector<TuningEnv> envs;
+  for (GpuSlot& g : s->gpus_) envs.push_back({o.registry, o.compiler, pool, g.gpu.get(), o.store});
+  s->queue_ = std::make_unique<TuningQueue>(std::move(envs), o.queue_capacity);
+  s->service_ = std::make_unique<KtuneServiceImpl>(o, &s->gpus_, s->compile_only_reason_,
+                                                   s->queue_.get());
+  KTUNE_RETURN_IF_ERROR(Listen(s.get()));
+  // SERVING compile-only (lookups work on any host) and while a GPU is healthy;
+  // NOT_SERVING on a GPU host whose GPUs all fail (UpdateHealth follows them).
+  s->SetHealthService(s->server_->GetHealthCheckService());
+  return std::unique_ptr<KtuneServer>(std::move(s));
+}
+
+}  // namespace ktune

@@ -1,0 +1,222 @@
+// ktuned: the ktune daemon. Serves ktune.proto on a unix socket (default) or TCP, tunes on
+// this host's GPUs through ktune-worker processes, and keeps winners in the SQLite store.
+//
+//   ktuned [--config FILE] [--listen unix:///PATH | HOST:PORT] [--db FILE] [--templates DIR]
+//          [--worker EXE] [--token T] [--max-message-bytes N] [--queue N] [--reflection]
+//          [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
+//
+// --config FILE: one `key = value` per line, keys the long flag names without dashes,
+// `#` comments, e.g. `listen = "127.0.0.1:50051"` (CLI11's TOML-like config format; an
+// unknown key is an error). Flags on the command line win over the file.
+// deploy/ktuned.conf.example lists every key with its default.
+//
+// TLS is for a HOST:PORT listener only: a unix socket stays plaintext (it is made 0600).
+//
+// Exit status: 0 after SIGTERM/SIGINT (the running tune is left resumable), 1 when the
+// store, the templates, a TLS file or the listener cannot be set up, 2 for bad flags (or a
+// config file that does not parse, or TLS flags with a unix socket).
+#include <pthread.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/strings/str_cat.h"
+#include "server/base/file.h"
+#include "server/base/paths.h"
+#include "server/engine/engine.h"
+#include "frontends/ktuned/ktune_server.h"
+#include "frontends/ktuned/tls_pairing.h"
+
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+int Fail(const std::string& what, const absl::Status& s) {
+  std::fprintf(stderr, "ktuned: %s: %s\n", what.c_str(), s.ToString().c_str());
+  return kExitFailed;
+}
+
+int Usage(const std::string& what) {
+  std::fprintf(stderr, "ktuned: %s\n", what.c_str());
+  return kExitUsage;
+}
+
+// Reads the PEM file a flag names into *pem; empty path: nothing to read.
+absl::Status ReadPem(const char* flag, const std::string& path, std::string* pem) {
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> text = ktune::ReadFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat(flag, " ", path, ": ", text.status().message()));
+  }
+  if (text->find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": not a PEM file"));
+  }
+  *pem = *std::move(text);
+  return absl::OkStatus();
+}
+
+// Every flag, at its default until parsed.
+struct Flags {
+  std::string listen = ktune::DefaultDaemonTarget();
+  std::string db;
+  std::string templates = ktune::DefaultTemplatesDir();
+  std::string worker = ktune::DefaultWorkerPath();
+  std::string token;
+  int max_message_bytes = 64 << 20;
+  int queue = 64;
+  int64_t artifact_cache_mb = ktune::ServerOptions{}.artifact_cache_bytes >> 20;
+  bool reflection = false;
+  std::string tls_cert, tls_key, tls_client_ca;
+  bool tls() const { return !tls_cert.empty() || !tls_key.empty() || !tls_client_ca.empty(); }
+};
+
+// Parses the command line (and --config FILE) into *f. An exit status when ktuned should
+// stop here (--help, or bad usage).
+std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
+  CLI::App app("ktuned: the ktune kernel autotuning daemon");
+  app.set_config("--config", "", "Read flags from FILE (key = value lines; flags win)");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.add_option("--listen", f->listen, "unix:///PATH or HOST:PORT")->capture_default_str();
+  app.add_option("--db", f->db, "SQLite store (default: " + ktune::DefaultDbPath() + ")");
+  app.add_option("--templates", f->templates, "Kernel templates folder")->capture_default_str();
+  app.add_option("--worker", f->worker, "ktune-worker program")->capture_default_str();
+  app.add_option("--token", f->token, "Require 'authorization: Bearer TOKEN' on every call");
+  app.add_option("--max-message-bytes", f->max_message_bytes, "Largest gRPC message")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--queue", f->queue, "Most tuning jobs waiting")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--artifact-cache-mb", f->artifact_cache_mb,
+                 "Memory for answered artifacts (MiB of cubins; 0: every hit reads the store)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("--reflection", f->reflection, "Serve gRPC reflection");
+  app.add_option("--tls-cert", f->tls_cert, "TLS server certificate chain (PEM; TCP only)");
+  app.add_option("--tls-key", f->tls_key, "TLS server private key (PEM)");
+  app.add_option("--tls-client-ca", f->tls_client_ca,
+                 "Require client certificates signed by this CA (PEM): mutual TLS");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 has its own exit codes per parse error; ktuned keeps one: 2 for bad usage.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+  return std::nullopt;
+}
+
+// Checks the TLS flags against each other and reads their files into `options`. An exit
+// status when they do not fit or a file cannot be read.
+std::optional<int> ReadTls(const Flags& f, ktune::ServerOptions* options) {
+  switch (ktune::CheckTlsPairing(absl::StartsWith(f.listen, "unix:"), !f.tls_cert.empty(),
+                                 !f.tls_key.empty(), !f.tls_client_ca.empty())) {
+    case ktune::TlsMisfit::kUnixSocket:
+      return Usage(absl::StrCat("--tls-cert/--tls-key/--tls-client-ca: ", f.listen,
+                                " is a unix socket, which stays plaintext (its 0600 mode "
+                                "guards it); TLS needs --listen HOST:PORT"));
+    case ktune::TlsMisfit::kHalfPair:
+      return Usage("--tls-cert and --tls-key go together: give both");
+    case ktune::TlsMisfit::kClientCaAlone:
+      return Usage("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key too");
+    case ktune::TlsMisfit::kNone:
+      break;
+  }
+  for (absl::Status s : {ReadPem("--tls-cert", f.tls_cert, &options->tls_cert_pem),
+                         ReadPem("--tls-key", f.tls_key, &options->tls_key_pem),
+                         ReadPem("--tls-client-ca", f.tls_client_ca, &options->tls_client_ca_pem)}) {
+    if (!s.ok()) return Fail("tls", s);
+  }
+  return std::nullopt;
+}
+
+// Opens the engine (server/engine/engine.h) over the flags' templates, store and worker,
+// warning about each template that did not load. An exit status when it cannot be opened.
+std::optional<int> OpenEngine(const Flags& f, std::unique_ptr<ktune::Engine>* engine) {
+  ktune::EngineOptions o;
+  o.templates_dir = f.templates;
+  o.db = f.db;
+  o.worker = f.worker;
+  o.exclusive_store = true;  // one ktuned per store file
+  absl::StatusOr<std::unique_ptr<ktune::Engine>> opened = ktune::OpenEngine(std::move(o));
+  if (!opened.ok()) return Fail("engine", opened.status());
+  *engine = *std::move(opened);
+  for (const absl::Status& err : (*engine)->registry->errors()) {
+    std::fprintf(stderr, "ktuned: template not loaded: %s\n", std::string(err.message()).c_str());
+  }
+  return std::nullopt;
+}
+
+// The server's options from the flags and the engine, over `options` (its TLS already read).
+void FillOptions(const Flags& f, const ktune::Engine& e, ktune::ServerOptions* options) {
+  options->listen = f.listen;
+  options->registry = e.registry.get();
+  options->store = e.store.get();
+  options->compiler = e.compiler.get();
+  options->pool = e.pool.get();
+  options->gpu_factory = e.gpu_factory;
+  options->queue_capacity = f.queue;
+  options->artifact_cache_bytes = f.artifact_cache_mb << 20;
+  options->token = f.token;
+  options->max_message_bytes = f.max_message_bytes;
+  options->reflection = f.reflection;
+}
+
+// Says where the server listens, then serves until SIGTERM/SIGINT arrives on `signals`.
+void Serve(const Flags& f, const std::string& db_path, ktune::KtuneServer& server,
+           sigset_t signals) {
+  if (server.compile_only()) {
+    std::fprintf(stderr, "ktuned: compile-only (lookups and FALLBACK compiles): %s\n",
+                 server.compile_only_reason().c_str());
+  }
+  std::string where = f.listen;
+  if (server.port() > 0 && absl::EndsWith(f.listen, ":0")) {
+    where = absl::StrCat(f.listen.substr(0, f.listen.size() - 1), server.port());
+  }
+  std::fprintf(stderr, "ktuned: serving on %s%s, store %s\n", where.c_str(),
+               f.tls_client_ca.empty() ? (f.tls() ? " (TLS)" : "") : " (mutual TLS)",
+               db_path.c_str());
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "ktuned: signal %d: shutting down\n", sig);
+    server.Shutdown();
+  });
+  server.Wait();
+  waiter.join();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Debian's Abseil is built with Mutex deadlock detection on, which keeps a lock graph on
+  // every Lock (~3 % of a cache hit's CPU, profiled). The tests keep it, and find any lock
+  // order inversion there; the daemon does not pay for it on every call.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  Flags flags;
+  if (std::optional<int> code = ParseFlags(argc, argv, &flags)) return *code;
+  ktune::ServerOptions options;
+  if (std::optional<int> code = ReadTls(flags, &options)) return *code;
+
+  // Signals go to one thread that sigwaits; every other thread inherits them blocked.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::unique_ptr<ktune::Engine> engine;
+  if (std::optional<int> code = OpenEngine(flags, &engine)) return *code;
+  FillOptions(flags, *engine, &options);
+  absl::StatusOr<std::unique_ptr<ktune::KtuneServer>> server =
+      ktune::StartKtuneServer(std::move(options));
+  if (!server.ok()) return Fail("server", server.status());
+  Serve(flags, engine->db_path, **server, signals);
+  server->reset();
+  return 0;
+}

@@ -1,0 +1,214 @@
+// Runs the built ktuned program as an operator would: on a unix socket in a temporary
+// folder with the shipped templates, from a config file, with TLS on loopback; checks that
+// it serves, that its socket is 0600, that SIGTERM ends it with status 0, and the exit
+// status and message of flags that do not fit. The worker path is made not to exist, so
+// ktuned runs compile-only on any host (a GPU host included) and the test needs no GPU.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/lib/ktune_client.h"
+#include "server/base/file.h"
+#include "tests/ktuned/ops_testing.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/ktuned_process.h"
+#include "tests/testing/subprocess.h"
+
+namespace ktune {
+namespace {
+
+using ::testing::HasSubstr;
+
+using testing::Ktuned;
+
+class KtunedTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::NewTempDir(); }
+  // Flags every run gets: a db in the temp folder, the shipped templates, no worker.
+  std::vector<std::string> Base() const {
+    return {"--db",        dir_ + "/ktune.db",
+            "--templates", testing::ShippedTemplatesDir(),
+            "--worker",    dir_ + "/no-such-ktune-worker"};
+  }
+  // Flags of a ktuned with its own store `db` (in the temp folder) on `listen`.
+  std::vector<std::string> Own(const std::string& db, const std::string& listen) const {
+    return {"--db",     dir_ + "/" + db, "--templates", testing::ShippedTemplatesDir(),
+            "--worker", dir_ + "/no-such-ktune-worker", "--listen", listen};
+  }
+  std::vector<std::string> With(std::vector<std::string> more) const {
+    std::vector<std::string> args = Base();
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  }
+  static absl::StatusOr<client::TemplateList> Templates(const std::string& target,
+                                                        client::ClientOptions options = {}) {
+    options.default_deadline = absl::Seconds(10);
+    absl::StatusOr<std::unique_ptr<client::KtuneClient>> c = client::Connect(target, options);
+    if (!c.ok()) return c.status();
+    return (*c)->ListTemplates();
+  }
+  std::string dir_;
+};
+
+TEST_F(KtunedTest, ServesOnAUnixSocketAndStopsOnSigterm) {
+  const std::string socket = dir_ + "/run/ktuned.sock";
+  Ktuned d(dir_, With({"--listen", "unix://" + socket}));
+  ASSERT_THAT(d.WaitServing(), HasSubstr(socket)) << d.Stderr();
+  struct stat st;
+  ASSERT_EQ(stat(socket.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  absl::StatusOr<client::TemplateList> list = Templates("unix://" + socket);
+  ASSERT_TRUE(list.ok()) << list.status() << "\n" << d.Stderr();
+  EXPECT_GE(list->templates.size(), 1u);
+  EXPECT_TRUE(list->errors.empty());
+  bool has_rmsnorm = false;
+  for (const client::TemplateInfo& t : list->templates) has_rmsnorm |= t.name == "rmsnorm";
+  EXPECT_TRUE(has_rmsnorm);
+
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr("shutting down"));
+}
+
+TEST_F(KtunedTest, ConfigFileSetsFlagsAndTheCommandLineWins) {
+  const std::string from_file = dir_ + "/file.sock", from_flag = dir_ + "/flag.sock";
+  ASSERT_TRUE(AtomicWriteFile(dir_ + "/ktuned.conf",
+                              absl::StrCat("# test config\n"
+                                           "listen = \"unix://",
+                                           from_file, "\"\n", "db = \"", dir_, "/conf.db\"\n",
+                                           "templates = \"", testing::ShippedTemplatesDir(), "\"\n",
+                                           "worker = \"", dir_, "/no-such-worker\"\n",
+                                           "token = \"\"  # empty: no token\n"
+                                           "queue = 8\n"
+                                           "reflection = true\n"))
+                  .ok());
+  Ktuned d(dir_, {"--config", dir_ + "/ktuned.conf", "--listen", "unix://" + from_flag});
+  ASSERT_THAT(d.WaitServing(), HasSubstr(from_flag)) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr(dir_ + "/conf.db"));
+  EXPECT_TRUE(Templates("unix://" + from_flag).ok());
+  struct stat st;
+  EXPECT_NE(stat(from_file.c_str(), &st), 0);
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+}
+
+TEST_F(KtunedTest, ConfigFileWithAnUnknownKeyIsUsage) {
+  ASSERT_TRUE(AtomicWriteFile(dir_ + "/bad.conf", "lisen = \"unix:///tmp/x.sock\"\n").ok());
+  Ktuned d(dir_, With({"--config", dir_ + "/bad.conf"}));
+  EXPECT_EQ(d.Wait(absl::Seconds(10)), 2) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr("lisen"));
+}
+
+TEST_F(KtunedTest, TlsWithAUnixSocketIsUsage) {
+  Ktuned d(dir_, With({"--listen", "unix://" + dir_ + "/k.sock", "--tls-cert", "c.pem", "--tls-key",
+                       "k.pem"}));
+  EXPECT_EQ(d.Wait(absl::Seconds(10)), 2) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr("unix socket, which stays plaintext"));
+}
+
+TEST_F(KtunedTest, MissingPemNamesTheFlagAndTheFile) {
+  const std::string missing = dir_ + "/no-such-cert.pem";
+  ASSERT_TRUE(AtomicWriteFile(dir_ + "/key.pem", "-----BEGIN PRIVATE KEY-----\n").ok());
+  Ktuned d(dir_, With({"--listen", "127.0.0.1:0", "--tls-cert", missing, "--tls-key",
+                       dir_ + "/key.pem"}));
+  EXPECT_EQ(d.Wait(absl::Seconds(10)), 1) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr("--tls-cert " + missing));
+}
+
+TEST_F(KtunedTest, MutualTlsOnLoopback) {
+  testing::TestCerts certs = testing::MakeTestCerts(dir_);
+  if (!certs.skip_reason.empty()) GTEST_SKIP() << certs.skip_reason;
+  ASSERT_TRUE(certs.error.empty()) << certs.error;
+  Ktuned d(dir_, With({"--listen", "127.0.0.1:0", "--tls-cert", dir_ + "/server.pem", "--tls-key",
+                       dir_ + "/server.key", "--tls-client-ca", dir_ + "/ca.pem"}));
+  const std::string serving = d.WaitServing();
+  ASSERT_THAT(serving, HasSubstr("(mutual TLS)")) << d.Stderr();
+  const std::string target = serving.substr(0, serving.find(' '));
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(target.substr(target.rfind(':') + 1), &port)) << serving;
+  ASSERT_GT(port, 0);
+
+  client::ClientOptions no_cert;
+  no_cert.tls_root_certs_pem = certs.ca_pem;
+  EXPECT_FALSE(Templates(target, no_cert).ok());
+  EXPECT_FALSE(Templates(target, {}).ok());  // plaintext
+  client::ClientOptions with_cert = no_cert;
+  with_cert.tls_client_cert_chain_pem = certs.client_pem;
+  with_cert.tls_client_key_pem = certs.client_key;
+  absl::StatusOr<client::TemplateList> list = Templates(target, with_cert);
+  EXPECT_TRUE(list.ok()) << list.status() << "\n" << d.Stderr();
+
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+}
+
+// A second ktuned on the same unix socket path used to unlink and take it, leaving the first
+// running and unreachable: now it exits 1 naming the lock and the holder, and the first
+// keeps serving. Once the first is gone, the path is free again.
+TEST_F(KtunedTest, ASecondKtunedOnTheSameSocketIsRefused) {
+  const std::string socket = dir_ + "/run/ktuned.sock";
+  MakeDirs(dir_ + "/first").IgnoreError();
+  MakeDirs(dir_ + "/second").IgnoreError();
+  Ktuned first(dir_ + "/first", Own("first.db", "unix://" + socket));
+  ASSERT_THAT(first.WaitServing(), HasSubstr(socket)) << first.Stderr();
+  {
+    Ktuned second(dir_ + "/second", Own("second.db", "unix://" + socket));
+    EXPECT_EQ(second.Wait(absl::Seconds(20)), 1) << second.Stderr();
+    EXPECT_THAT(second.Stderr(), HasSubstr(socket + ".lock is held by another process (pid " +
+                                           std::to_string(first.pid()) + ")"));
+  }
+  EXPECT_TRUE(Templates("unix://" + socket).ok()) << "the first lost its socket";
+  first.Terminate();
+  EXPECT_EQ(first.Wait(absl::Seconds(5)), 0) << first.Stderr();
+  Ktuned third(dir_ + "/second", Own("second.db", "unix://" + socket));
+  EXPECT_THAT(third.WaitServing(), HasSubstr(socket)) << third.Stderr();
+  third.Terminate();
+  EXPECT_EQ(third.Wait(absl::Seconds(5)), 0) << third.Stderr();
+}
+
+// Two ktuned on one TCP port used to both listen (SO_REUSEPORT) and split the connections.
+TEST_F(KtunedTest, ASecondKtunedOnTheSameTcpPortIsRefused) {
+  MakeDirs(dir_ + "/first").IgnoreError();
+  MakeDirs(dir_ + "/second").IgnoreError();
+  Ktuned first(dir_ + "/first", Own("first.db", "127.0.0.1:0"));
+  const std::string serving = first.WaitServing();
+  ASSERT_THAT(serving, HasSubstr("127.0.0.1:")) << first.Stderr();
+  const std::string address = serving.substr(0, serving.find_first_of(", "));
+  Ktuned second(dir_ + "/second", Own("second.db", address));
+  EXPECT_EQ(second.Wait(absl::Seconds(20)), 1) << second.Stderr();
+  EXPECT_THAT(second.Stderr(), HasSubstr("cannot listen on " + address)) << second.Stderr();
+  EXPECT_TRUE(Templates(address).ok());
+  first.Terminate();
+  EXPECT_EQ(first.Wait(absl::Seconds(5)), 0) << first.Stderr();
+}
+
+// Two daemons writing one store file: the second is refused, naming the store's lock.
+TEST_F(KtunedTest, ASecondKtunedOnTheSameStoreIsRefused) {
+  MakeDirs(dir_ + "/first").IgnoreError();
+  MakeDirs(dir_ + "/second").IgnoreError();
+  Ktuned first(dir_ + "/first", With({"--listen", "unix://" + dir_ + "/a.sock"}));
+  ASSERT_THAT(first.WaitServing(), HasSubstr("a.sock")) << first.Stderr();
+  Ktuned second(dir_ + "/second", With({"--listen", "unix://" + dir_ + "/b.sock"}));
+  EXPECT_EQ(second.Wait(absl::Seconds(20)), 1) << second.Stderr();
+  EXPECT_THAT(second.Stderr(), HasSubstr("store " + dir_ + "/ktune.db is served by another ktuned"));
+  EXPECT_THAT(second.Stderr(), HasSubstr(dir_ + "/ktune.db.lock is held by another process"));
+  first.Terminate();
+  EXPECT_EQ(first.Wait(absl::Seconds(5)), 0) << first.Stderr();
+}
+
+}  // namespace
+}  // namespace ktune

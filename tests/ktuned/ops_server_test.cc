@@ -1,0 +1,232 @@
+// ktuned's operator side in process: TLS and mutual TLS on a loopback TCP listener (with a
+// throwaway CA made by openssl), and gRPC health following the GPU's health. Fakes at the
+// compiler and GPU seams, the test template "tiny", a SQLite file in a temporary folder.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "client/lib/ktune_client.h"
+#include "ktune/v1/ktune.grpc.pb.h"
+#include "frontends/ktuned/ktune_server.h"
+#include "tests/ktuned/ops_testing.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/fakes.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ktune {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kServing = 1;
+constexpr int kNotServing = 2;
+
+// A FakeGpu whose Info() the test can make fail (and recover) while the server runs: the
+// flag is atomic, since the GPU's queue thread reads it.
+class FlakyFakeGpu : public testing::FakeGpu {
+ public:
+  std::atomic<bool> fail{false};
+  absl::StatusOr<v1::DeviceInfo> Info() override {
+    if (fail) return absl::UnavailableError("ktune-worker for GPU 0 exited: planted failure");
+    return FakeGpu::Info();
+  }
+};
+
+class OpsServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::NewTempDir();
+    auto registry = LoadTemplateRegistry(testing::TestTemplatesDir());
+    ASSERT_TRUE(registry.ok()) << registry.status();
+    registry_ = *std::move(registry);
+    auto store = store::OpenSqliteStore(dir_ + "/ktune.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+    server_.reset();
+  }
+
+  ServerOptions Options(const std::string& listen, bool with_gpu) {
+    ServerOptions o;
+    o.listen = listen;
+    o.registry = registry_.get();
+    o.store = store_.get();
+    o.compiler = &compiler_;
+    o.compile_threads = 2;
+    if (with_gpu) {
+      o.gpu_factory = [this](int ordinal) -> absl::StatusOr<std::unique_ptr<Gpu>> {
+        if (ordinal > 0) return absl::NotFoundError("no such GPU");
+        auto gpu = std::make_unique<FlakyFakeGpu>();
+        gpu_ = gpu.get();
+        return gpu;
+      };
+    }
+    return o;
+  }
+  void Start(ServerOptions o) {
+    auto server = StartKtuneServer(std::move(o));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  std::string Target() const { return absl::StrCat("127.0.0.1:", server_->port()); }
+
+  // ListTemplates through libktune_client with `options` (short deadline: a refused
+  // handshake shows as UNAVAILABLE when it passes or at once).
+  absl::Status ListTemplates(client::ClientOptions options) {
+    options.default_deadline = absl::Seconds(5);
+    absl::StatusOr<std::unique_ptr<client::KtuneClient>> c = client::Connect(Target(), options);
+    if (!c.ok()) return c.status();
+    absl::StatusOr<client::TemplateList> list = (*c)->ListTemplates();
+    if (!list.ok()) return list.status();
+    if (list->templates.size() != 1 || list->templates[0].name != "tiny") {
+      return absl::InternalError("unexpected template list");
+    }
+    return absl::OkStatus();
+  }
+
+  std::string dir_;
+  std::unique_ptr<TemplateRegistry> registry_;
+  std::unique_ptr<store::Store> store_;
+  testing::FakeCompiler compiler_;
+  FlakyFakeGpu* gpu_ = nullptr;
+  std::unique_ptr<KtuneServer> server_;
+};
+
+TEST_F(OpsServerTest, TlsServesTlsClientsOnly) {
+  testing::TestCerts certs = testing::MakeTestCerts(dir_);
+  if (!certs.skip_reason.empty()) GTEST_SKIP() << certs.skip_reason;
+  ASSERT_TRUE(certs.error.empty()) << certs.error;
+  ServerOptions o = Options("127.0.0.1:0", /*with_gpu=*/false);
+  o.tls_cert_pem = certs.server_pem;
+  o.tls_key_pem = certs.server_key;
+  Start(std::move(o));
+  ASSERT_GT(server_->port(), 0);
+
+  client::ClientOptions tls;
+  tls.tls_root_certs_pem = certs.ca_pem;
+  EXPECT_OK(ListTemplates(tls));
+  // A TLS client that does not trust the CA, and a plaintext client, are both refused.
+  client::ClientOptions other_roots;
+  other_roots.tls_root_certs_pem = certs.client_pem;  // not a CA
+  EXPECT_THAT(ListTemplates(other_roots),
+              testing::StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+  EXPECT_THAT(ListTemplates({}), testing::StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+}
+
+TEST_F(OpsServerTest, MutualTlsNeedsTheClientCertificate) {
+  testing::TestCerts certs = testing::MakeTestCerts(dir_);
+  if (!certs.skip_reason.empty()) GTEST_SKIP() << certs.skip_reason;
+  ASSERT_TRUE(certs.error.empty()) << certs.error;
+  ServerOptions o = Options("127.0.0.1:0", /*with_gpu=*/false);
+  o.tls_cert_pem = certs.server_pem;
+  o.tls_key_pem = certs.server_key;
+  o.tls_client_ca_pem = certs.ca_pem;
+  Start(std::move(o));
+
+  client::ClientOptions no_cert;
+  no_cert.tls_root_certs_pem = certs.ca_pem;
+  EXPECT_THAT(ListTemplates(no_cert),
+              testing::StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+  client::ClientOptions with_cert = no_cert;
+  with_cert.tls_client_cert_chain_pem = certs.client_pem;
+  with_cert.tls_client_key_pem = certs.client_key;
+  EXPECT_OK(ListTemplates(with_cert));
+}
+
+TEST_F(OpsServerTest, TlsSettingsThatDoNotFitAreRefused) {
+  ServerOptions unix_tls = Options("unix://" + dir_ + "/ktuned.sock", false);
+  unix_tls.tls_cert_pem = "cert";
+  unix_tls.tls_key_pem = "key";
+  EXPECT_THAT(StartKtuneServer(std::move(unix_tls)).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unix socket")));
+  ServerOptions half = Options("127.0.0.1:0", false);
+  half.tls_cert_pem = "cert";
+  EXPECT_THAT(StartKtuneServer(std::move(half)).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("private key")));
+  ServerOptions ca_only = Options("127.0.0.1:0", false);
+  ca_only.tls_client_ca_pem = "ca";
+  EXPECT_THAT(StartKtuneServer(std::move(ca_only)).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("mTLS")));
+}
+
+TEST_F(OpsServerTest, HealthFollowsTheGpu) {
+  Start(Options("unix://" + dir_ + "/run/ktuned.sock", /*with_gpu=*/true));
+  ASSERT_FALSE(server_->compile_only());
+  auto channel = grpc::CreateChannel("unix://" + dir_ + "/run/ktuned.sock",
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Ktune::NewStub(channel);
+  auto devices = [&] {
+    grpc::ClientContext ctx;
+    v1::GetDevicesResponse r;
+    EXPECT_TRUE(stub->GetDevices(&ctx, {}, &r).ok());
+    EXPECT_EQ(r.devices_size(), 1);
+    return r.devices_size() == 1 ? r.devices(0) : v1::Device();
+  };
+  auto tune = [&](int64_t n) {
+    v1::GetKernelRequest req;
+    req.set_template_id("tiny");
+    req.set_dtype("f32");
+    (*req.mutable_shape())["n"] = n;
+    req.set_policy(v1::TUNE);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+    v1::GetKernelResponse resp;
+    return stub->GetKernel(&ctx, req, &resp);
+  };
+
+  EXPECT_TRUE(server_->serving());
+  EXPECT_EQ(testing::HealthStatus(channel, ""), kServing);
+  EXPECT_EQ(testing::HealthStatus(channel, "ktune.v1.Ktune"), kServing);
+  EXPECT_TRUE(devices().healthy());
+  ASSERT_TRUE(tune(1000).ok());
+
+  // The worker dies: the next job fails on Info() and the only GPU turns unhealthy.
+  gpu_->fail = true;
+  grpc::Status failed = tune(2000);
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::UNAVAILABLE) << failed.error_message();
+  EXPECT_FALSE(server_->serving());
+  EXPECT_EQ(testing::HealthStatus(channel, ""), kNotServing);
+  EXPECT_EQ(testing::HealthStatus(channel, "ktune.v1.Ktune"), kNotServing);
+  v1::Device sick = devices();
+  EXPECT_FALSE(sick.healthy());
+  EXPECT_THAT(sick.status(), HasSubstr("planted failure"));
+  // Lookups still serve.
+  {
+    v1::GetKernelRequest req;
+    req.set_template_id("tiny");
+    req.set_dtype("f32");
+    (*req.mutable_shape())["n"] = 1000;
+    req.set_policy(v1::CACHE_ONLY);
+    grpc::ClientContext ctx;
+    v1::GetKernelResponse resp;
+    EXPECT_TRUE(stub->GetKernel(&ctx, req, &resp).ok());
+  }
+
+  // It comes back: the next job's Info() succeeds and the GPU is healthy again.
+  gpu_->fail = false;
+  grpc::Status ok = tune(3000);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_TRUE(server_->serving());
+  EXPECT_EQ(testing::HealthStatus(channel, ""), kServing);
+  v1::Device well = devices();
+  EXPECT_TRUE(well.healthy());
+  EXPECT_EQ(well.status(), "");
+}
+
+TEST_F(OpsServerTest, CompileOnlyIsAlwaysServing) {
+  Start(Options("unix://" + dir_ + "/ktuned.sock", /*with_gpu=*/false));
+  ASSERT_TRUE(server_->compile_only());
+  auto channel =
+      grpc::CreateChannel("unix://" + dir_ + "/ktuned.sock", grpc::InsecureChannelCredentials());
+  EXPECT_TRUE(server_->serving());
+  EXPECT_EQ(testing::HealthStatus(channel, ""), kServing);
+  EXPECT_EQ(testing::HealthStatus(channel, "ktune.v1.Ktune"), kServing);
+}
+
+}  // namespace
+}  // namespace ktune
