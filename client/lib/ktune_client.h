@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -163,9 +164,15 @@ struct TuneRequest {
   std::string dtype;
   Shape shape;
   int32_t gpu = 0;
-  std::string strategy;  // "exhaustive" (empty) or "random"
-  int64_t budget = 0;    // most candidates to measure; 0: all
+  std::string strategy;  // "guided" (empty), "exhaustive" or "random"
+  int64_t budget = 0;    // most candidates to measure; 0: the strategy's default
   bool force = false;    // re-tune even when a fresh entry exists
+  double time_s = 0;     // stop starting candidates after this; 0: no limit
+  // Guided: stop when the next batch is expected to gain less (unset: the daemon's 0.01).
+  std::optional<double> min_gain;
+  // Guided and random: stop at this fraction of the roofline (unset: 0.97; 0: never).
+  std::optional<double> roofline_stop;
+  bool warm_start = true;  // guided: start from neighbouring keys' winners
   // Tuning takes minutes: zero means no deadline here (not the client's default).
   absl::Duration deadline = absl::ZeroDuration();
 };

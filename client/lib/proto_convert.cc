@@ -172,6 +172,10 @@ v1::TuneRequest ToProto(const TuneRequest& r) {
   p.set_strategy(r.strategy);
   p.set_budget(r.budget);
   p.set_force(r.force);
+  p.set_time_s(r.time_s);
+  if (r.min_gain) p.set_min_gain(*r.min_gain);
+  if (r.roofline_stop) p.set_roofline_stop(*r.roofline_stop);
+  p.set_no_warm_start(!r.warm_start);
   return p;
 }
 

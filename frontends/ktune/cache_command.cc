@@ -239,6 +239,9 @@ int RunShow(const ShowArgs& args) {
     absl::StrAppend(&out, ", its job and trials pruned");
   }
   absl::StrAppend(&out, "\n");
+  if (job && !job->stop_reason.empty()) {
+    absl::StrAppend(&out, "stopped    ", job->stop_reason, "\n");
+  }
 
   // Why it won: the timed candidates fastest first, then what failed.
   std::vector<const store::Trial*> ok, failed;

@@ -2,13 +2,27 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "server/base/status_macros.h"
 
 namespace ktune::cli {
 
 absl::Status CheckTuneJobFlags(const TuneJobFlags& flags) {
-  if (flags.budget < 0) return absl::InvalidArgumentError("--budget: must be >= 0");
-  if (flags.time_s < 0) return absl::InvalidArgumentError("--time: must be >= 0");
+  if (absl::Status s = CheckSearchSettings(flags.search); !s.ok()) {
+    // The engine names fields in its own words; the user typed flags.
+    static const std::pair<const char*, const char*> kFlags[] = {
+        {"strategy:", "--strategy:"},  {"budget:", "--budget:"},
+        {"time limit:", "--time:"},    {"min gain:", "--min-gain:"},
+        {"roofline stop:", "--roofline-stop:"}};
+    for (const auto& [field, flag] : kFlags) {
+      if (absl::StartsWith(s.message(), field)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, s.message().substr(std::string_view(field).size())));
+      }
+    }
+    return s;
+  }
   if (flags.min_sample_us < 0) return absl::InvalidArgumentError("--min-sample-us: must be >= 0");
   return absl::OkStatus();
 }
@@ -19,9 +33,7 @@ TuneRequest JobRequest(const TuneJobFlags& flags, std::string template_name, DTy
   request.template_name = std::move(template_name);
   request.dtype = dtype;
   request.shape = std::move(shape);
-  request.strategy = flags.strategy;
-  request.budget = flags.budget;
-  request.time_limit_s = flags.time_s;
+  request.search = flags.search;
   request.seed = flags.seed;
   request.timing.set_min_sample_us(flags.min_sample_us);
   return request;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -19,9 +20,10 @@ namespace ktune::cli {
 // The flags every tuning job takes, with one key or a spec (and, but for the first four and
 // quiet, only in this process).
 struct TuneJobFlags {
-  std::string strategy = "exhaustive";
-  int64_t budget = 0;
-  double time_s = 0;
+  SearchSettings search;  // --strategy, --budget, --time, --min-gain, --roofline-stop
+  // The search fields given on the command line ("strategy", "budget", "time", "min_gain",
+  // "roofline_stop", "warm_start"): they win over a spec's search block.
+  std::set<std::string> search_flags;
   uint64_t seed = 1;
   bool quiet = false;  // no progress display
   std::string db;
@@ -35,7 +37,8 @@ struct TuneJobFlags {
   double min_sample_us = 0;
 };
 
-// kInvalidArgument naming --budget, --time or --min-sample-us when negative.
+// kInvalidArgument naming --strategy, --budget, --time, --min-gain, --roofline-stop or
+// --min-sample-us when out of range.
 absl::Status CheckTuneJobFlags(const TuneJobFlags& flags);
 
 // A tuning request for one key with the job's strategy, budget, time limit, seed and timing.

@@ -56,6 +56,9 @@ struct KeyResult {
   int64_t trials = 0;          // kTuned: trials of the job, earlier runs' included
   int64_t resumed_trials = 0;  // kTuned: of those, from an interrupted run
   double seconds = 0;          // kTuned: this run's wall time for the key
+  std::string strategy;        // kTuned here: the job's strategy; "" through a daemon
+  std::string stop_reason;     // kTuned here: why its search stopped
+  int64_t space_size = 0;      // kTuned here: the key's valid candidates
 
   double speedup() const {
     return time_ns > 0 && default_time_ns > 0 ? default_time_ns / time_ns : 0;
@@ -112,6 +115,9 @@ KeyResult FromTuned(const SpecKey& key, const TuneResult& tuned) {
   r.trials = static_cast<int64_t>(tuned.trials.size());
   r.resumed_trials = tuned.resumed_trials;
   r.seconds = tuned.seconds;
+  r.strategy = tuned.strategy;
+  r.stop_reason = tuned.stop_reason;
+  r.space_size = tuned.space_size;
   return r;
 }
 
@@ -265,6 +271,11 @@ nlohmann::json ToJson(const std::string& spec_path, const std::string& model,
       if (r.state == KeyState::kTuned) {
         k["resumed_trials"] = r.resumed_trials;
         k["seconds"] = r.seconds;
+        if (!r.strategy.empty()) {
+          k["strategy"] = r.strategy;
+          k["stop_reason"] = r.stop_reason;
+          k["space_size"] = r.space_size;
+        }
       }
     }
     keys.push_back(std::move(k));
@@ -281,19 +292,36 @@ nlohmann::json ToJson(const std::string& spec_path, const std::string& model,
   return out;
 }
 
+
+// The spec's search block under the command line's: each field the spec sets and no flag
+// gave.
+TuneJobFlags WithSpecSearch(const TuneJobFlags& flags, const TuningSpec& spec) {
+  TuneJobFlags out = flags;
+  SearchSettings& s = out.search;
+  const SearchSettings& from = spec.search;
+  auto take = [&](const char* field) {
+    return spec.search_fields.count(field) > 0 && flags.search_flags.count(field) == 0;
+  };
+  if (take("strategy")) s.strategy = from.strategy;
+  if (take("budget")) s.budget = from.budget;
+  if (take("time")) s.time_limit_s = from.time_limit_s;
+  if (take("min_gain")) s.min_gain = from.min_gain;
+  if (take("roofline_stop")) s.roofline_stop = from.roofline_stop;
+  if (take("warm_start")) s.warm_start = from.warm_start;
+  return out;
+}
+
 }  // namespace
 
-int RunSpecTune(const SpecTuneArgs& args) {
-  if (absl::Status s = CheckTuneJobFlags(args.job); !s.ok()) return Fail(s);
-  if (args.job.strategy != "exhaustive" && args.job.strategy != "random") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--strategy: unknown strategy '", args.job.strategy, "'; expected exhaustive or random")));
-  }
-  if (absl::Status s = CheckDaemonFlags(args.daemon, args.job); !s.ok()) return Fail(s);
+int RunSpecTune(const SpecTuneArgs& given) {
+  if (absl::Status s = CheckTuneJobFlags(given.job); !s.ok()) return Fail(s);
+  if (absl::Status s = CheckDaemonFlags(given.daemon, given.job); !s.ok()) return Fail(s);
   // Every key is checked before anything is tuned; against the local templates also in
   // daemon mode (the shipped ones, or --templates), the daemon checking its own again.
-  absl::StatusOr<TuningSpec> spec = LoadTuningSpec(args.file);
+  absl::StatusOr<TuningSpec> spec = LoadTuningSpec(given.file);
   if (!spec.ok()) return Fail(spec.status());
+  SpecTuneArgs args = given;
+  args.job = WithSpecSearch(given.job, *spec);
   absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry =
       LoadRegistryOrWarn(args.job.templates_dir);
   if (!registry.ok()) return Fail(registry.status());

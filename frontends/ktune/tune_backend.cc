@@ -137,8 +137,12 @@ class DaemonBackend : public TuneBackend {
     request.dtype = std::string(DTypeName(key.dtype));
     request.shape = key.shape;
     request.gpu = job_.ordinal;
-    request.strategy = job_.strategy;
-    request.budget = job_.budget;
+    request.strategy = job_.search.strategy;
+    request.budget = job_.search.budget;
+    request.time_s = job_.search.time_limit_s;
+    request.min_gain = job_.search.min_gain;
+    request.roofline_stop = job_.search.roofline_stop;
+    request.warm_start = job_.search.warm_start;
     // Fresh() found no fresh entry (or --force, or one key): the daemon must not hand back
     // a stale one.
     request.force = true;
@@ -172,10 +176,6 @@ class DaemonBackend : public TuneBackend {
 }  // namespace
 
 absl::Status CheckDaemonFlags(const std::string& daemon, const TuneJobFlags& job) {
-  if (!daemon.empty() && job.time_s > 0) {
-    return absl::InvalidArgumentError(
-        "--time: not supported with --daemon (ktuned's Tune takes no time limit); use --budget");
-  }
   if (!daemon.empty() && job.min_sample_us > 0) {
     return absl::InvalidArgumentError(
         "--min-sample-us: not supported with --daemon (ktuned times with its own settings)");

@@ -106,6 +106,8 @@ void PrintWinner(const TuneResult& result, const std::string& stored_in, bool lo
               result.resumed_trials
                   ? absl::StrCat(", ", result.resumed_trials, " from an earlier run").c_str()
                   : "");
+  std::printf("search    %s over %lld candidates; stopped: %s\n", result.strategy.c_str(),
+              static_cast<long long>(result.space_size), result.stop_reason.c_str());
   std::printf("stored    entry %lld in %s\n\n", static_cast<long long>(e.id), stored_in.c_str());
 }
 
@@ -184,12 +186,36 @@ Command AddTuneCommand(CLI::App& parent) {
   app->add_flag("--json", args->spec.json, "With --spec: print the summary as JSON");
   app->add_flag("--force", args->spec.force,
                 "With --spec: re-tune keys already fresh in the store");
-  app->add_option("--strategy", args->spec.job.strategy, "exhaustive or random")
-      ->capture_default_str();
-  app->add_option("--budget", args->spec.job.budget, "Most candidates to measure (0 = all)");
-  app->add_option("--time", args->spec.job.time_s,
-                  "Stop starting candidates after this many seconds");
-  app->add_option("--seed", args->spec.job.seed, "Random strategy and input data seed")
+  SearchSettings& search = args->spec.job.search;
+  // Which search fields the command line set: those win over a spec's search block.
+  auto given = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>();
+  given->emplace_back("strategy", app->add_option("--strategy", search.strategy,
+                                                  "guided (a model learns from each result, "
+                                                  "measures the most promising, stops when it "
+                                                  "expects little more), exhaustive or random")
+                                      ->capture_default_str());
+  given->emplace_back("budget", app->add_option("--budget", search.budget,
+                                                "Most candidates to measure (0 = guided: 20 % "
+                                                "of the space, at least 16; exhaustive and "
+                                                "random: all)"));
+  given->emplace_back("time", app->add_option("--time", search.time_limit_s,
+                                              "Stop starting candidates after this many seconds"));
+  given->emplace_back("min_gain",
+                      app->add_option("--min-gain", search.min_gain,
+                                      "Guided: stop when the next batch is expected to gain less "
+                                      "than this fraction (0 = never on that ground)")
+                          ->capture_default_str());
+  given->emplace_back("roofline_stop",
+                      app->add_option("--roofline-stop", search.roofline_stop,
+                                      "Guided and random: stop at a candidate reaching this "
+                                      "fraction of the key's roofline bound (0 = never)")
+                          ->capture_default_str());
+  given->emplace_back("warm_start",
+                      app->add_flag("--no-warm-start",
+                                    [&search](int64_t) { search.warm_start = false; },
+                                    "Guided: do not start from the winners of neighbouring "
+                                    "stored keys"));
+  app->add_option("--seed", args->spec.job.seed, "Guided and random strategies, input data seed")
       ->capture_default_str();
   app->add_option("--db", args->spec.job.db, "SQLite file (default: the daemon's)");
   app->add_option("--templates", args->spec.job.templates_dir,
@@ -204,7 +230,12 @@ Command AddTuneCommand(CLI::App& parent) {
                   "(0 = the worker's 20 us); 0.001 times each run alone after its own flush");
   app->add_option("--top", args->top, "Candidates to list")->capture_default_str();
   app->add_flag("--quiet", args->spec.job.quiet, "No progress display");
-  return {app, [args] { return RunTuneCommand(*args); }};
+  return {app, [args, given] {
+            for (const auto& [field, option] : *given) {
+              if (option->count() > 0) args->spec.job.search_flags.insert(field);
+            }
+            return RunTuneCommand(*args);
+          }};
 }
 
 }  // namespace ktune::cli

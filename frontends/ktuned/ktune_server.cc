@@ -137,8 +137,8 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
         return stream;
       }
     }
-    absl::StatusOr<std::shared_ptr<TuningJob>> job = resolver_->Tune(
-        *q, request->strategy().empty() ? "exhaustive" : request->strategy(), request->budget());
+    absl::StatusOr<std::shared_ptr<TuningJob>> job =
+        resolver_->Tune(*q, TuneSearchSettings(*request));
     if (!job.ok()) {
       state->End(ToGrpcStatus(job.status()));
       return stream;

@@ -70,14 +70,22 @@ absl::StatusOr<KernelQuery> ValidateGetKernel(const v1::GetKernelRequest& r,
   return ValidateKernelQuery(r.template_id(), r.dtype(), r.shape(), r.gpu(), ctx);
 }
 
+SearchSettings TuneSearchSettings(const v1::TuneRequest& r) {
+  SearchSettings s;
+  if (!r.strategy().empty()) s.strategy = r.strategy();
+  s.budget = r.budget();
+  s.time_limit_s = r.time_s();
+  if (r.has_min_gain()) s.min_gain = r.min_gain();
+  if (r.has_roofline_stop()) s.roofline_stop = r.roofline_stop();
+  s.warm_start = !r.no_warm_start();
+  return s;
+}
+
 absl::StatusOr<KernelQuery> ValidateTune(const v1::TuneRequest& r, const ValidationContext& ctx) {
-  if (!r.strategy().empty() && r.strategy() != "exhaustive" && r.strategy() != "random") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("strategy: unknown '", r.strategy(), "'; exhaustive or random"));
-  }
   if (r.budget() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("budget: must be >= 0, got ", r.budget()));
   }
+  KTUNE_RETURN_IF_ERROR(CheckSearchSettings(TuneSearchSettings(r)));
   return ValidateKernelQuery(r.template_id(), r.dtype(), r.shape(), r.gpu(), ctx);
 }
 

@@ -20,6 +20,7 @@
 #include "server/templates/shape.h"
 #include "server/templates/target.h"
 #include "server/tuning/kernel_query.h"
+#include "server/tuning/tuning_job.h"
 
 namespace ktune {
 
@@ -44,9 +45,12 @@ absl::StatusOr<KernelQuery> ValidateKernelQuery(const std::string& template_id,
 // ValidateKernelQuery plus the policy.
 absl::StatusOr<KernelQuery> ValidateGetKernel(const v1::GetKernelRequest& request,
                                               const ValidationContext& ctx);
-// ValidateKernelQuery plus strategy and budget.
+// ValidateKernelQuery plus the search settings (strategy, budget, time, stop rules).
 absl::StatusOr<KernelQuery> ValidateTune(const v1::TuneRequest& request,
                                          const ValidationContext& ctx);
+
+// The request's search settings, unset fields at their defaults.
+SearchSettings TuneSearchSettings(const v1::TuneRequest& request);
 
 }  // namespace ktune
 

@@ -24,6 +24,7 @@ struct Config {
   friend bool operator==(const Config& a, const Config& b) {
     return a.params == b.params && a.knobs == b.knobs;
   }
+  friend bool operator!=(const Config& a, const Config& b) { return !(a == b); }
   friend bool operator<(const Config& a, const Config& b);
 };
 

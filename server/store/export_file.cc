@@ -84,7 +84,8 @@ Json BundleJson(const EntryBundle& b) {
                    {"total", j.total},
                    {"error", j.error},
                    {"created_unix_ms", j.created_unix_ms},
-                   {"updated_unix_ms", j.updated_unix_ms}}},
+                   {"updated_unix_ms", j.updated_unix_ms},
+                   {"stop_reason", j.stop_reason}}},
       {"trials", std::move(trials)}};
 }
 
@@ -126,6 +127,7 @@ class Reader {
     if (!v->is_number()) return Wrong(key, "a number");
     return v->get<double>();
   }
+  bool Has(const char* key) const { return j_.contains(key); }
   absl::StatusOr<bool> Bool(const char* key) const {
     KTUNE_ASSIGN_OR_RETURN(const Json* v, Field(key));
     if (!v->is_boolean()) return Wrong(key, "true or false");
@@ -267,6 +269,10 @@ absl::StatusOr<EntryBundle> ReadBundle(const Reader& r) {
   KTUNE_ASSIGN_OR_RETURN(j.error, job.String("error"));
   KTUNE_ASSIGN_OR_RETURN(j.created_unix_ms, job.Int("created_unix_ms"));
   KTUNE_ASSIGN_OR_RETURN(j.updated_unix_ms, job.Int("updated_unix_ms"));
+  // Files written before stop reasons were kept have none.
+  if (job.Has("stop_reason")) {
+    KTUNE_ASSIGN_OR_RETURN(j.stop_reason, job.String("stop_reason"));
+  }
 
   KTUNE_ASSIGN_OR_RETURN(std::vector<Reader> trials, r.Array("trials"));
   for (const Reader& t : trials) {

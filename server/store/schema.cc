@@ -166,6 +166,12 @@ CREATE TRIGGER entries_generation_on_delete AFTER DELETE ON entries
 BEGIN UPDATE entries_generation SET value = value + 1 WHERE id = 1; END;
 )sql";
 
+// v6: why a job's search stopped (the strategy's budget or convergence, the time limit, a
+// candidate at the roofline), shown by `ktune cache show` beside the strategy.
+constexpr absl::string_view kV6 = R"sql(
+ALTER TABLE jobs ADD COLUMN stop_reason TEXT NOT NULL DEFAULT '';
+)sql";
+
 // Wraps the first read of a file: SQLite only finds out there that it is not a database.
 absl::Status NotSqliteOr(const absl::Status& s, const std::string& path) {
   if (s.code() == absl::StatusCode::kDataLoss) {
@@ -184,6 +190,7 @@ const std::vector<Migration>& Migrations() {
       {3, "last_wave, batch and l2_flushed on trials and entries", kV3},
       {4, "entries.default_time_ns", kV4},
       {5, "entries_generation, moved by triggers on entries", kV5},
+      {6, "jobs.stop_reason", kV6},
   };
   return *kMigrations;
 }

@@ -141,7 +141,7 @@ Device ReadDevice(Row& r) {
 
 constexpr absl::string_view kJobColumns =
     "id, device_model, template_id, dtype, shape, source_hash, nvrtc_version, strategy, "
-    "state, done, total, error, created_unix_ms, updated_unix_ms";
+    "state, done, total, error, created_unix_ms, updated_unix_ms, stop_reason";
 
 absl::StatusOr<Job> ReadJob(Row& r) {
   Job j;
@@ -164,6 +164,7 @@ absl::StatusOr<Job> ReadJob(Row& r) {
   j.error = r.Text();
   j.created_unix_ms = r.Int();
   j.updated_unix_ms = r.Int();
+  j.stop_reason = r.Text();
   return j;
 }
 
@@ -356,12 +357,12 @@ absl::StatusOr<int64_t> InsertJob(Db& db, const Job& job) {
       Stmt st,
       db.Prepare("INSERT INTO jobs (device_model, template_id, dtype, shape, source_hash, "
                  "nvrtc_version, strategy, state, done, total, error, created_unix_ms, "
-                 "updated_unix_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+                 "updated_unix_ms, stop_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
   const int64_t created = OrNow(job.created_unix_ms);
   st.Bind(job.key.device_model).Bind(job.key.template_id).Bind(job.key.dtype);
   st.Bind(job.key.shape).Bind(job.source_hash).Bind(job.nvrtc_version).Bind(job.strategy);
   st.Bind(JobStateName(job.state)).Bind(job.done).Bind(job.total).Bind(job.error);
-  st.Bind(created).Bind(std::max(created, job.updated_unix_ms));
+  st.Bind(created).Bind(std::max(created, job.updated_unix_ms)).Bind(job.stop_reason);
   KTUNE_RETURN_IF_ERROR(st.Run());
   return db.LastInsertRowid();
 }
@@ -502,6 +503,16 @@ class SqliteStore final : public Store {
                               "updated_unix_ms = ? WHERE id = ?"));
       st.Bind(JobStateName(state)).Bind(done).Bind(total).Bind(error).Bind(NowUnixMs());
       st.Bind(job_id);
+      KTUNE_RETURN_IF_ERROR(st.Run());
+      if (db.Changes() == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status SetJobStopReason(int64_t job_id, const std::string& reason) override {
+    return Write([&](Db& db) -> absl::Status {
+      KTUNE_ASSIGN_OR_RETURN(Stmt st, db.Prepare("UPDATE jobs SET stop_reason = ? WHERE id = ?"));
+      st.Bind(reason).Bind(job_id);
       KTUNE_RETURN_IF_ERROR(st.Run());
       if (db.Changes() == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
       return absl::OkStatus();

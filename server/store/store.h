@@ -120,6 +120,9 @@ struct Job {
   std::string error;  // why it failed; empty otherwise
   int64_t created_unix_ms = 0;
   int64_t updated_unix_ms = 0;
+  // Why the search ended: "space exhausted", "budget of 30 reached", "converged: ...",
+  // "time limit of 60 s", "roofline: ..."; empty while it runs and for older stores' jobs.
+  std::string stop_reason;
 };
 
 struct Lookup {
@@ -199,6 +202,8 @@ class Store {
   // Updates state, progress and error of an existing job; kNotFound otherwise.
   virtual absl::Status UpdateJob(int64_t job_id, JobState state, int64_t done, int64_t total,
                                  const std::string& error) = 0;
+  // Records why the job's search stopped; kNotFound for an unknown job.
+  virtual absl::Status SetJobStopReason(int64_t job_id, const std::string& reason) = 0;
   virtual absl::StatusOr<Job> GetJob(int64_t job_id) = 0;
   // Jobs in `state`, oldest first (e.g. kRunning after a crash, to resume).
   virtual absl::StatusOr<std::vector<Job>> ListJobs(JobState state) = 0;

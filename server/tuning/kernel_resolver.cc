@@ -81,8 +81,7 @@ class KernelResolverImpl final : public KernelResolver {
   }
 
   absl::StatusOr<std::shared_ptr<TuningJob>> Tune(const KernelQuery& q,
-                                                  const std::string& strategy,
-                                                  int64_t budget) override {
+                                                  const SearchSettings& search) override {
     if (gpus_.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("tuning needs a GPU and this daemon has none usable: ",
@@ -92,8 +91,7 @@ class KernelResolverImpl final : public KernelResolver {
     r.template_name = q.tmpl->name();
     r.dtype = q.dtype;
     r.shape = q.shape;
-    r.strategy = strategy;
-    r.budget = budget;
+    r.search = search;
     return options_.queue->Submit(r, q.gpu);
   }
 
@@ -125,7 +123,7 @@ class KernelResolverImpl final : public KernelResolver {
 
   // TUNE: the job's winner, when the job finishes.
   void TuneAndAnswer(const KernelQuery& q, ResolveCallback done) {
-    absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, "exhaustive", 0);
+    absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, SearchSettings{});
     if (!job.ok()) return done(job.status());
     const int64_t job_id = (*job)->id();
     (*job)->OnDone([done = std::move(done), job_id](const absl::StatusOr<TuneResult>& r) {
@@ -137,7 +135,7 @@ class KernelResolverImpl final : public KernelResolver {
   // A FALLBACK's background tune; 0 when none was started (no GPU, a full queue).
   int64_t BackgroundTune(const KernelQuery& q) {
     if (gpus_.empty()) return 0;
-    absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, "exhaustive", 0);
+    absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, SearchSettings{});
     return job.ok() ? (*job)->id() : 0;
   }
 

@@ -81,8 +81,7 @@ class KernelResolver {
   // Queues a tuning job for the query's key, or joins the identical one.
   // kFailedPrecondition without a usable GPU; the queue's errors otherwise.
   virtual absl::StatusOr<std::shared_ptr<TuningJob>> Tune(const KernelQuery& query,
-                                                          const std::string& strategy,
-                                                          int64_t budget) = 0;
+                                                          const SearchSettings& search) = 0;
 
   // The store's entries change counter (store::Store::EntriesChangeCounter): an answer
   // marked cacheable stays right until it changes.

@@ -5,6 +5,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "server/base/status_macros.h"
+#include "server/tuning/guided_strategy.h"
 
 namespace ktune {
 namespace {
@@ -26,11 +28,18 @@ class OrderedStrategy : public SearchStrategy {
   void Report(const Config& config, Outcome, double) override { reported_.insert(config); }
   int64_t Planned() const override { return static_cast<int64_t>(order_.size()); }
   std::string Name() const override { return name_; }
+  std::string StopReason() const override {
+    if (pos_ < order_.size()) return "";
+    return order_.size() < space_size_ ? absl::StrCat("budget of ", order_.size(), " reached")
+                                       : "space exhausted";
+  }
+  void set_space_size(size_t n) { space_size_ = n; }
 
  private:
   std::vector<Config> order_;
   std::string name_;
   size_t pos_ = 0;
+  size_t space_size_ = 0;
   std::set<Config> reported_;
 };
 
@@ -47,30 +56,49 @@ void DefaultFirstWithinBudget(std::vector<Config>& space, const Config& default_
 }  // namespace
 
 std::unique_ptr<SearchStrategy> NewExhaustiveStrategy(std::vector<Config> space) {
-  return std::make_unique<OrderedStrategy>(std::move(space), "exhaustive");
+  const size_t n = space.size();
+  auto s = std::make_unique<OrderedStrategy>(std::move(space), "exhaustive");
+  s->set_space_size(n);
+  return s;
 }
 
 std::unique_ptr<SearchStrategy> NewRandomStrategy(std::vector<Config> space, int64_t budget,
                                                   uint64_t seed, const Config& default_config) {
   std::mt19937_64 rng(seed);
   std::shuffle(space.begin(), space.end(), rng);
+  const size_t n = space.size();
   DefaultFirstWithinBudget(space, default_config, budget);
-  return std::make_unique<OrderedStrategy>(std::move(space),
-                                           absl::StrCat("random:", budget, ":", seed));
+  auto s = std::make_unique<OrderedStrategy>(std::move(space),
+                                             absl::StrCat("random:", budget, ":", seed));
+  s->set_space_size(n);
+  return s;
 }
 
-absl::StatusOr<std::unique_ptr<SearchStrategy>> NewStrategy(const std::string& name,
-                                                           std::vector<Config> space,
-                                                           int64_t budget, uint64_t seed,
-                                                           const Config& default_config) {
-  if (name == "exhaustive") {
-    // The space's order, with the default config first.
-    DefaultFirstWithinBudget(space, default_config, budget);
-    return NewExhaustiveStrategy(std::move(space));
+absl::Status CheckStrategyName(const std::string& name) {
+  if (name.empty() || name == "guided" || name == "exhaustive" || name == "random") {
+    return absl::OkStatus();
   }
-  if (name == "random") return NewRandomStrategy(std::move(space), budget, seed, default_config);
-  return absl::InvalidArgumentError(
-      absl::StrCat("strategy: unknown strategy '", name, "'; expected exhaustive or random"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "strategy: unknown strategy '", name, "'; expected guided, exhaustive or random"));
+}
+
+absl::StatusOr<std::unique_ptr<SearchStrategy>> NewStrategy(std::vector<Config> space,
+                                                           const StrategyOptions& options) {
+  KTUNE_RETURN_IF_ERROR(CheckStrategyName(options.name));
+  if (options.budget < 0) return absl::InvalidArgumentError("budget: must be >= 0");
+  if (options.name == "exhaustive") {
+    // The space's order, with the default config first.
+    const size_t n = space.size();
+    DefaultFirstWithinBudget(space, options.default_config, options.budget);
+    auto s = NewExhaustiveStrategy(std::move(space));
+    static_cast<OrderedStrategy*>(s.get())->set_space_size(n);
+    return s;
+  }
+  if (options.name == "random") {
+    return NewRandomStrategy(std::move(space), options.budget, options.seed,
+                             options.default_config);
+  }
+  return NewGuidedStrategy(std::move(space), options);
 }
 
 }  // namespace ktune

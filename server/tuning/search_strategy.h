@@ -27,8 +27,32 @@ class SearchStrategy {
   virtual void Report(const Config& config, Outcome outcome, double time_ns) = 0;
   // How many candidates the strategy will hand out in all (for progress and ETA).
   virtual int64_t Planned() const = 0;
-  // "exhaustive" or "random:<budget>:<seed>", recorded with the job.
+  // "exhaustive", "random:<budget>:<seed>" or "guided:<budget>:<seed>", recorded with the
+  // job (a job resumes only under the same name).
   virtual std::string Name() const = 0;
+  // Why Next came back empty, for the job's record: "space exhausted", "budget of N
+  // reached", "converged: ...". Empty while the strategy still has candidates.
+  virtual std::string StopReason() const = 0;
+};
+
+// What every strategy is built from, beside the space.
+struct StrategyOptions {
+  std::string name = "guided";  // "guided", "exhaustive" or "random"
+  // Most candidates to hand out; 0: random and exhaustive the whole space, guided 20 % of
+  // it (at least 16, or all of a smaller space).
+  int64_t budget = 0;
+  uint64_t seed = 1;
+  // Handed out first when the space has it: the baseline of every winner's speed-up.
+  Config default_config;
+  // Guided: configs to measure right after the default (the winners and leaders of
+  // neighbouring keys: a warm start); those not in the space are ignored.
+  std::vector<Config> warm_start;
+  // Guided: per config of the space, in its order, what the model learns from
+  // (candidate_features.h); empty: the configs' params and knobs only.
+  std::vector<std::vector<double>> features;
+  // Guided: stop once the model expects the next batch to improve the best time by less
+  // than this fraction (after a minimum of measurements); 0 never stops early.
+  double min_gain = 0.01;
 };
 
 // Every candidate, in the space's order.
@@ -39,12 +63,15 @@ std::unique_ptr<SearchStrategy> NewExhaustiveStrategy(std::vector<Config> space)
 std::unique_ptr<SearchStrategy> NewRandomStrategy(std::vector<Config> space, int64_t budget,
                                                   uint64_t seed, const Config& default_config);
 
-// "exhaustive" or "random" -> a strategy; kInvalidArgument naming the strategy otherwise.
-// Either hands out `default_config` first when the space has it (the speed-up baseline).
-absl::StatusOr<std::unique_ptr<SearchStrategy>> NewStrategy(const std::string& name,
-                                                           std::vector<Config> space,
-                                                           int64_t budget, uint64_t seed,
-                                                           const Config& default_config);
+// The strategy `options.name` over `space`; kInvalidArgument naming the strategy for an
+// unknown name or a negative budget. Each hands out the default config first when the
+// space has it.
+absl::StatusOr<std::unique_ptr<SearchStrategy>> NewStrategy(std::vector<Config> space,
+                                                           const StrategyOptions& options);
+
+// kInvalidArgument "strategy: unknown strategy 'X'; expected guided, exhaustive or random"
+// unless `name` is one of those (empty: the default, guided).
+absl::Status CheckStrategyName(const std::string& name);
 
 }  // namespace ktune
 

@@ -13,10 +13,13 @@
 #include "server/gpu/device_model.h"
 #include "server/templates/instance.h"
 #include "server/templates/search_space.h"
+#include "absl/strings/str_format.h"
+#include "server/tuning/candidate_features.h"
 #include "server/tuning/compile_request.h"
 #include "server/tuning/gpu_problem.h"
 #include "server/tuning/kernel_build.h"
 #include "server/tuning/search_strategy.h"
+#include "server/tuning/warm_start.h"
 
 namespace ktune {
 namespace {
@@ -192,16 +195,13 @@ class TuningRun {
   }
 
   bool TimeUp() const {
-    return request_.time_limit_s > 0 && SecondsSince(start_) >= request_.time_limit_s;
+    return request_.search.time_limit_s > 0 && SecondsSince(start_) >= request_.search.time_limit_s;
   }
 
   absl::Status Prepare() {
     KTUNE_ASSIGN_OR_RETURN(tmpl_, env_.registry->Get(request_.template_name));
     KTUNE_RETURN_IF_ERROR(ValidateRequest(*tmpl_, request_.dtype, request_.shape));
-    if (request_.budget < 0) return absl::InvalidArgumentError("budget: must be >= 0");
-    if (request_.time_limit_s < 0) {
-      return absl::InvalidArgumentError("time limit: must be >= 0");
-    }
+    KTUNE_RETURN_IF_ERROR(CheckSearchSettings(request_.search));
     KTUNE_ASSIGN_OR_RETURN(v1::DeviceInfo info, env_.gpu->Info());
     target_ = TargetForDevice(info);
     model_ = DeviceModelKey(info);
@@ -219,9 +219,39 @@ class TuningRun {
     absl::StatusOr<Config> default_config =
         DefaultConfigFor(tmpl_, request_.dtype, request_.shape, target_);
     default_config_ = default_config.ok() ? *default_config : DefaultConfig(*tmpl_, target_);
-    KTUNE_ASSIGN_OR_RETURN(strategy_, NewStrategy(request_.strategy, space.configs,
-                                                  request_.budget, request_.seed, default_config_));
+    space_size_ = static_cast<int64_t>(space.configs.size());
+    KTUNE_ASSIGN_OR_RETURN(strategy_, NewStrategy(space.configs, StrategyOptionsFor(space)));
     return absl::OkStatus();
+  }
+
+  bool Guided() const { return request_.search.strategy.empty() || request_.search.strategy == "guided"; }
+
+  // The strategy's inputs; for guided, every candidate's features (bound for this shape)
+  // and the warm start from neighbouring keys in the store.
+  StrategyOptions StrategyOptionsFor(const SearchSpace& space) const {
+    StrategyOptions o;
+    o.name = Guided() ? "guided" : request_.search.strategy;
+    o.budget = request_.search.budget;
+    o.seed = request_.seed;
+    o.default_config = default_config_;
+    o.min_gain = request_.search.min_gain;
+    if (!Guided()) return o;
+    for (const Config& c : space.configs) {
+      absl::StatusOr<BindResult> bound = Bind(tmpl_, request_.dtype, request_.shape, c, target_);
+      if (!bound.ok() || !bound->instance) {  // cannot happen: the space binds; be safe
+        o.features.clear();
+        break;
+      }
+      o.features.push_back(CandidateFeatures(*bound->instance, target_));
+    }
+    if (request_.search.warm_start) {
+      // A store that cannot be read here fails the job later, where it writes; the search
+      // itself does not need the neighbours.
+      absl::StatusOr<std::vector<Config>> warm = WarmStartConfigs(
+          *env_.store, model_, tmpl_->name(), request_.dtype, request_.shape);
+      if (warm.ok()) o.warm_start = *std::move(warm);
+    }
+    return o;
   }
 
   // The job's row, resumed or new, with the earlier run's trials reported to the strategy.
@@ -255,6 +285,9 @@ class TuningRun {
       return Fail(absl::FailedPreconditionError(absl::StrCat(
           "template ", tmpl_->name(), ": the reference does not compile:\n", compiled->log)));
     }
+    // The roofline bound: the problem's own bytes (a candidate's may add scratch traffic)
+    // over the device's measured copy ceiling; bytes per (GB/s) is ns.
+    if (copy_gbps_ > 0) bound_ns_ = static_cast<double>(reference.bytes) / copy_gbps_;
     absl::StatusOr<v1::Problem> problem = BuildProblem(reference, *compiled, request_.seed);
     if (!problem.ok()) return Fail(problem.status());
     if (absl::StatusOr<v1::ProblemReady> ready = env_.gpu->SetProblem(*problem); !ready.ok()) {
@@ -284,17 +317,26 @@ class TuningRun {
         request_.batch_size > 0 ? request_.batch_size : 2 * env_.pool->threads();
     bool cancelled = false;
     std::vector<Pending> current = Submit(strategy_->Next(batch));
-    while (!current.empty() && !cancelled && !TimeUp()) {
+    while (!current.empty() && !cancelled && stop_reason_.empty()) {
       std::vector<Pending> next = Submit(strategy_->Next(batch));
       for (Pending& p : current) {
-        if (cancelled || TimeUp()) break;
+        if (cancelled || !stop_reason_.empty()) break;
+        if (TimeUp()) {
+          stop_reason_ = absl::StrCat("time limit of ", request_.search.time_limit_s, " s");
+          break;
+        }
         absl::StatusOr<bool> go_on = Try(p);
         if (!go_on.ok()) return Fail(go_on.status());
         cancelled = !*go_on;
       }
       current = std::move(next);
     }
-    if (!cancelled) return absl::OkStatus();
+    if (!cancelled) {
+      if (stop_reason_.empty()) stop_reason_ = strategy_->StopReason();
+      if (stop_reason_.empty()) stop_reason_ = "space exhausted";
+      absl::Status recorded = env_.store->SetJobStopReason(job_.id, stop_reason_);
+      return recorded.ok() ? recorded : Fail(recorded);
+    }
     env_.store->UpdateJob(job_.id, store::JobState::kAbandoned, done_, job_.total, "cancelled")
         .IgnoreError();
     return absl::CancelledError(absl::StrCat("tuning cancelled after ", done_, " of ",
@@ -327,10 +369,27 @@ class TuningRun {
     KTUNE_ASSIGN_OR_RETURN(trial.id, env_.store->AddTrial(trial));
     strategy_->Report(trial.config, trial.outcome, trial.metrics.time_ns);
     if (trial.outcome == Outcome::kOk && (!best_ || Faster(trial, *best_))) best_ = trial;
+    if (trial.outcome == Outcome::kOk) CheckRoofline(trial);
     ++done_;
     env_.store->UpdateJob(job_.id, store::JobState::kRunning, done_, job_.total, "")
         .IgnoreError();
     return on_progress_ ? on_progress_(Progress(trial)) : true;
+  }
+
+  // Ends the search (guided and random; exhaustive means every candidate) when `t` runs at
+  // roofline_stop of the bound or better: no other candidate can beat it by more than the
+  // timing noise.
+  void CheckRoofline(const store::Trial& t) {
+    if (request_.search.strategy == "exhaustive" || request_.search.roofline_stop <= 0 || bound_ns_ <= 0 ||
+        t.metrics.time_ns <= 0) {
+      return;
+    }
+    const double fraction = bound_ns_ / t.metrics.time_ns;
+    if (fraction < request_.search.roofline_stop) return;
+    stop_reason_ = absl::StrFormat(
+        "roofline: %s ran at %.1f %% of the bound (%.0f ns: the problem's bytes at the "
+        "copy ceiling), at or above the %.0f %% stop",
+        ConfigString(t.config), 100 * fraction, bound_ns_, 100 * request_.search.roofline_stop);
   }
 
   TuneProgress Progress(const store::Trial& last) const {
@@ -451,6 +510,9 @@ class TuningRun {
                      });
     result.trials = std::move(trials);
     result.resumed_trials = done_before_;
+    result.strategy = job_.strategy;
+    result.stop_reason = stop_reason_;
+    result.space_size = space_size_;
     return result;
   }
 
@@ -462,6 +524,9 @@ class TuningRun {
   TargetInfo target_;
   std::string model_;
   double copy_gbps_ = 0;
+  double bound_ns_ = 0;  // the roofline bound of this key; 0: not known
+  int64_t space_size_ = 0;
+  std::string stop_reason_;
   Config default_config_;
   std::unique_ptr<SearchStrategy> strategy_;
   store::Job job_;

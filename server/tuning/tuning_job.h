@@ -22,6 +22,7 @@
 #include "server/store/store.h"
 #include "server/templates/registry.h"
 #include "server/templates/shape.h"
+#include "server/tuning/search_settings.h"
 
 namespace ktune {
 
@@ -29,10 +30,8 @@ struct TuneRequest {
   std::string template_name;
   DType dtype = DType::kF32;
   Shape shape;
-  std::string strategy = "exhaustive";  // or "random"
-  int64_t budget = 0;                   // most candidates to measure; 0 = the whole space
-  double time_limit_s = 0;              // stop starting new candidates after this; 0 = none
-  uint64_t seed = 1;                    // random strategy and the problem's inputs
+  SearchSettings search;
+  uint64_t seed = 1;  // the guided and random strategies, and the problem's inputs
   int batch_size = 0;                   // candidates compiled together; 0 = 2 x pool threads
   v1::TimingOptions timing;
   // The final round: the fastest `finalists` candidates are measured `final_rounds` more
@@ -57,6 +56,9 @@ struct TuneResult {
   std::vector<store::Trial> trials;  // every trial of the job, fastest ok first
   int64_t resumed_trials = 0;       // trials found from an earlier, interrupted run
   double seconds = 0;               // this run's wall time
+  std::string strategy;             // the strategy's name, as the job records it
+  std::string stop_reason;          // why the search ended, as the job records it
+  int64_t space_size = 0;           // the key's valid candidates
 };
 
 struct TuningEnv {

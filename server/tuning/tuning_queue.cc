@@ -12,7 +12,7 @@ namespace {
 // daemon's, never the caller's).
 std::string DedupKey(const TuneRequest& r, int gpu) {
   return absl::StrCat(gpu, "|", r.template_name, "|", DTypeName(r.dtype), "|",
-                      ShapeString(r.shape), "|", r.strategy, "|", r.budget);
+                      ShapeString(r.shape), "|", SearchSettingsString(r.search));
 }
 
 JobProgress CopyProgress(int64_t job_id, const TuneProgress& p) {

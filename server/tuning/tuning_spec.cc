@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "ktune/v1/spec.pb.h"
 #include "server/base/file.h"
 #include "server/base/status_macros.h"
@@ -148,6 +149,44 @@ std::string SpecKeyString(const SpecKey& key) {
   return absl::StrCat(key.template_name, " ", DTypeName(key.dtype), " ", ShapeString(key.shape));
 }
 
+// The spec's search block into spec->search, checked as a Tune request's would be; an
+// error names the line of the block and the field ("search.budget: must be >= 0").
+absl::Status ReadSearch(const v1::SpecSearch& p, const TextProtoFile& rep, TuningSpec* spec) {
+  SearchSettings& s = spec->search;
+  std::set<std::string>& set = spec->search_fields;
+  if (!p.strategy().empty()) {
+    s.strategy = p.strategy();
+    set.insert("strategy");
+  }
+  if (p.budget() != 0) {
+    s.budget = p.budget();
+    set.insert("budget");
+  }
+  if (p.time_s() != 0) {
+    s.time_limit_s = p.time_s();
+    set.insert("time");
+  }
+  if (p.has_min_gain()) {
+    s.min_gain = p.min_gain();
+    set.insert("min_gain");
+  }
+  if (p.has_roofline_stop()) {
+    s.roofline_stop = p.roofline_stop();
+    set.insert("roofline_stop");
+  }
+  if (p.no_warm_start()) {
+    s.warm_start = false;
+    set.insert("warm_start");
+  }
+  absl::Status checked = CheckSearchSettings(s);
+  if (checked.ok()) return checked;
+  // CheckSearchSettings names fields in words ("min gain: ..."); the file has search.min_gain.
+  std::string field = std::string(checked.message().substr(0, checked.message().find(':')));
+  std::string reason = std::string(checked.message().substr(field.size() + 2));
+  absl::StrReplaceAll({{" ", "_"}, {"time_limit", "time_s"}}, &field);
+  return rep.Fail({{"search"}}, absl::StrCat("search.", field), reason);
+}
+
 absl::StatusOr<TuningSpec> ParseTuningSpec(absl::string_view text, const std::string& path) {
   v1::TuningSpec proto;
   KTUNE_ASSIGN_OR_RETURN(const TextProtoFile rep,
@@ -170,6 +209,9 @@ absl::StatusOr<TuningSpec> ParseTuningSpec(absl::string_view text, const std::st
     SpecEntry e;
     if (absl::Status s = CheckEntry(proto.entries(i), i, rep, &e); !s.ok()) return s;
     spec.entries.push_back(std::move(e));
+  }
+  if (proto.has_search()) {
+    if (absl::Status s = ReadSearch(proto.search(), rep, &spec); !s.ok()) return s;
   }
   return spec;
 }

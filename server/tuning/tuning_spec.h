@@ -13,6 +13,7 @@
 #define KTUNE_SERVER_TUNING_TUNING_SPEC_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "server/base/dtype.h"
 #include "server/templates/registry.h"
 #include "server/templates/shape.h"
+#include "server/tuning/search_settings.h"
 
 namespace ktune {
 
@@ -47,6 +49,11 @@ struct TuningSpec {
   std::string model;
   std::string description;
   std::vector<SpecEntry> entries;
+  // The spec's `search` block (the defaults where it has none), and which of its fields
+  // the file set ("strategy", "budget", "time", "min_gain", "roofline_stop",
+  // "warm_start"), so command-line flags can win field by field.
+  SearchSettings search;
+  std::set<std::string> search_fields;
 };
 
 // One key to tune, in spec order: entries in file order, then dtypes in the entry's

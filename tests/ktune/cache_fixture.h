@@ -77,6 +77,7 @@ inline int64_t AddTuned(store::Store& s, const store::EntryKey& key, std::vector
   job.source_hash = source;
   job.nvrtc_version = nvrtc;
   job.strategy = "exhaustive";
+  job.stop_reason = "space exhausted";
   job.state = store::JobState::kRunning;
   job.total = static_cast<int64_t>(trials.size());
   job.created_unix_ms = created_ms - 60000;

@@ -302,6 +302,22 @@ TEST_F(SpecTuneTest, ThroughADaemonOnAUnixSocket) {
 
 // One key goes the same way as a spec's keys: with --daemon, the ktuned tunes it and keeps
 // it; nothing is written here. The daemon's Tune takes no --time.
+// The spec's search block sets how its keys are searched; a flag on the command line wins
+// field by field (here --budget 3 from Args over the spec's 5), and the JSON says why each
+// search stopped.
+TEST_F(SpecTuneTest, SpecSearchBlockUnderTheCommandLine) {
+  const Result r = Run(Args(WriteSpec("64, 128", "search { strategy: \"random\" budget: 5 }\n"),
+                            {"--json", "--quiet"}));
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const nlohmann::json out = nlohmann::json::parse(r.out);
+  ASSERT_EQ(out["keys"].size(), 2u);
+  for (const nlohmann::json& k : out["keys"]) {
+    EXPECT_EQ(k["strategy"], "random:3:1") << k;
+    EXPECT_EQ(k["stop_reason"], "budget of 3 reached") << k;
+    EXPECT_EQ(k["trials"], 3) << k;
+  }
+}
+
 TEST_F(SpecTuneTest, OneKeyThroughADaemon) {
   const std::string socket = dir_ + "/run/ktuned.sock";
   testing::Ktuned ktuned(NewTempDir(),
@@ -326,11 +342,16 @@ TEST_F(SpecTuneTest, OneKeyThroughADaemon) {
   ASSERT_EQ(spec.exit_code, 0) << spec;
   EXPECT_EQ(nlohmann::json::parse(spec.out)["cached"], 1);
 
+  // The search settings travel with the Tune call; bad ones are refused before it.
   std::vector<std::string> timed = one;
-  timed.insert(timed.end(), {"--time", "5"});
-  const Result refused = Run(timed);
+  timed.insert(timed.end(), {"--time", "5", "--strategy", "random", "--roofline-stop", "0"});
+  const Result searched = Run(timed);
+  EXPECT_EQ(searched.exit_code, 0) << searched;
+  std::vector<std::string> bad = one;
+  bad.insert(bad.end(), {"--min-gain", "2"});
+  const Result refused = Run(bad);
   EXPECT_EQ(refused.exit_code, 2) << refused;
-  EXPECT_THAT(refused.err, HasSubstr("--time: not supported with --daemon"));
+  EXPECT_THAT(refused.err, HasSubstr("--min-gain: must be in [0, 1)"));
 
   std::vector<std::string> nobody = one;
   nobody.back() = "unix://" + dir_ + "/nobody.sock";

@@ -360,7 +360,7 @@ TEST_F(KtuneServerTest, BadRequestsNameTheirField) {
   };
   const std::vector<TuneCase> tune_cases = {
       {"negative budget", [](auto* r) { r->set_budget(-1); }, "budget: must be >= 0"},
-      {"unknown strategy", [](auto* r) { r->set_strategy("annealing"); }, "strategy: unknown 'annealing'"},
+      {"unknown strategy", [](auto* r) { r->set_strategy("annealing"); }, "strategy: unknown strategy 'annealing'"},
       {"no template", [](auto* r) { r->clear_template_id(); }, "template_id: required"},
       {"no shape", [](auto* r) { r->clear_shape(); }, "shape: required"},
       {"gpu out of range", [](auto* r) { r->set_gpu(3); }, "gpu: ordinal 3"},

@@ -36,12 +36,12 @@ TEST(Schema, MatchesGolden) {
 }
 
 TEST(Schema, VersionsAreConsecutiveFromOne) {
-  ASSERT_THAT(Migrations(), SizeIs(5));
+  ASSERT_THAT(Migrations(), SizeIs(6));
   for (size_t i = 0; i < Migrations().size(); ++i) {
     EXPECT_EQ(Migrations()[i].version, static_cast<int>(i) + 1);
     EXPECT_FALSE(Migrations()[i].summary.empty());
   }
-  EXPECT_EQ(CurrentSchemaVersion(), 5);
+  EXPECT_EQ(CurrentSchemaVersion(), 6);
 }
 
 TEST(Schema, NewFileIsCreatedAtTheCurrentVersion) {
@@ -288,6 +288,29 @@ TEST(Schema, MigratesFromV2WithDataIntact) {
   EXPECT_TRUE(SameMetrics(list[0].metrics, trial.metrics));
 }
 
+// v6 over a v5 file with a job: the job is kept, its stop reason empty until one is set.
+TEST(Schema, MigratesFromV5WithJobsKept) {
+  TempDir dir;
+  const std::string path = dir.File("ktune.db");
+  int64_t job = 0;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(path));
+    ASSERT_OK_AND_ASSIGN(job, store->CreateJob(MakeJob(MakeKey("n=1"))));
+  }
+  ASSERT_OK(ExecSqlForTesting(path,
+                              "ALTER TABLE jobs DROP COLUMN stop_reason; PRAGMA user_version = 5;"));
+  ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(path));
+  EXPECT_THAT(ReadSchemaVersion(path), IsOkAndHolds(6));
+  ASSERT_OK_AND_ASSIGN(Job got, store->GetJob(job));
+  EXPECT_EQ(got.strategy, "random:64");
+  EXPECT_EQ(got.stop_reason, "");
+  ASSERT_OK(store->SetJobStopReason(job, "budget of 64 reached"));
+  ASSERT_OK_AND_ASSIGN(got, store->GetJob(job));
+  EXPECT_EQ(got.stop_reason, "budget of 64 reached");
+  EXPECT_THAT(store->SetJobStopReason(job + 1, "x"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no job")));
+}
+
 // v5's counter over a file that already has entries: they are kept, and a change to one of
 // them moves the counter like a change to a new one.
 TEST(Schema, MigratesFromV4WithEntriesWatched) {
@@ -305,7 +328,8 @@ TEST(Schema, MigratesFromV4WithEntriesWatched) {
                               "DROP TRIGGER entries_generation_on_insert;"
                               "DROP TRIGGER entries_generation_on_update;"
                               "DROP TRIGGER entries_generation_on_delete;"
-                              "DROP TABLE entries_generation; PRAGMA user_version = 4;"));
+                              "DROP TABLE entries_generation;"
+                              "ALTER TABLE jobs DROP COLUMN stop_reason; PRAGMA user_version = 4;"));
   EXPECT_THAT(ReadSchemaVersion(path), IsOkAndHolds(4));
 
   ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(path));

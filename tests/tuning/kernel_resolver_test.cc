@@ -69,9 +69,15 @@ class KernelResolverTest : public ::testing::Test {
     return answer;
   }
 
+  static SearchSettings Exhaustive() {
+    SearchSettings s;
+    s.strategy = "exhaustive";
+    return s;
+  }
+
   // Tunes `n` to completion, so the store holds its entry.
   void Tune(int64_t n) {
-    ASSERT_OK_AND_ASSIGN(std::shared_ptr<TuningJob> job, resolver_->Tune(Query(n), "exhaustive", 0));
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<TuningJob> job, resolver_->Tune(Query(n), Exhaustive()));
     ASSERT_OK(job->Wait(absl::Now() + absl::Seconds(20)));
   }
 

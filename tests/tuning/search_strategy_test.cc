@@ -63,13 +63,33 @@ TEST(SearchStrategyTest, RandomIsSeededBudgetedAndDefaultFirst) {
 }
 
 TEST(SearchStrategyTest, ByName) {
-  const Config def = Space(10)[3];
-  ASSERT_OK_AND_ASSIGN(auto e, NewStrategy("exhaustive", Space(10), 4, 1, def));
+  StrategyOptions o;
+  o.name = "exhaustive";
+  o.budget = 4;
+  o.default_config = Space(10)[3];
+  ASSERT_OK_AND_ASSIGN(auto e, NewStrategy(Space(10), o));
   std::vector<Config> got = e->Next(10);
   ASSERT_EQ(got.size(), 4u);
-  EXPECT_EQ(got[0], def);
-  EXPECT_THAT(NewStrategy("bayes", Space(3), 0, 1, def),
+  EXPECT_EQ(got[0], o.default_config);
+  EXPECT_TRUE(e->Next(10).empty());
+  EXPECT_EQ(e->StopReason(), "budget of 4 reached");
+  o.name = "";
+  ASSERT_OK_AND_ASSIGN(auto g, NewStrategy(Space(10), o));
+  EXPECT_THAT(g->Name(), HasSubstr("guided:"));
+  o.name = "bayes";
+  EXPECT_THAT(NewStrategy(Space(3), o),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown strategy 'bayes'")));
+  o.name = "random";
+  o.budget = -2;
+  EXPECT_THAT(NewStrategy(Space(3), o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("budget")));
+}
+
+TEST(SearchStrategyTest, ExhaustiveSaysWhyItStopped) {
+  auto s = NewExhaustiveStrategy(Space(3));
+  EXPECT_EQ(s->StopReason(), "");
+  s->Next(10);
+  EXPECT_EQ(s->StopReason(), "space exhausted");
 }
 
 }  // namespace

@@ -43,6 +43,8 @@ class TuningJobTest : public ::testing::Test {
     request_.template_name = "tiny";
     request_.dtype = DType::kF32;
     request_.shape = {{"n", 1000}};
+    // Most tests here count every candidate of the space; the guided ones say so.
+    request_.search.strategy = "exhaustive";
   }
 
   TuningEnv Env() { return {registry_.get(), &compiler_, pool_.get(), &gpu_, store_.get()}; }
@@ -140,7 +142,7 @@ TEST_F(TuningJobTest, FailuresAreRecordedAndTheJobGoesOn) {
 // search with a budget that would not reach it in the space's order, and stored with the
 // winner.
 TEST_F(TuningJobTest, DefaultConfigIsMeasuredFirstAndItsTimeStored) {
-  request_.budget = 2;
+  request_.search.budget = 2;
   ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
   EXPECT_EQ(gpu_.measured.front(), "tiny<float, 128, 1>");  // the manifest's defaults
   EXPECT_EQ(r.entry.default_time_ns, Landscape("tiny<float, 128, 1>").time_ns());
@@ -155,14 +157,14 @@ TEST_F(TuningJobTest, DefaultTimeIsZeroWhenTheDefaultFails) {
     if (n == "tiny<float, 128, 1>") return FailedMeasurement("wrong_result", "planted");
     return Landscape(n);
   };
-  request_.budget = 4;
+  request_.search.budget = 4;
   ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
   EXPECT_EQ(r.entry.default_time_ns, 0);
 }
 
 TEST_F(TuningJobTest, RandomWithBudgetStartsWithTheDefault) {
-  request_.strategy = "random";
-  request_.budget = 10;
+  request_.search.strategy = "random";
+  request_.search.budget = 10;
   ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
   EXPECT_EQ(r.trials.size(), 10u);
   ASSERT_FALSE(gpu_.measured.empty());
@@ -225,7 +227,7 @@ TEST_F(TuningJobTest, KilledJobResumes) {
 }
 
 TEST_F(TuningJobTest, TimeLimitKeepsTheBestSoFar) {
-  request_.time_limit_s = 1e-9;  // up before the first candidate: nothing measured
+  request_.search.time_limit_s = 1e-9;  // up before the first candidate: nothing measured
   EXPECT_THAT(RunTuning(request_, Env()),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no candidate passed")));
 }
@@ -244,7 +246,7 @@ TEST_F(TuningJobTest, NoCandidatePasses) {
 // trial's ceiling fraction is over the stored one), a higher one does, and a failed one
 // leaves the stored figure to serve.
 TEST_F(TuningJobTest, StoredCeilingIsTheBestMeasured) {
-  request_.budget = 3;
+  request_.search.budget = 3;
   gpu_.copy_gbps = 3000;
   ASSERT_OK_AND_ASSIGN(TuneResult first, RunTuning(request_, Env()));
   const std::string model = first.entry.key.device_model;
@@ -285,12 +287,19 @@ TEST_F(TuningJobTest, BadRequestsAndNoGpu) {
   r.dtype = DType::kF16;
   EXPECT_THAT(RunTuning(r, Env()), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dtype")));
   r = request_;
-  r.strategy = "annealing";
+  r.search.strategy = "annealing";
   EXPECT_THAT(RunTuning(r, Env()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown strategy 'annealing'")));
   r = request_;
-  r.budget = -1;
+  r.search.budget = -1;
   EXPECT_THAT(RunTuning(r, Env()), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("budget")));
+  r = request_;
+  r.search.min_gain = std::nan("");
+  EXPECT_THAT(RunTuning(r, Env()), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("min gain")));
+  r = request_;
+  r.search.roofline_stop = 1.5;
+  EXPECT_THAT(RunTuning(r, Env()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("roofline stop")));
   gpu_.info_status = absl::UnavailableError("no CUDA driver: dlopen libcuda.so.1 failed");
   EXPECT_THAT(RunTuning(request_, Env()),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no CUDA driver")));
@@ -338,6 +347,74 @@ TEST(DeriveMetricsTest, FromCostModelAndCeiling) {
   m.set_registers(48);
   EXPECT_EQ(DeriveMetrics(c, 0, m, 1, 1, 0).registers, 48);  // the driver's word wins
   EXPECT_EQ(DeriveMetrics(c, 0, m, 1, 1, 0).ceiling_fraction, 0);
+}
+
+// The guided strategy (the default) on the same landscape: the best found while measuring a
+// fraction of the space, and why the search stopped kept with the job.
+TEST_F(TuningJobTest, GuidedFindsTheBestMeasuringAFractionAndSaysWhyItStopped) {
+  request_.search = SearchSettings{};
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  EXPECT_EQ(r.entry.config.params, (std::map<std::string, int64_t>{{"BLOCK", 256}, {"VEC", 4}}));
+  EXPECT_LE(r.trials.size(), 22u);  // 20 % of 108, rounded up
+  EXPECT_EQ(r.space_size, 108);
+  EXPECT_THAT(r.strategy, HasSubstr("guided:"));
+  EXPECT_FALSE(r.stop_reason.empty());
+  ASSERT_OK_AND_ASSIGN(store::Job job, store_->GetJob(r.entry.job_id));
+  EXPECT_EQ(job.stop_reason, r.stop_reason);
+  EXPECT_EQ(job.strategy, r.strategy);
+}
+
+TEST_F(TuningJobTest, ExhaustiveSaysItExhaustedTheSpace) {
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  EXPECT_EQ(r.stop_reason, "space exhausted");
+  request_.search.budget = 5;
+  request_.shape = {{"n", 2000}};
+  ASSERT_OK_AND_ASSIGN(r, RunTuning(request_, Env()));
+  EXPECT_EQ(r.stop_reason, "budget of 5 reached");
+}
+
+// A candidate at the roofline (the problem's bytes at the copy ceiling: 8000 bytes at
+// 4000 GB/s is 2 ns) ends a guided search at once; an exhaustive one goes on.
+TEST_F(TuningJobTest, RooflineStopsAGuidedSearch) {
+  gpu_.script = [](const std::string& n) {
+    return NameInts(n) == std::vector<int64_t>{128, 2} ? OkMeasurement(2.0) : Landscape(n);
+  };
+  request_.search = SearchSettings{};
+  request_.search.budget = 108;
+  request_.search.min_gain = 0;
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  EXPECT_EQ(r.entry.config.params, (std::map<std::string, int64_t>{{"BLOCK", 128}, {"VEC", 2}}));
+  EXPECT_THAT(r.stop_reason, HasSubstr("roofline: "));
+  EXPECT_THAT(r.stop_reason, HasSubstr("BLOCK=128,VEC=2"));
+  EXPECT_LT(r.trials.size(), 108u);
+
+  request_.search.strategy = "exhaustive";
+  request_.shape = {{"n", 2000}};
+  ASSERT_OK_AND_ASSIGN(r, RunTuning(request_, Env()));
+  EXPECT_EQ(r.trials.size(), 108u);
+}
+
+// A new key starts from its stored neighbours' winners: right after the default config, the
+// neighbour's winner is measured.
+TEST_F(TuningJobTest, GuidedWarmStartsFromTheNearestStoredKey) {
+  request_.shape = {{"n", 2000}};
+  ASSERT_OK_AND_ASSIGN(TuneResult neighbour, RunTuning(request_, Env()));
+  const Config winner = neighbour.entry.config;
+
+  request_.search = SearchSettings{};
+  request_.shape = {{"n", 1000}};
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  ASSERT_OK_AND_ASSIGN(std::vector<store::Trial> order, store_->ListTrials(r.entry.job_id));
+  ASSERT_GE(order.size(), 2u);
+  EXPECT_EQ(order[1].config, winner) << ConfigString(order[1].config);
+
+  // Without the warm start the neighbour's winner is not where the search starts.
+  request_.search.warm_start = false;
+  request_.shape = {{"n", 1500}};
+  ASSERT_OK_AND_ASSIGN(r, RunTuning(request_, Env()));
+  ASSERT_OK_AND_ASSIGN(order, store_->ListTrials(r.entry.job_id));
+  ASSERT_GE(order.size(), 2u);
+  EXPECT_FALSE(order[1].config == winner);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ class TuningQueueTest : public ::testing::Test {
     request_.template_name = "tiny";
     request_.dtype = DType::kF32;
     request_.shape = {{"n", 1000}};
-    request_.budget = 4;
+    request_.search.budget = 4;
   }
   void TearDown() override {
     Release();  // never leave a worker blocked in the script
@@ -184,7 +184,7 @@ TEST_F(TuningQueueTest, ShutdownCancelsAndLeavesTheJobResumable) {
     absl::SleepFor(absl::Milliseconds(2));
     return OkMeasurement(1000);
   };
-  request_.budget = 0;  // the whole space: far longer than the test waits
+  request_.search.budget = 0;  // the whole space: far longer than the test waits
   StartQueue(64);
   ASSERT_OK_AND_ASSIGN(auto running, queue_->Submit(request_, 0));
   TuneRequest second = request_;

@@ -209,7 +209,34 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"out of range",
                 "model: \"m\"\nentries { template: \"tiny\" dtypes: [\"f32\"]\n"
                 "  dims { name: \"n\"\n  range { first: 1 last: 4194304 factor: 2 } } }\n",
-                "3: entries[0].dims: dim 'n' = 2097152 is outside [1, 1048576]"}));
+                "3: entries[0].dims: dim 'n' = 2097152 is outside [1, 1048576]"},
+        BadSpec{"bad search",
+                "model: \"m\"\nentries { template: \"tiny\" dtypes: [\"f32\"]\n"
+                "  dims { name: \"n\" values: [1] } }\nsearch {\n min_gain: 2 }\n",
+                "4: search.min_gain: must be in [0, 1)"},
+        BadSpec{"unknown strategy",
+                "model: \"m\"\nentries { template: \"tiny\" dtypes: [\"f32\"]\n"
+                "  dims { name: \"n\" values: [1] } }\nsearch { strategy: \"bayes\" }\n",
+                "4: search.strategy: unknown strategy 'bayes'"}));
+
+TEST_F(TuningSpecTest, SearchBlockSaysWhichFieldsItSets) {
+  ASSERT_OK_AND_ASSIGN(TuningSpec spec, ParseTuningSpec(R"(
+model: "m"
+entries { template: "tiny" dtypes: ["f32"] dims { name: "n" values: [1] } }
+search { strategy: "random" budget: 12 roofline_stop: 0 }
+)", "m.textproto"));
+  EXPECT_EQ(spec.search.strategy, "random");
+  EXPECT_EQ(spec.search.budget, 12);
+  EXPECT_EQ(spec.search.roofline_stop, 0);
+  EXPECT_EQ(spec.search.min_gain, SearchSettings{}.min_gain);
+  EXPECT_EQ(spec.search_fields, (std::set<std::string>{"strategy", "budget", "roofline_stop"}));
+  ASSERT_OK_AND_ASSIGN(spec, ParseTuningSpec(R"(
+model: "m"
+entries { template: "tiny" dtypes: ["f32"] dims { name: "n" values: [1] } }
+)", "m.textproto"));
+  EXPECT_TRUE(spec.search_fields.empty());
+  EXPECT_EQ(spec.search, SearchSettings{});
+}
 
 TEST_F(TuningSpecTest, MissingDimIsNamed) {
   ASSERT_OK_AND_ASSIGN(auto registry, LoadTemplateRegistry(testing::ShippedTemplatesDir()));

@@ -110,14 +110,23 @@ class Client:
         return _types.artifact_from_proto(response.artifact, response.tuning_job_id)
 
     def tune(self, template, dtype, shape, gpu=0, strategy="", budget=0, force=False,
-             on_progress=None, timeout_s=None):
+             on_progress=None, timeout_s=None, time_s=0, min_gain=None, roofline_stop=None,
+             warm_start=True):
         """Tunes one key (joining an identical running job), calling on_progress(TuneProgress)
         for each progress event, and returns the winning KernelArtifact.
 
-        strategy: "exhaustive" ("") or "random"; budget: most candidates to measure (0: all);
-        force: re-tune even when a fresh entry exists. The deadline covers the whole job."""
+        strategy: "guided" (""), "exhaustive" or "random"; budget: most candidates to measure
+        (0: the strategy's default); force: re-tune even when a fresh entry exists; time_s:
+        stop starting candidates after this; min_gain and roofline_stop: the guided stop rules
+        (None: the daemon's defaults); warm_start: guided starts from neighbouring keys'
+        winners. The deadline covers the whole job."""
         request = ktune_pb2.TuneRequest(template_id=template, dtype=dtype, shape=_shape(shape),
-                                        gpu=gpu, strategy=strategy, budget=budget, force=force)
+                                        gpu=gpu, strategy=strategy, budget=budget, force=force,
+                                        time_s=time_s, no_warm_start=not warm_start)
+        if min_gain is not None:
+            request.min_gain = min_gain
+        if roofline_stop is not None:
+            request.roofline_stop = roofline_stop
         try:
             stream = self._stub.Tune(request, timeout=self._timeout(timeout_s),
                                      metadata=self._metadata)

@@ -127,3 +127,6 @@ BEGIN UPDATE entries_generation SET value = value + 1 WHERE id = 1; END;
 CREATE TRIGGER entries_generation_on_delete AFTER DELETE ON entries
 BEGIN UPDATE entries_generation SET value = value + 1 WHERE id = 1; END;
 
+-- v6: jobs.stop_reason
+ALTER TABLE jobs ADD COLUMN stop_reason TEXT NOT NULL DEFAULT '';
+
