@@ -251,6 +251,11 @@ class ProcessGpu final : public Gpu {
   absl::StatusOr<v1::Response> CallOrStatus(const v1::Request& request, int64_t deadline_ms,
                                             absl::string_view what);
 
+  // Measure's reading of an answered MeasureCandidate from `who`: a measurement, a
+  // poisoned context (the candidate crashed), or a WorkerError as a Status.
+  absl::StatusOr<v1::Measurement> MeasurementFromAnswer(const std::string& who,
+                                                        v1::Response response);
+
   // Makes sure a greeted worker is running and, when `with_problem`, that it holds the
   // current problem (re-sending it, which counts as a restart). A failure to bring a
   // worker up makes the Gpu unusable, except for a spent restart budget.
@@ -629,36 +634,41 @@ absl::StatusOr<v1::Measurement> ProcessGpu::Measure(const v1::KernelBinary& cand
                          "); the worker was killed and the next call starts another"));
     }
 
-    v1::Response& response = x.response;
-    if (response.has_measurement()) {
-      m = std::move(*response.mutable_measurement());
-      if (m.outcome() == OutcomeName(Outcome::kCrashed)) {
-        // The worker's context is poisoned and it exits (status 3) after this answer.
-        ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
-        if (!exit.text.empty()) {
-          m.set_detail(m.detail().empty() ? absl::StrCat("the worker ", exit.text)
-                                          : absl::StrCat(m.detail(), "; the worker ", exit.text));
-        }
+    return MeasurementFromAnswer(who, std::move(x.response));
+  }
+}
+
+absl::StatusOr<v1::Measurement> ProcessGpu::MeasurementFromAnswer(const std::string& who,
+                                                                  v1::Response response) {
+  v1::Measurement m;
+  if (response.has_measurement()) {
+    m = std::move(*response.mutable_measurement());
+    if (m.outcome() == OutcomeName(Outcome::kCrashed)) {
+      // The worker's context is poisoned and it exits (status 3) after this answer.
+      ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
+      if (!exit.text.empty()) {
+        m.set_detail(m.detail().empty() ? absl::StrCat("the worker ", exit.text)
+                                        : absl::StrCat(m.detail(), "; the worker ", exit.text));
       }
+    }
+    return m;
+  }
+  if (response.has_error()) {
+    const v1::WorkerError& e = response.error();
+    if (e.poisoned()) {
+      // The context died during this candidate's request: count it as the candidate's
+      // crash. If the GPU itself went bad, the restart's digest check says so.
+      ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
+      m.set_outcome(std::string(OutcomeName(Outcome::kCrashed)));
+      m.set_detail(absl::StrCat("the worker's context was poisoned: ", e.message(),
+                                exit.text.empty() ? "" : "; the worker ", exit.text));
       return m;
     }
-    if (response.has_error()) {
-      const v1::WorkerError& e = response.error();
-      if (e.poisoned()) {
-        // The context died during this candidate's request: count it as the candidate's
-        // crash. If the GPU itself went bad, the restart's digest check says so.
-        ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
-        m.set_outcome(std::string(OutcomeName(Outcome::kCrashed)));
-        m.set_detail(absl::StrCat("the worker's context was poisoned: ", e.message(),
-                                  exit.text.empty() ? "" : "; the worker ", exit.text));
-        return m;
-      }
-      return absl::Status(WorkerErrorCode(e), absl::StrCat(who, ": ", e.message()));
-    }
-    StopWorker(0);
-    return absl::InternalError(
-        absl::StrCat(who, " answered MeasureCandidate with ", ResponseKind(response)));
+    return absl::Status(WorkerErrorCode(e), absl::StrCat(who, ": ", e.message()));
   }
+  StopWorker(0);
+  return absl::InternalError(
+      absl::StrCat(who, " answered MeasureCandidate with ", ResponseKind(response)));
 }
 
 }  // namespace

@@ -70,14 +70,28 @@ class Validator {
     return absl::OkStatus();
   }
 
-  absl::Status CheckLaunches(const char* list, absl::string_view what);
+  // One per rule family, in the order Run calls them; each returns the first defect.
+  absl::Status CheckDTypes();  // fills *dtypes_
+  absl::Status CheckDims();    // fills dim_names_ and identifiers_
+  absl::Status CheckParams();  // fills params_ and identifiers_
+  absl::Status CheckArgs();    // fills args_
+  absl::Status CheckBufferArg(int i);
+  absl::Status CheckFill(int i);
+  absl::Status CheckScalarArg(int i);
   absl::Status CheckTensorMapArg(int i);
+  absl::Status CheckLaunches(const char* list, absl::string_view what);
+  absl::Status CheckCost();
+  absl::Status CheckTolerances();
+  absl::Status CheckKnobs();
+  // True iff `name` parses as one of the template's dtypes.
+  bool IsTemplateDType(absl::string_view name) const;
   absl::Status CheckNameExpression(std::initializer_list<FieldStep> path, absl::string_view field,
                                    const std::string& text);
 
   const TextProtoFile& file_;
   const v1::TemplateManifest& m_;
   absl::flat_hash_map<std::string, Expression>* expressions_;
+  std::vector<DType>* dtypes_ = nullptr;  // Run's output, filled by CheckDTypes
   std::set<std::string> identifiers_;
   std::set<std::string> dim_names_;  // buffer sizes may name these only
   std::set<std::string> params_;
@@ -219,10 +233,35 @@ absl::Status Validator::CheckLaunches(const char* list, absl::string_view what) 
 }
 
 absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* dtypes) {
+  dtypes_ = dtypes;
   if (m_.name() != folder_name) {
     return Fail({{"name"}}, "name",
                 absl::StrCat("'", m_.name(), "' must equal the folder name '", folder_name, "'"));
   }
+  KTUNE_RETURN_IF_ERROR(CheckDTypes());
+  for (const char* knob : kKnobIdentifiers) identifiers_.insert(knob);
+  KTUNE_RETURN_IF_ERROR(CheckDims());
+  KTUNE_RETURN_IF_ERROR(CheckParams());
+  for (int i = 0; i < m_.constraints_size(); ++i) {
+    KTUNE_RETURN_IF_ERROR(CheckExpr({{"constraints", i}}, absl::StrCat("constraints[", i, "]"),
+                                    m_.constraints(i)));
+  }
+  KTUNE_RETURN_IF_ERROR(CheckArgs());
+  KTUNE_RETURN_IF_ERROR(CheckLaunches("launches", "launches"));
+  KTUNE_RETURN_IF_ERROR(CheckLaunches("reference", "reference"));
+  for (const auto& [name, value] : m_.reference_params()) {
+    if (!params_.count(name)) {
+      return Fail({{"reference_params", 0}}, "reference_params",
+                  absl::StrCat("'", name, "' is not a param"));
+    }
+  }
+  KTUNE_RETURN_IF_ERROR(CheckDefaultAlternatives());
+  KTUNE_RETURN_IF_ERROR(CheckCost());
+  KTUNE_RETURN_IF_ERROR(CheckTolerances());
+  return CheckKnobs();
+}
+
+absl::Status Validator::CheckDTypes() {
   if (m_.dtypes().empty()) return Fail({}, "dtypes", "at least one dtype is required");
   for (int i = 0; i < m_.dtypes_size(); ++i) {
     std::optional<DType> t = ParseDType(m_.dtypes(i));
@@ -230,16 +269,25 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
       return Fail({{"dtypes", i}}, absl::StrCat("dtypes[", i, "]"),
                   absl::StrCat("unknown dtype '", m_.dtypes(i), "'; expected f32, f16, bf16, f8e4m3 or f8e5m2"));
     }
-    for (DType seen : *dtypes) {
+    for (DType seen : *dtypes_) {
       if (seen == *t) {
         return Fail({{"dtypes", i}}, absl::StrCat("dtypes[", i, "]"),
                     absl::StrCat("'", m_.dtypes(i), "' listed twice"));
       }
     }
-    dtypes->push_back(*t);
+    dtypes_->push_back(*t);
   }
+  return absl::OkStatus();
+}
 
-  for (const char* knob : kKnobIdentifiers) identifiers_.insert(knob);
+bool Validator::IsTemplateDType(absl::string_view name) const {
+  std::optional<DType> d = ParseDType(name);
+  bool listed = false;
+  for (DType x : *dtypes_) listed |= d && x == *d;
+  return listed;
+}
+
+absl::Status Validator::CheckDims() {
   if (m_.dims().empty()) return Fail({}, "dims", "at least one dim is required");
   for (int i = 0; i < m_.dims_size(); ++i) {
     const v1::Dim& d = m_.dims(i);
@@ -262,7 +310,10 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
       return Fail({{"dims", i}}, field + ".example", "must lie within [min, max]");
     }
   }
+  return absl::OkStatus();
+}
 
+absl::Status Validator::CheckParams() {
   for (int i = 0; i < m_.params_size(); ++i) {
     const v1::Param& p = m_.params(i);
     const std::string field = absl::StrCat("params[", i, "]");
@@ -288,12 +339,11 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
                   absl::StrCat(p.default_(), " is not one of the values"));
     }
   }
+  return absl::OkStatus();
+}
 
-  for (int i = 0; i < m_.constraints_size(); ++i) {
-    KTUNE_RETURN_IF_ERROR(CheckExpr({{"constraints", i}}, absl::StrCat("constraints[", i, "]"),
-                                    m_.constraints(i)));
-  }
-
+// Every arg by kind; then each tensor map's buffer, which may come later in the list.
+absl::Status Validator::CheckArgs() {
   for (int i = 0; i < m_.args_size(); ++i) {
     const v1::Arg& a = m_.args(i);
     const std::string field = absl::StrCat("args[", i, "]");
@@ -305,79 +355,9 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
       return Fail({{"args", i}}, field + ".name", absl::StrCat("'", a.name(), "' declared twice"));
     }
     if (a.has_buffer()) {
-      const v1::Buffer& b = a.buffer();
-      if (b.dtype() != "dtype" && !ParseDType(b.dtype())) {
-        return Fail({{"args", i}, {"buffer"}, {"dtype"}}, field + ".buffer.dtype",
-                    absl::StrCat("unknown dtype '", b.dtype(), "'; expected dtype, f32, f16, bf16, f8e4m3, f8e5m2 or i32"));
-      }
-      for (const auto& [key, value] : b.dtype_for()) {
-        std::optional<DType> k = ParseDType(key);
-        bool listed = false;
-        for (DType x : *dtypes) listed |= k && x == *k;
-        if (!listed) {
-          return Fail({{"args", i}, {"buffer"}}, field + ".buffer.dtype_for",
-                      absl::StrCat("key '", key, "' is not one of the template's dtypes"));
-        }
-        if (!ParseDType(value)) {
-          return Fail({{"args", i}, {"buffer"}}, field + ".buffer.dtype_for",
-                      absl::StrCat("value '", value, "' for '", key,
-                                   "' is not a dtype; expected f32, f16, bf16, f8e4m3, "
-                                   "f8e5m2 or i32"));
-        }
-      }
-      if (b.count().empty()) {
-        return Fail({{"args", i}, {"buffer"}}, field + ".buffer.count", "missing");
-      }
-      KTUNE_RETURN_IF_ERROR(
-          CheckExpr({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count", b.count()));
-      // The worker allocates a problem's buffers once, from the reference's binding, and a
-      // client allocates them from the artifact's: a size that moved with a param (say a
-      // split-K scratch of SPLIT_K * n) would be the reference's size for every candidate,
-      // and a candidate would write past it. Sizes follow the shape only.
-      for (const std::string& id : expressions_->at(b.count()).identifiers()) {
-        if (!dim_names_.count(id)) {
-          return Fail({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count",
-                      absl::StrCat("'", id, "' is not a dim: a buffer's size may depend on the "
-                                   "shape only (size scratch for the largest param value)"));
-        }
-      }
-      if (b.role() == v1::Buffer::ROLE_UNSPECIFIED) {
-        return Fail({{"args", i}, {"buffer"}}, field + ".buffer.role",
-                    "missing: INPUT, OUTPUT, INOUT or SCRATCH");
-      }
-      const bool checked = b.role() == v1::Buffer::INPUT || b.role() == v1::Buffer::INOUT;
-      if (b.fill().kind() == v1::Fill::ZERO_ONCE && b.role() != v1::Buffer::SCRATCH) {
-        return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
-                    "ZERO_ONCE is for SCRATCH buffers only");
-      }
-      if (checked && (b.fill().kind() == v1::Fill::KIND_UNSPECIFIED ||
-                      b.fill().kind() == v1::Fill::ZERO)) {
-        return Fail({{"args", i}, {"buffer"}}, field + ".buffer.fill",
-                    "inputs need a non-zero fill (UNIFORM, NORMAL or CONSTANT): a kernel that "
-                    "does nothing must not pass");
-      }
-      if (b.fill().kind() == v1::Fill::UNIFORM && !(b.fill().lo() < b.fill().hi())) {
-        return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
-                    "UNIFORM needs lo < hi");
-      }
+      KTUNE_RETURN_IF_ERROR(CheckBufferArg(i));
     } else if (a.has_scalar()) {
-      const v1::Scalar& s = a.scalar();
-      if (s.type() == "i32" || s.type() == "i64") {
-        if (!s.has_expr()) {
-          return Fail({{"args", i}, {"scalar"}}, field + ".scalar.expr",
-                      "integer scalars take an expression");
-        }
-        KTUNE_RETURN_IF_ERROR(
-            CheckExpr({{"args", i}, {"scalar"}, {"expr"}}, field + ".scalar.expr", s.expr()));
-      } else if (s.type() == "f32") {
-        if (!s.has_number()) {
-          return Fail({{"args", i}, {"scalar"}}, field + ".scalar.number",
-                      "f32 scalars take a number");
-        }
-      } else {
-        return Fail({{"args", i}, {"scalar"}, {"type"}}, field + ".scalar.type",
-                    absl::StrCat("unknown type '", s.type(), "'; expected i32, i64 or f32"));
-      }
+      KTUNE_RETURN_IF_ERROR(CheckScalarArg(i));
     } else if (a.has_tensor_map()) {
       KTUNE_RETURN_IF_ERROR(CheckTensorMapArg(i));
     } else {
@@ -395,17 +375,94 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
                   absl::StrCat("'", buffer, "' is not a buffer arg"));
     }
   }
+  return absl::OkStatus();
+}
 
-  KTUNE_RETURN_IF_ERROR(CheckLaunches("launches", "launches"));
-  KTUNE_RETURN_IF_ERROR(CheckLaunches("reference", "reference"));
-  for (const auto& [name, value] : m_.reference_params()) {
-    if (!params_.count(name)) {
-      return Fail({{"reference_params", 0}}, "reference_params",
-                  absl::StrCat("'", name, "' is not a param"));
+absl::Status Validator::CheckBufferArg(int i) {
+  const v1::Buffer& b = m_.args(i).buffer();
+  const std::string field = absl::StrCat("args[", i, "]");
+  if (b.dtype() != "dtype" && !ParseDType(b.dtype())) {
+    return Fail({{"args", i}, {"buffer"}, {"dtype"}}, field + ".buffer.dtype",
+                absl::StrCat("unknown dtype '", b.dtype(), "'; expected dtype, f32, f16, bf16, f8e4m3, f8e5m2 or i32"));
+  }
+  for (const auto& [key, value] : b.dtype_for()) {
+    if (!IsTemplateDType(key)) {
+      return Fail({{"args", i}, {"buffer"}}, field + ".buffer.dtype_for",
+                  absl::StrCat("key '", key, "' is not one of the template's dtypes"));
+    }
+    if (!ParseDType(value)) {
+      return Fail({{"args", i}, {"buffer"}}, field + ".buffer.dtype_for",
+                  absl::StrCat("value '", value, "' for '", key,
+                               "' is not a dtype; expected f32, f16, bf16, f8e4m3, "
+                               "f8e5m2 or i32"));
     }
   }
-  KTUNE_RETURN_IF_ERROR(CheckDefaultAlternatives());
+  if (b.count().empty()) {
+    return Fail({{"args", i}, {"buffer"}}, field + ".buffer.count", "missing");
+  }
+  KTUNE_RETURN_IF_ERROR(
+      CheckExpr({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count", b.count()));
+  // The worker allocates a problem's buffers once, from the reference's binding, and a
+  // client allocates them from the artifact's: a size that moved with a param (say a
+  // split-K scratch of SPLIT_K * n) would be the reference's size for every candidate,
+  // and a candidate would write past it. Sizes follow the shape only.
+  for (const std::string& id : expressions_->at(b.count()).identifiers()) {
+    if (!dim_names_.count(id)) {
+      return Fail({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count",
+                  absl::StrCat("'", id, "' is not a dim: a buffer's size may depend on the "
+                               "shape only (size scratch for the largest param value)"));
+    }
+  }
+  if (b.role() == v1::Buffer::ROLE_UNSPECIFIED) {
+    return Fail({{"args", i}, {"buffer"}}, field + ".buffer.role",
+                "missing: INPUT, OUTPUT, INOUT or SCRATCH");
+  }
+  return CheckFill(i);
+}
 
+absl::Status Validator::CheckFill(int i) {
+  const v1::Buffer& b = m_.args(i).buffer();
+  const std::string field = absl::StrCat("args[", i, "]");
+  const bool checked = b.role() == v1::Buffer::INPUT || b.role() == v1::Buffer::INOUT;
+  if (b.fill().kind() == v1::Fill::ZERO_ONCE && b.role() != v1::Buffer::SCRATCH) {
+    return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                "ZERO_ONCE is for SCRATCH buffers only");
+  }
+  if (checked && (b.fill().kind() == v1::Fill::KIND_UNSPECIFIED ||
+                  b.fill().kind() == v1::Fill::ZERO)) {
+    return Fail({{"args", i}, {"buffer"}}, field + ".buffer.fill",
+                "inputs need a non-zero fill (UNIFORM, NORMAL or CONSTANT): a kernel that "
+                "does nothing must not pass");
+  }
+  if (b.fill().kind() == v1::Fill::UNIFORM && !(b.fill().lo() < b.fill().hi())) {
+    return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                "UNIFORM needs lo < hi");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckScalarArg(int i) {
+  const v1::Scalar& s = m_.args(i).scalar();
+  const std::string field = absl::StrCat("args[", i, "]");
+  if (s.type() == "i32" || s.type() == "i64") {
+    if (!s.has_expr()) {
+      return Fail({{"args", i}, {"scalar"}}, field + ".scalar.expr",
+                  "integer scalars take an expression");
+    }
+    return CheckExpr({{"args", i}, {"scalar"}, {"expr"}}, field + ".scalar.expr", s.expr());
+  }
+  if (s.type() == "f32") {
+    if (!s.has_number()) {
+      return Fail({{"args", i}, {"scalar"}}, field + ".scalar.number",
+                  "f32 scalars take a number");
+    }
+    return absl::OkStatus();
+  }
+  return Fail({{"args", i}, {"scalar"}, {"type"}}, field + ".scalar.type",
+              absl::StrCat("unknown type '", s.type(), "'; expected i32, i64 or f32"));
+}
+
+absl::Status Validator::CheckCost() {
   if (m_.cost().bytes().empty()) {
     return Fail({{"cost"}}, "cost.bytes", "missing: bytes that must move for one run");
   }
@@ -413,15 +470,16 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
   if (!m_.cost().flops().empty()) {
     KTUNE_RETURN_IF_ERROR(CheckExpr({{"cost"}, {"flops"}}, "cost.flops", m_.cost().flops()));
   }
+  return absl::OkStatus();
+}
 
+// One tolerance per dtype, each scaled by the shape only.
+absl::Status Validator::CheckTolerances() {
   std::set<std::string> tolerated;
   for (int i = 0; i < m_.tolerances_size(); ++i) {
     const v1::Tolerance& t = m_.tolerances(i);
     const std::string field = absl::StrCat("tolerances[", i, "]");
-    std::optional<DType> d = ParseDType(t.dtype());
-    bool listed = false;
-    for (DType x : *dtypes) listed |= d && x == *d;
-    if (!listed) {
+    if (!IsTemplateDType(t.dtype())) {
       return Fail({{"tolerances", i}}, field + ".dtype",
                   absl::StrCat("'", t.dtype(), "' is not one of the template's dtypes"));
     }
@@ -443,12 +501,15 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
     }
     tolerated.insert(t.dtype());
   }
-  for (DType t : *dtypes) {
+  for (DType t : *dtypes_) {
     if (!tolerated.count(std::string(DTypeName(t)))) {
       return Fail({}, "tolerances", absl::StrCat("missing a tolerance for dtype ", DTypeName(t)));
     }
   }
+  return absl::OkStatus();
+}
 
+absl::Status Validator::CheckKnobs() {
   const v1::KnobSpace& k = m_.knobs();
   for (int64_t r : k.maxrregcount()) {
     if (r != 0 && (r < 16 || r > 255)) {
