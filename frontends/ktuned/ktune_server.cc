@@ -22,6 +22,7 @@
 #include "frontends/ktuned/health_checked_gpu.h"
 #include "frontends/ktuned/reactors.h"
 #include "frontends/ktuned/request_validation.h"
+#include "frontends/ktuned/listener_guard.h"
 #include "frontends/ktuned/tls_pairing.h"
 #include "server/tuning/catalog.h"
 #include "server/tuning/kernel_resolver.h"
@@ -513,6 +514,12 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
   }
   if (options.listen.empty()) return absl::InvalidArgumentError("listen: required");
   KTUNE_RETURN_IF_ERROR(CheckTls(options));
+  if (!options.insecure &&
+      IsUnguardedExposure(options.listen, WantsTls(options), !options.token.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen: ", options.listen, " can be reached by others and neither TLS nor a token "
+        "guards it; set tls_cert_pem/tls_key_pem or token, or insecure to serve it open"));
+  }
   auto s = std::make_unique<ServerImpl>();
   s->options_ = std::move(options);
   const ServerOptions& o = s->options_;
