@@ -2,6 +2,7 @@
 
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -31,6 +32,85 @@ bool IsUpperName(absl::string_view s) {
     if (!absl::ascii_isupper(c) && !absl::ascii_isdigit(c) && c != '_') return false;
   }
   return true;
+}
+
+// `source` with its // and /* */ comments blanked out (newlines kept), so a scan of the
+// code does not read commas or parentheses in prose.
+std::string WithoutComments(absl::string_view source) {
+  std::string out(source);
+  for (size_t i = 0; i + 1 < out.size(); ++i) {
+    if (out[i] == '"') {  // skip string literals
+      for (++i; i < out.size() && out[i] != '"' && out[i] != '\n'; ++i) {
+        if (out[i] == '\\') ++i;
+      }
+    } else if (out[i] == '/' && out[i + 1] == '/') {
+      for (; i < out.size() && out[i] != '\n'; ++i) out[i] = ' ';
+    } else if (out[i] == '/' && out[i + 1] == '*') {
+      size_t end = out.find("*/", i + 2);
+      end = end == std::string::npos ? out.size() : end + 2;
+      for (; i < end; ++i) {
+        if (out[i] != '\n') out[i] = ' ';
+      }
+      --i;
+    }
+  }
+  return out;
+}
+
+bool IsIdentChar(char c) { return absl::ascii_isalnum(c) || c == '_'; }
+
+// The parameter counts of the __global__ functions named `name` in `code` (comments
+// removed), read from the text: after `__global__`, the first identifier followed by '('
+// that is not an attribute (`__x__(...)`, KTUNE_LAUNCH_BOUNDS) is the kernel's name, and its
+// parameters are the commas at depth 0 of its list, plus one. Empty when `code` declares no
+// kernel by that name (a macro may write it): then nothing can be said.
+std::vector<int> KernelArities(const std::string& code, absl::string_view name) {
+  std::vector<int> arities;
+  for (size_t at = code.find("__global__"); at != std::string::npos;
+       at = code.find("__global__", at + 1)) {
+    size_t i = at + 10;
+    std::string ident;
+    while (i < code.size()) {
+      if (IsIdentChar(code[i])) {
+        size_t start = i;
+        while (i < code.size() && IsIdentChar(code[i])) ++i;
+        ident = code.substr(start, i - start);
+        continue;
+      }
+      if (code[i] == '(') {
+        const bool attribute = (absl::StartsWith(ident, "__") && absl::EndsWith(ident, "__")) ||
+                               ident == "KTUNE_LAUNCH_BOUNDS";
+        if (!attribute) break;
+        int depth = 0;  // skip the attribute's arguments
+        for (; i < code.size(); ++i) {
+          if (code[i] == '(') ++depth;
+          if (code[i] == ')' && --depth == 0) break;
+        }
+      }
+      if (code[i] == ';' || code[i] == '{') break;
+      ++i;
+    }
+    if (i >= code.size() || code[i] != '(' || ident != name) continue;
+    int depth = 0, commas = 0;
+    bool any = false;
+    std::string first;
+    for (++i; i < code.size(); ++i) {
+      const char c = code[i];
+      if (c == '(' || c == '<' || c == '[' || c == '{') ++depth;
+      if (c == '>' || c == ']' || c == '}') --depth;
+      if (c == ')') {
+        if (depth == 0) break;
+        --depth;
+      }
+      if (c == ',' && depth == 0) ++commas;
+      if (!absl::ascii_isspace(c)) {
+        any = true;
+        if (commas == 0) first.push_back(c);
+      }
+    }
+    arities.push_back(!any || (commas == 0 && first == "void") ? 0 : commas + 1);
+  }
+  return arities;
 }
 
 // Validates one parsed manifest, turning each defect into "FILE:LINE: field: reason".
@@ -80,11 +160,19 @@ class Validator {
   absl::Status CheckScalarArg(int i);
   absl::Status CheckTensorMapArg(int i);
   absl::Status CheckLaunches(const char* list, absl::string_view what);
+  absl::Status CheckReferenceParams();
   absl::Status CheckCost();
   absl::Status CheckTolerances();
   absl::Status CheckKnobs();
   // True iff `name` parses as one of the template's dtypes.
   bool IsTemplateDType(absl::string_view name) const;
+
+ public:
+  // After Run: each launch passes as many args as the kernel it names takes in `source`
+  // (the .cu file, read at `source_path`), where the source declares that kernel.
+  absl::Status CheckArities(const std::string& source, const std::string& source_path);
+
+ private:
   absl::Status CheckNameExpression(std::initializer_list<FieldStep> path, absl::string_view field,
                                    const std::string& text);
 
@@ -249,12 +337,7 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
   KTUNE_RETURN_IF_ERROR(CheckArgs());
   KTUNE_RETURN_IF_ERROR(CheckLaunches("launches", "launches"));
   KTUNE_RETURN_IF_ERROR(CheckLaunches("reference", "reference"));
-  for (const auto& [name, value] : m_.reference_params()) {
-    if (!params_.count(name)) {
-      return Fail({{"reference_params", 0}}, "reference_params",
-                  absl::StrCat("'", name, "' is not a param"));
-    }
-  }
+  KTUNE_RETURN_IF_ERROR(CheckReferenceParams());
   KTUNE_RETURN_IF_ERROR(CheckDefaultAlternatives());
   KTUNE_RETURN_IF_ERROR(CheckCost());
   KTUNE_RETURN_IF_ERROR(CheckTolerances());
@@ -434,6 +517,19 @@ absl::Status Validator::CheckFill(int i) {
                 "inputs need a non-zero fill (UNIFORM, NORMAL or CONSTANT): a kernel that "
                 "does nothing must not pass");
   }
+  if (!std::isfinite(b.fill().lo()) || !std::isfinite(b.fill().hi())) {
+    return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                "lo and hi must be finite");
+  }
+  if (checked && b.fill().kind() == v1::Fill::CONSTANT && b.fill().lo() == 0) {
+    return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                "CONSTANT 0 for an input is a zero fill: a kernel that does nothing must not "
+                "pass");
+  }
+  if (b.fill().kind() == v1::Fill::NORMAL && !(b.fill().hi() > 0)) {
+    return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                "NORMAL needs a standard deviation hi > 0");
+  }
   if (b.fill().kind() == v1::Fill::UNIFORM && !(b.fill().lo() < b.fill().hi())) {
     return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
                 "UNIFORM needs lo < hi");
@@ -456,10 +552,34 @@ absl::Status Validator::CheckScalarArg(int i) {
       return Fail({{"args", i}, {"scalar"}}, field + ".scalar.number",
                   "f32 scalars take a number");
     }
+    if (!std::isfinite(s.number()) || std::abs(s.number()) > 3.4028234663852886e38) {
+      return Fail({{"args", i}, {"scalar"}}, field + ".scalar.number",
+                  absl::StrCat(s.number(), " is not a finite f32"));
+    }
     return absl::OkStatus();
   }
   return Fail({{"args", i}, {"scalar"}, {"type"}}, field + ".scalar.type",
               absl::StrCat("unknown type '", s.type(), "'; expected i32, i64 or f32"));
+}
+
+// Each reference param names a param, with one of its values.
+absl::Status Validator::CheckReferenceParams() {
+  for (const auto& [name, value] : m_.reference_params()) {
+    const v1::Param* param = nullptr;
+    for (const v1::Param& p : m_.params()) {
+      if (p.name() == name) param = &p;
+    }
+    if (param == nullptr) {
+      return Fail({{"reference_params", 0}}, "reference_params",
+                  absl::StrCat("'", name, "' is not a param"));
+    }
+    if (std::find(param->values().begin(), param->values().end(), value) ==
+        param->values().end()) {
+      return Fail({{"reference_params", 0}}, "reference_params",
+                  absl::StrCat(name, "=", value, " is not one of its values"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Validator::CheckCost() {
@@ -469,6 +589,36 @@ absl::Status Validator::CheckCost() {
   KTUNE_RETURN_IF_ERROR(CheckExpr({{"cost"}, {"bytes"}}, "cost.bytes", m_.cost().bytes()));
   if (!m_.cost().flops().empty()) {
     KTUNE_RETURN_IF_ERROR(CheckExpr({{"cost"}, {"flops"}}, "cost.flops", m_.cost().flops()));
+  }
+  // At the example shape with the params' defaults, for every dtype: bytes > 0 and
+  // flops >= 0 (a trial's GB/s and roofline fraction divide by them). Expressions that name
+  // knobs are left to the trials, whose knobs are known.
+  Scope scope;
+  for (const v1::Dim& d : m_.dims()) scope.values[d.name()] = d.example();
+  for (const v1::Param& p : m_.params()) scope.values[p.name()] = p.default_();
+  struct {
+    const char* field;
+    const std::string& text;
+    int64_t least;
+  } costs[] = {{"cost.bytes", m_.cost().bytes(), 1}, {"cost.flops", m_.cost().flops(), 0}};
+  for (const auto& c : costs) {
+    if (c.text.empty()) continue;
+    const Expression& e = expressions_->at(c.text);
+    bool knobs = false;
+    for (const std::string& id : e.identifiers()) knobs |= !scope.values.count(id);
+    if (knobs) continue;
+    for (DType t : *dtypes_) {
+      scope.dtype = t;
+      absl::StatusOr<int64_t> v = e.Evaluate(scope);
+      const std::string where = absl::StrCat("at the example shape (dims' examples, params' "
+                                             "defaults) for ", DTypeName(t));
+      if (!v.ok()) return Fail({{"cost"}}, c.field, absl::StrCat(where, ": ", v.status().message()));
+      if (*v < c.least) {
+        return Fail({{"cost"}}, c.field,
+                    absl::StrCat("'", c.text, "' is ", *v, " ", where, "; must be ",
+                                 c.least > 0 ? "> 0" : ">= 0"));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -482,6 +632,14 @@ absl::Status Validator::CheckTolerances() {
     if (!IsTemplateDType(t.dtype())) {
       return Fail({{"tolerances", i}}, field + ".dtype",
                   absl::StrCat("'", t.dtype(), "' is not one of the template's dtypes"));
+    }
+    if (!tolerated.insert(t.dtype()).second) {
+      return Fail({{"tolerances", i}}, field + ".dtype",
+                  absl::StrCat("'", t.dtype(), "' has a tolerance already"));
+    }
+    if (!std::isfinite(t.atol()) || !std::isfinite(t.rtol())) {
+      return Fail({{"tolerances", i}}, field,
+                  "atol and rtol must be finite: an infinite or NaN bound passes any result");
     }
     if (t.atol() < 0 || t.rtol() < 0) {
       return Fail({{"tolerances", i}}, field, "atol and rtol must be >= 0");
@@ -499,7 +657,6 @@ absl::Status Validator::CheckTolerances() {
         }
       }
     }
-    tolerated.insert(t.dtype());
   }
   for (DType t : *dtypes_) {
     if (!tolerated.count(std::string(DTypeName(t)))) {
@@ -520,6 +677,31 @@ absl::Status Validator::CheckKnobs() {
   for (int64_t b : k.min_blocks()) {
     if (b < 1 || b > 32) {
       return Fail({{"knobs"}}, "knobs.min_blocks", absl::StrCat(b, " is outside 1..32"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckArities(const std::string& source,
+                                     const std::string& source_path) {
+  const std::string code = WithoutComments(source);
+  for (const char* list : {"launches", "reference"}) {
+    const auto& launches = std::string(list) == "launches" ? m_.launches() : m_.reference();
+    for (int i = 0; i < launches.size(); ++i) {
+      const v1::Launch& l = launches[i];
+      std::string name = l.kernel().substr(0, l.kernel().find('<'));
+      if (size_t colons = name.rfind("::"); colons != std::string::npos) {
+        name = name.substr(colons + 2);
+      }
+      name = std::string(absl::StripAsciiWhitespace(name));
+      const std::vector<int> arities = KernelArities(code, name);
+      if (arities.empty() ||
+          std::find(arities.begin(), arities.end(), l.args_size()) != arities.end()) {
+        continue;
+      }
+      return Fail({{list, i}}, absl::StrCat(list, "[", i, "].args"),
+                  absl::StrCat(l.args_size(), " args, but ", name, " in ", source_path,
+                               " takes ", absl::StrJoin(arities, " or ")));
     }
   }
   return absl::OkStatus();
@@ -577,6 +759,7 @@ absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
     return absl::InvalidArgumentError(
         absl::StrCat(source_path, ": cannot read the kernel source: ", source.status().message()));
   }
+  KTUNE_RETURN_IF_ERROR(validator.CheckArities(*source, source_path));
   t->source_ = *std::move(source);
   t->source_path_ = source_path;
   t->source_hash_ = Sha256Builder()
