@@ -41,9 +41,18 @@ absl::StatusOr<KernelQuery> ValidateKernelQuery(
   }
   q.gpu = gpu;
   const v1::DeviceInfo* device = gpus > 0 ? &ctx.devices[gpu] : nullptr;
-  KTUNE_ASSIGN_OR_RETURN(
-      q.reference, BindReference(q.tmpl, q.dtype, q.shape,
-                                 device != nullptr ? TargetForDevice(*device) : ctx.target));
+  absl::StatusOr<Instance> reference = BindReference(
+      q.tmpl, q.dtype, q.shape, device != nullptr ? TargetForDevice(*device) : ctx.target);
+  if (!reference.ok()) {
+    // The request is within the manifest's bounds: arithmetic that fails here (a division
+    // by zero, an overflow) is the template's defect, not the caller's.
+    return absl::InternalError(absl::StrCat(
+        "template ", q.tmpl->name(), ": its manifest (",
+        q.tmpl->source_path().substr(0, q.tmpl->source_path().rfind('.')),
+        ".textproto) cannot be evaluated for shape ", ShapeString(q.shape), ": ",
+        reference.status().message()));
+  }
+  q.reference = *std::move(reference);
   if (device != nullptr && device->total_memory_bytes() > 0) {
     // Sum in double: a shape within every dim's bounds may still overflow int64 bytes.
     double bytes = 0;

@@ -14,6 +14,8 @@
 #include "server/base/sha256.h"
 #include "server/base/status_macros.h"
 #include "server/base/text_proto_file.h"
+#include "server/templates/search_space.h"
+#include "server/templates/shape.h"
 
 namespace ktune {
 namespace {
@@ -707,6 +709,41 @@ absl::Status Validator::CheckArities(const std::string& source,
   return absl::OkStatus();
 }
 
+// The line of `text` (a manifest) where `expression` first appears quoted; 0 if nowhere.
+int LineOfExpression(const std::string& text, const std::string& expression) {
+  const size_t at = text.find(absl::StrCat("\"", expression, "\""));
+  if (at == std::string::npos) return 0;
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+}
+
+// The default config bound at the example shape for every dtype (sm_90): arithmetic that
+// fails there (a division by zero, an overflow) is the template's defect, refused at load
+// with the line of the expression (`t`'s, parsed in `expressions`), not answered as the
+// caller's INVALID_ARGUMENT at every request. A default that the constraints reject is no
+// defect (FAILED_PRECONDITION).
+absl::Status CheckAtExampleShape(std::shared_ptr<const KernelTemplate> t,
+                                 const absl::flat_hash_map<std::string, Expression>& expressions,
+                                 const TextProtoFile& file, const std::string& text) {
+  Shape shape;
+  for (const v1::Dim& d : t->manifest().dims()) shape[d.name()] = d.example();
+  for (DType dtype : t->dtypes()) {
+    absl::Status s = ValidateRequest(*t, dtype, shape);
+    if (s.ok()) s = DefaultConfigFor(t, dtype, shape, TargetInfo{}).status();
+    if (s.ok() || s.code() == absl::StatusCode::kFailedPrecondition) continue;
+    int line = 0;
+    for (const auto& [expression, parsed] : expressions) {
+      if (absl::StrContains(s.message(), absl::StrCat("'", expression, "'"))) {
+        line = LineOfExpression(text, expression);
+        if (line > 0) break;
+      }
+    }
+    return file.Fail(line, absl::StrCat("example shape ", ShapeString(shape), " (",
+                                        DTypeName(dtype), ")"),
+                     s.message());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 DType BufferDType(const v1::Buffer& buffer, DType request) {
@@ -767,6 +804,7 @@ absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
                         .AddField(*text)
                         .AddField(shared_headers_digest)
                         .Finish();
+  KTUNE_RETURN_IF_ERROR(CheckAtExampleShape(t, t->expressions_, file, *text));
   return std::shared_ptr<const KernelTemplate>(std::move(t));
 }
 

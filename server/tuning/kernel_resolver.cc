@@ -236,8 +236,16 @@ class KernelResolverImpl final : public KernelResolver {
 
   // The template's default config for the request's shape, compiled now.
   absl::StatusOr<ResolvedKernel> Default(const KernelQuery& q, const TargetInfo& target) {
-    KTUNE_ASSIGN_OR_RETURN(const Config config, DefaultConfigFor(q.tmpl, q.dtype, q.shape, target));
-    KTUNE_ASSIGN_OR_RETURN(BuiltKernel built, BuildKernel(q.tmpl, q.dtype, q.shape, config,
+    absl::StatusOr<Config> config = DefaultConfigFor(q.tmpl, q.dtype, q.shape, target);
+    if (!config.ok() && config.status().code() != absl::StatusCode::kFailedPrecondition) {
+      // Not the caller's: the manifest's arithmetic fails for a shape it lets through.
+      return absl::InternalError(absl::StrCat("template ", q.tmpl->name(),
+                                              ": its manifest cannot be evaluated for shape ",
+                                              ShapeString(q.shape), ": ",
+                                              config.status().message()));
+    }
+    if (!config.ok()) return config.status();
+    KTUNE_ASSIGN_OR_RETURN(BuiltKernel built, BuildKernel(q.tmpl, q.dtype, q.shape, *config,
                                                           target, *options_.compiler));
     if (!built.rejected_because.empty()) {
       return absl::FailedPreconditionError(
@@ -254,7 +262,7 @@ class KernelResolverImpl final : public KernelResolver {
     e.key = KeyFor(q);
     e.source_hash = q.tmpl->source_hash();
     e.nvrtc_version = options_.compiler->Version();
-    e.config = config;
+    e.config = *config;
     e.cubin = std::move(built.compiled.cubin);
     e.cubin_sha256 = Sha256Hex(e.cubin);
     e.launches = std::move(built.launches);

@@ -162,6 +162,10 @@ const BrokenCase kBrokenCases[] = {
     {"reference_arg_count", "args: [\"x\", \"out\", \"count\"]\n}\ncost",
      "args: [\"x\", \"out\", \"count\", \"x\"]\n}\ncost",
      ":18: reference[0].args: 4 args, but tiny_ref in "},
+    // Arithmetic that fails at the example shape (issue #17, item 6): the template's defect,
+    // with the line of the expression.
+    {"example_divides_by_zero", "\"n % VEC == 0\"", "\"n % (n - 1000) == 0\"",
+     ":8: example shape n=1000 (f32): "},
 };
 
 class BrokenManifestTest : public ::testing::TestWithParam<BrokenCase> {};
