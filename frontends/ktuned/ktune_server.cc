@@ -14,6 +14,7 @@
 #include "ktune/v1/ktune.grpc.pb.h"
 #include "server/base/file.h"
 #include "server/base/file_lock.h"
+#include "server/base/paths.h"
 #include "server/base/status_macros.h"
 #include "server/compile/compile_pool.h"
 #include "server/gpu/device_model.h"
@@ -472,7 +473,10 @@ absl::Status Listen(ServerImpl* s) {
   mode_t old_umask = 0;
   if (!socket.empty()) {
     const std::string dir = socket.substr(0, socket.rfind('/'));
-    if (!dir.empty() && !IsDir(dir)) {
+    if (IsDefaultKtuneDir(dir)) {
+      // ktune's own folder (the default socket's): refused unless it is ours alone.
+      if (absl::Status mine = MakePrivateDir(dir); !mine.ok()) return abandon(mine);
+    } else if (!dir.empty() && !IsDir(dir)) {
       if (absl::Status made = MakeDirs(dir); !made.ok()) return abandon(made);
       chmod(dir.c_str(), 0700);
     }

@@ -180,7 +180,7 @@ int RunCacheImport(const CacheImportArgs& args) {
   }
 
   if (args.db.empty()) {
-    if (absl::Status s = MakeDirs(DefaultCacheDir()); !s.ok()) return Fail(s);
+    if (absl::Status s = MakePrivateDir(DefaultCacheDir()); !s.ok()) return Fail(s);
   }
   absl::StatusOr<std::unique_ptr<store::Store>> store = store::OpenSqliteStore(path);
   if (!store.ok()) return FailOpen(store.status());
