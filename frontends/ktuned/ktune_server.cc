@@ -57,6 +57,7 @@ KernelResolverOptions ResolverOptions(const ServerOptions& options,
   r.compile_only_reason = std::move(compile_only_reason);
   r.compile_only_target = options.compile_only_target;
   r.threads = options.fallback_threads;
+  r.fallback_queue = options.fallback_queue;
   return r;
 }
 
@@ -110,6 +111,8 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
       once->Finish(ToGrpcStatus(q.status()));
       return call;
     }
+    // A call finished by its cancellation or deadline needs no compile any more.
+    q->abandoned = [once] { return once->Claimed(); };
     auto query = std::make_shared<const KernelQuery>(*std::move(q));
     resolver_->Resolve(*query, ToPolicy(request->policy()),
                        [this, once, response, query, slot = std::move(slot)](
@@ -226,6 +229,10 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     return reactor;
   }
 
+
+
+  // For shutdown: FALLBACK requests still waiting are answered now (KernelResolver::Stop).
+  void StopResolving() { resolver_->Stop(); }
 
  private:
   // Where a fresh exact answer is kept: the store's change counter read before the lookup,
@@ -353,7 +360,9 @@ class ServerImpl final : public KtuneServer {
       shutting_down_ = true;
     }
     // Jobs first: every TUNE call and Tune stream then finishes (cancelled), so the
-    // server's shutdown does not wait out a long tune.
+    // server's shutdown does not wait out a long tune; FALLBACK's waiting compiles are
+    // dropped (answered UNAVAILABLE) rather than drained.
+    service_->StopResolving();
     queue_->Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     absl::MutexLock lock(&mu_);

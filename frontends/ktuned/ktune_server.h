@@ -46,6 +46,9 @@ struct ServerOptions {
   int compile_threads = 0;
   // Threads for FALLBACK's neighbour search and default-config compiles.
   int fallback_threads = 2;
+  // Distinct FALLBACK compiles waiting for one of those threads (identical requests share
+  // one); past it, RESOURCE_EXHAUSTED.
+  int fallback_queue = 64;
   // Cubin bytes of fresh hits kept in memory (frontends/ktuned/artifact_cache.h); 0: every
   // GetKernel reads the store.
   int64_t artifact_cache_bytes = 256 << 20;

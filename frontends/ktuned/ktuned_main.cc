@@ -76,6 +76,7 @@ struct Flags {
   std::string token;
   int max_message_bytes = 64 << 20;
   int queue = 64;
+  int fallback_queue = ktune::ServerOptions{}.fallback_queue;
   int64_t artifact_cache_mb = ktune::ServerOptions{}.artifact_cache_bytes >> 20;
   bool reflection = false;
   bool insecure = false;
@@ -98,6 +99,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
   app.add_option("--max-message-bytes", f->max_message_bytes, "Largest gRPC message")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--queue", f->queue, "Most tuning jobs waiting")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--fallback-queue", f->fallback_queue,
+                 "Most FALLBACK default compiles waiting (identical requests share one)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--artifact-cache-mb", f->artifact_cache_mb,
                  "Memory for answered artifacts (MiB of cubins; 0: every hit reads the store)")
@@ -190,6 +194,7 @@ void FillOptions(const Flags& f, const ktune::Engine& e, ktune::ServerOptions* o
   options->pool = e.pool.get();
   options->gpu_factory = e.gpu_factory;
   options->queue_capacity = f.queue;
+  options->fallback_queue = f.fallback_queue;
   options->artifact_cache_bytes = f.artifact_cache_mb << 20;
   options->token = f.token;
   options->insecure = f.insecure;
