@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/base/echo.h"
 #include "server/base/status_macros.h"
 #include "server/templates/instance.h"
 #include "server/templates/search_space.h"
@@ -27,7 +28,7 @@ absl::StatusOr<KernelQuery> ValidateKernelQuery(
   std::optional<DType> parsed = ParseDType(dtype);
   if (!parsed || !IsRequestDType(*parsed)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dtype: unknown '", dtype, "'; one of f32, f16, bf16, f8e4m3, f8e5m2"));
+        absl::StrCat("dtype: unknown ", Echo(dtype), "; one of f32, f16, bf16, f8e4m3, f8e5m2"));
   }
   q.dtype = *parsed;
   if (shape.empty()) return absl::InvalidArgumentError("shape: required");
@@ -82,7 +83,7 @@ absl::StatusOr<KernelQuery> ValidateGetKernel(const v1::GetKernelRequest& r,
 absl::StatusOr<KernelQuery> ValidateTune(const v1::TuneRequest& r, const ValidationContext& ctx) {
   if (!r.strategy().empty() && r.strategy() != "exhaustive" && r.strategy() != "random") {
     return absl::InvalidArgumentError(
-        absl::StrCat("strategy: unknown '", r.strategy(), "'; exhaustive or random"));
+        absl::StrCat("strategy: unknown ", Echo(r.strategy()), "; exhaustive or random"));
   }
   if (r.budget() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("budget: must be >= 0, got ", r.budget()));

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/base/echo.h"
 #include "server/base/sha256.h"
 #include "server/base/status_macros.h"
 #include "server/base/thread_pool.h"
@@ -343,7 +344,7 @@ class KernelResolverImpl final : public KernelResolver {
     if (!built.compiled.ok) {
       return absl::InternalError(absl::StrCat("template ", q.tmpl->name(),
                                               ": the default config does not compile:\n",
-                                              built.compiled.log));
+                                              Clip(built.compiled.log)));
     }
     ResolvedKernel r;
     store::Entry& e = r.entry;

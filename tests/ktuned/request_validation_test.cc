@@ -42,5 +42,27 @@ TEST(RequestValidationTest, AManifestDefectIsInternalNamingTheManifest) {
                              HasSubstr("n=999"))));
 }
 
+// A 100 KB template id used to come back whole in the message, past the client's limit.
+TEST(RequestValidationTest, EchoedInputIsCut) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<TemplateRegistry> registry,
+                       LoadTemplateRegistry(testing::TestTemplatesDir()));
+  ValidationContext ctx;
+  ctx.registry = registry.get();
+  google::protobuf::Map<std::string, int64_t> shape;
+  shape["n"] = 1000;
+  const std::string huge(100000, 'x');
+  for (const absl::Status& s :
+       {ValidateKernelQuery(huge, "f32", shape, 0, ctx).status(),
+        ValidateKernelQuery("tiny", huge, shape, 0, ctx).status()}) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_LT(s.message().size(), 400u);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("(100000 bytes)"));
+  }
+  shape[huge] = 1;
+  absl::Status s = ValidateKernelQuery("tiny", "f32", shape, 0, ctx).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(s.message().size(), 400u);
+}
+
 }  // namespace
 }  // namespace ktune
