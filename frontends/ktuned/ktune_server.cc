@@ -296,14 +296,20 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
 
   absl::Status CheckToken(grpc::CallbackServerContext* ctx) const {
     if (options_.token.empty()) return absl::OkStatus();
-    const std::string want = absl::StrCat("Bearer ", options_.token);
     auto range = ctx->client_metadata().equal_range("authorization");
     if (range.first == range.second) {
       return absl::UnauthenticatedError(
           "authorization: this daemon wants metadata 'authorization: Bearer <token>'");
     }
     for (auto it = range.first; it != range.second; ++it) {
-      if (SameToken(std::string(it->second.data(), it->second.size()), want)) {
+      // The scheme is case-insensitive (RFC 7235: "bearer", "BEARER"); the token is not.
+      absl::string_view value(it->second.data(), it->second.size());
+      constexpr absl::string_view kScheme = "bearer ";
+      if (value.size() < kScheme.size() ||
+          !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
+        continue;
+      }
+      if (SameToken(std::string(value.substr(kScheme.size())), options_.token)) {
         return absl::OkStatus();
       }
     }
