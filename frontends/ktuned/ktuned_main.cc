@@ -41,6 +41,9 @@ namespace {
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
+// The least --max-message-bytes: a limit below an artifact's size lets ktuned start and
+// then fail every call that returns one. 4 MiB is well above the largest shipped cubin.
+constexpr int kMinMessageBytes = 4 << 20;
 
 int Fail(const std::string& what, const absl::Status& s) {
   std::fprintf(stderr, "ktuned: %s: %s\n", what.c_str(), s.ToString().c_str());
@@ -125,10 +128,15 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
   return std::nullopt;
 }
 
-// Who may call: an empty --token (it would mean no authentication) is refused, and so is a
+// --max-message-bytes above its floor, and who may call: an empty --token (it would mean no authentication) is refused, and so is a
 // listener others can reach with neither TLS nor a token, unless --insecure. An exit status
 // when they do not fit.
 std::optional<int> CheckGuard(const Flags& f) {
+  if (f.max_message_bytes < kMinMessageBytes) {
+    return Usage(absl::StrCat("--max-message-bytes: ", f.max_message_bytes,
+                              " is below the floor of ", kMinMessageBytes,
+                              " (4 MiB): an artifact's cubin must fit in one message"));
+  }
   if (f.token_given && f.token.empty()) {
     return Usage("--token: empty; give a token, or leave the flag out for no authentication");
   }
@@ -181,6 +189,10 @@ std::optional<int> OpenEngine(const Flags& f, std::unique_ptr<ktune::Engine>* en
   *engine = *std::move(opened);
   for (const absl::Status& err : (*engine)->registry->errors()) {
     std::fprintf(stderr, "ktuned: template not loaded: %s\n", std::string(err.message()).c_str());
+  }
+  if ((*engine)->registry->templates().empty()) {
+    return Fail(absl::StrCat("--templates ", f.templates),
+                absl::FailedPreconditionError("no template loaded; nothing to serve"));
   }
   return std::nullopt;
 }

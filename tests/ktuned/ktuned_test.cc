@@ -183,6 +183,22 @@ TEST_F(KtunedTest, InsecureServesAnExposedListenerAndSaysSo) {
   EXPECT_EQ(guarded.Wait(absl::Seconds(5)), 0) << guarded.Stderr();
 }
 
+// A --max-message-bytes below an artifact used to start and then fail every call; a
+// --templates folder with no loadable template used to start and serve nothing.
+TEST_F(KtunedTest, AStartThatCouldServeNothingIsRefused) {
+  Ktuned small(dir_, With({"--listen", "unix://" + dir_ + "/s.sock", "--max-message-bytes",
+                           "1000"}));
+  EXPECT_EQ(small.Wait(absl::Seconds(10)), 2) << small.Stderr();
+  EXPECT_THAT(small.Stderr(), HasSubstr("--max-message-bytes: 1000 is below the floor"));
+  MakeDirs(dir_ + "/empty-templates").IgnoreError();
+  Ktuned none(dir_, {"--db", dir_ + "/none.db", "--templates", dir_ + "/empty-templates",
+                     "--worker", dir_ + "/no-such-ktune-worker", "--listen",
+                     "unix://" + dir_ + "/n.sock"});
+  EXPECT_EQ(none.Wait(absl::Seconds(10)), 1) << none.Stderr();
+  EXPECT_THAT(none.Stderr(), HasSubstr("--templates " + dir_ + "/empty-templates"));
+  EXPECT_THAT(none.Stderr(), HasSubstr("no template loaded"));
+}
+
 // A second ktuned on the same unix socket path used to unlink and take it, leaving the first
 // running and unreachable: now it exits 1 naming the lock and the holder, and the first
 // keeps serving. Once the first is gone, the path is free again.
