@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/base/cuda_result.h"
 
 namespace ktune::client {
 namespace {
@@ -67,28 +68,7 @@ absl::Status CheckCu(const CudaApi& api, CuResult result, absl::string_view call
     text = "no description";
   }
   const std::string message = absl::StrCat(call, ": ", name, " (", result, ": ", text, ")");
-  switch (result) {
-    case 2:    // CUDA_ERROR_OUT_OF_MEMORY
-    case 701:  // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
-      return absl::ResourceExhaustedError(message);
-    case 1:    // CUDA_ERROR_INVALID_VALUE
-    case 200:  // CUDA_ERROR_INVALID_IMAGE
-    case 209:  // CUDA_ERROR_NO_BINARY_FOR_GPU
-    case 218:  // CUDA_ERROR_INVALID_PTX
-    case 222:  // CUDA_ERROR_UNSUPPORTED_PTX_VERSION
-      return absl::InvalidArgumentError(message);
-    case 500:  // CUDA_ERROR_NOT_FOUND
-      return absl::NotFoundError(message);
-    case 3:    // CUDA_ERROR_NOT_INITIALIZED
-    case 201:  // CUDA_ERROR_INVALID_CONTEXT
-    case 400:  // CUDA_ERROR_INVALID_HANDLE
-      return absl::FailedPreconditionError(message);
-    case 100:  // CUDA_ERROR_NO_DEVICE
-    case 35:   // CUDA_ERROR_INSUFFICIENT_DRIVER
-      return absl::UnavailableError(message);
-    default:
-      return absl::InternalError(message);
-  }
+  return absl::Status(CudaResultCode(result), message);
 }
 
 }  // namespace ktune::client

@@ -64,10 +64,8 @@ struct CudaApi {
 // the same answer every call.
 absl::StatusOr<const CudaApi*> LoadCudaApi();
 
-// OK for success; otherwise "<call>: CUDA_ERROR_X (text)" with the most specific code
-// (kResourceExhausted out of memory/resources, kInvalidArgument bad values and images,
-// kNotFound missing names, kFailedPrecondition wrong or missing context, kUnavailable no
-// device, kInternal the rest).
+// OK for success; otherwise "<call>: CUDA_ERROR_X (text)" with the code ktune-worker gives
+// the same result (CudaResultCode in server/base/cuda_result.h).
 absl::Status CheckCu(const CudaApi& api, CuResult result, absl::string_view call);
 
 }  // namespace ktune::client

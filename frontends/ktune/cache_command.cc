@@ -176,23 +176,9 @@ std::string FirstLine(const std::string& s) {
   return line;
 }
 
-int RunShow(const ShowArgs& args) {
-  if (args.top < 0) return Fail(absl::InvalidArgumentError("--top: must be >= 0"));
-  const std::string path = CacheDbPath(args.db);
-  absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
-  if (!store.ok()) return FailOpen(store.status());
-  absl::StatusOr<int64_t> id = ResolveEntry(**store, args.entry, args.device_model);
-  if (!id.ok()) return Fail(id.status());
-  absl::StatusOr<store::EntryBundle> bundle = LoadEntryBundle(**store, *id);
-  if (!bundle.ok()) return Fail(bundle.status());
-  absl::StatusOr<std::set<int64_t>> stale = StaleIds(**store, NvrtcVersionOr(args.nvrtc_version));
-  if (!stale.ok()) return Fail(stale.status());
-  const store::Entry& e = bundle->entry;
-  absl::StatusOr<store::Device> device = (*store)->GetDevice(e.key.device_model);
-  const std::vector<store::Trial>& trials = bundle->trials;
-  // The entry's own job, not the stand-in for a pruned one.
-  const store::Job* job = e.job_id != 0 ? &bundle->job : nullptr;
-
+// The entry's key, device, winner, metrics, cubin, launches and provenance.
+std::string ShowEntry(const store::Entry& e, const absl::StatusOr<store::Device>& device,
+                      bool stale, const store::Job* job) {
   const TrialMetrics& m = e.metrics;
   std::string out;
   absl::StrAppend(&out, "entry      ", e.id, "  ", KeyText(e.key), "\n");
@@ -207,7 +193,7 @@ int RunShow(const ShowArgs& args) {
   }
   absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, "source     ", e.source_hash, "  nvrtc ", e.nvrtc_version, "  ",
-                  stale->count(e.id) ? "STALE (re-tuned on next demand)" : "fresh", "\n");
+                  stale ? "STALE (re-tuned on next demand)" : "fresh", "\n");
   absl::StrAppend(&out, "winner     ", ParamsText(e.config.params), "  ", KnobsText(e.config.knobs),
                   "\n");
   absl::StrAppend(&out, absl::StrFormat(
@@ -243,7 +229,13 @@ int RunShow(const ShowArgs& args) {
     absl::StrAppend(&out, "stopped    ", job->stop_reason, "\n");
   }
 
-  // Why it won: the timed candidates fastest first, then what failed.
+  return out;
+}
+
+// Why it won: the timed candidates fastest first, then what failed; `limit` rows each.
+std::string ShowTrials(const store::Entry& e, const std::vector<store::Trial>& trials,
+                       size_t limit) {
+  if (trials.empty()) return "";
   std::vector<const store::Trial*> ok, failed;
   for (const store::Trial& t : trials) (t.outcome == Outcome::kOk ? ok : failed).push_back(&t);
   std::stable_sort(ok.begin(), ok.end(), [](const store::Trial* a, const store::Trial* b) {
@@ -252,40 +244,61 @@ int RunShow(const ShowArgs& args) {
   std::stable_sort(failed.begin(), failed.end(), [](const store::Trial* a, const store::Trial* b) {
     return a->outcome < b->outcome;
   });
-  const size_t limit = args.top == 0 ? SIZE_MAX : static_cast<size_t>(args.top);
-  if (!trials.empty()) {
-    absl::StrAppend(&out, "\nwhy it won: ", ok.size(), " timed candidates, fastest first",
-                    ok.size() > limit ? absl::StrCat(" (top ", limit, ")") : "",
-                    "; * the winner; vs-best is time / the winner's\n",
-                    ok.empty() || ok.front()->config == e.config
-                        ? ""
-                        : "(the winner is decided by a final round that re-times the fastest "
-                          "three interleaved, so it need not rank first by its search time)\n");
-    std::vector<std::vector<std::string>> rows = {
-        {"", "RANK", "OUTCOME", "TIME_US", "VS-BEST", "SPREAD", "REGS", "OCC", "WAVES", "CEIL",
-         "PARAMS", "KNOBS"}};
-    for (size_t i = 0; i < ok.size() && i < limit; ++i) {
-      const store::Trial& t = *ok[i];
-      rows.push_back({t.config == e.config ? "*" : "", absl::StrCat(i + 1),
-                      std::string(OutcomeName(t.outcome)), Us(t.metrics.time_ns),
-                      m.time_ns > 0 ? absl::StrFormat("%.2fx", t.metrics.time_ns / m.time_ns) : "-",
-                      SpreadPct(t.metrics), absl::StrCat(t.metrics.registers),
-                      Pct(t.metrics.occupancy), absl::StrFormat("%.2f", t.metrics.waves),
-                      Pct(t.metrics.ceiling_fraction), ParamsText(t.config.params),
-                      KnobsText(t.config.knobs)});
-    }
-    absl::StrAppend(&out, Table(rows));
-    if (!failed.empty()) {
-      absl::StrAppend(&out, "\nfailed: ", failed.size(), " candidates\n");
-      std::vector<std::vector<std::string>> frows = {{"OUTCOME", "PARAMS", "KNOBS", "REASON"}};
-      for (size_t i = 0; i < failed.size() && i < limit; ++i) {
-        const store::Trial& t = *failed[i];
-        frows.push_back({std::string(OutcomeName(t.outcome)), ParamsText(t.config.params),
-                         KnobsText(t.config.knobs), FirstLine(t.log)});
-      }
-      absl::StrAppend(&out, Table(frows));
-    }
+  const TrialMetrics& m = e.metrics;
+  std::string out;
+  absl::StrAppend(&out, "\nwhy it won: ", ok.size(), " timed candidates, fastest first",
+                  ok.size() > limit ? absl::StrCat(" (top ", limit, ")") : "",
+                  "; * the winner; vs-best is time / the winner's\n",
+                  ok.empty() || ok.front()->config == e.config
+                      ? ""
+                      : "(the winner is decided by a final round that re-times the fastest "
+                        "three interleaved, so it need not rank first by its search time)\n");
+  std::vector<std::vector<std::string>> rows = {
+      {"", "RANK", "OUTCOME", "TIME_US", "VS-BEST", "SPREAD", "REGS", "OCC", "WAVES", "CEIL",
+       "PARAMS", "KNOBS"}};
+  for (size_t i = 0; i < ok.size() && i < limit; ++i) {
+    const store::Trial& t = *ok[i];
+    rows.push_back({t.config == e.config ? "*" : "", absl::StrCat(i + 1),
+                    std::string(OutcomeName(t.outcome)), Us(t.metrics.time_ns),
+                    m.time_ns > 0 ? absl::StrFormat("%.2fx", t.metrics.time_ns / m.time_ns) : "-",
+                    SpreadPct(t.metrics), absl::StrCat(t.metrics.registers),
+                    Pct(t.metrics.occupancy), absl::StrFormat("%.2f", t.metrics.waves),
+                    Pct(t.metrics.ceiling_fraction), ParamsText(t.config.params),
+                    KnobsText(t.config.knobs)});
   }
+  absl::StrAppend(&out, Table(rows));
+  if (!failed.empty()) {
+    absl::StrAppend(&out, "\nfailed: ", failed.size(), " candidates\n");
+    std::vector<std::vector<std::string>> frows = {{"OUTCOME", "PARAMS", "KNOBS", "REASON"}};
+    for (size_t i = 0; i < failed.size() && i < limit; ++i) {
+      const store::Trial& t = *failed[i];
+      frows.push_back({std::string(OutcomeName(t.outcome)), ParamsText(t.config.params),
+                       KnobsText(t.config.knobs), FirstLine(t.log)});
+    }
+    absl::StrAppend(&out, Table(frows));
+  }
+  return out;
+}
+
+int RunShow(const ShowArgs& args) {
+  if (args.top < 0) return Fail(absl::InvalidArgumentError("--top: must be >= 0"));
+  const std::string path = CacheDbPath(args.db);
+  absl::StatusOr<std::unique_ptr<store::Store>> store = OpenCacheReadOnly(path);
+  if (!store.ok()) return FailOpen(store.status());
+  absl::StatusOr<int64_t> id = ResolveEntry(**store, args.entry, args.device_model);
+  if (!id.ok()) return Fail(id.status());
+  absl::StatusOr<store::EntryBundle> bundle = LoadEntryBundle(**store, *id);
+  if (!bundle.ok()) return Fail(bundle.status());
+  absl::StatusOr<std::set<int64_t>> stale = StaleIds(**store, NvrtcVersionOr(args.nvrtc_version));
+  if (!stale.ok()) return Fail(stale.status());
+  const store::Entry& e = bundle->entry;
+  absl::StatusOr<store::Device> device = (*store)->GetDevice(e.key.device_model);
+  // The entry's own job, not the stand-in for a pruned one.
+  const store::Job* job = e.job_id != 0 ? &bundle->job : nullptr;
+  const std::string out =
+      absl::StrCat(ShowEntry(e, device, stale->count(e.id) > 0, job),
+                   ShowTrials(e, bundle->trials,
+                              args.top == 0 ? SIZE_MAX : static_cast<size_t>(args.top)));
   std::printf("%s", out.c_str());
   return kExitOk;
 }
@@ -466,13 +479,11 @@ void AddDbFlags(CLI::App* app, std::string* db, std::string* nvrtc) {
 
 }  // namespace
 
-Command AddCacheCommand(CLI::App& parent) {
-  CLI::App* cache = parent.add_subcommand(
-      "cache", "Inspect and maintain the tuning store (reads the SQLite file directly, "
-               "read-only except import and prune; safe while ktuned runs)");
-  cache->require_subcommand(1);
-  std::vector<std::pair<CLI::App*, std::function<int()>>> subs;
+// The subcommands added so far, each with what runs it when it was the one parsed.
+using Subcommands = std::vector<std::pair<CLI::App*, std::function<int()>>>;
 
+// ls, show and stats: read-only views of one store.
+void AddReadCommands(CLI::App* cache, Subcommands* subs) {
   auto ls = std::make_shared<LsArgs>();
   CLI::App* app = cache->add_subcommand("ls", "List entries as an aligned table or --json");
   AddDbFlags(app, &ls->db, &ls->nvrtc_version);
@@ -481,7 +492,7 @@ Command AddCacheCommand(CLI::App& parent) {
   app->add_option("--device-model", ls->device_model, "Only this device model key");
   app->add_flag("--stale", ls->stale, "Only stale entries (other template source or NVRTC)");
   app->add_flag("--json", ls->json, "A JSON array instead of the table");
-  subs.emplace_back(app, [ls] { return RunLs(*ls); });
+  subs->emplace_back(app, [ls] { return RunLs(*ls); });
 
   auto show = std::make_shared<ShowArgs>();
   app = cache->add_subcommand(
@@ -492,16 +503,19 @@ Command AddCacheCommand(CLI::App& parent) {
       ->required();
   app->add_option("--device-model", show->device_model, "Device model, when KEY has several");
   app->add_option("--top", show->top, "Trials to list (0 = all)")->capture_default_str();
-  subs.emplace_back(app, [show] { return RunShow(*show); });
+  subs->emplace_back(app, [show] { return RunShow(*show); });
 
   auto stats = std::make_shared<StatsArgs>();
   app = cache->add_subcommand(
       "stats", "Entries per device model and template, stale entries, failed trials, size");
   AddDbFlags(app, &stats->db, &stats->nvrtc_version);
-  subs.emplace_back(app, [stats] { return RunStats(*stats); });
+  subs->emplace_back(app, [stats] { return RunStats(*stats); });
+}
 
+// export, import and prune: the store's entries in and out.
+void AddTransferCommands(CLI::App* cache, Subcommands* subs) {
   auto exp = std::make_shared<CacheExportArgs>();
-  app = cache->add_subcommand(
+  CLI::App* app = cache->add_subcommand(
       "export", "Write entries with their evidence (trials, the device's ceiling) to a "
                 "portable JSON file");
   AddDbFlags(app, &exp->db, nullptr);
@@ -509,7 +523,7 @@ Command AddCacheCommand(CLI::App& parent) {
   app->add_option("--template", exp->template_id, "Only this template");
   app->add_option("--dtype", exp->dtype, "Only this dtype");
   app->add_option("--device-model", exp->device_model, "Only this device model key");
-  subs.emplace_back(app, [exp] { return RunCacheExport(*exp); });
+  subs->emplace_back(app, [exp] { return RunCacheExport(*exp); });
 
   auto imp = std::make_shared<CacheImportArgs>();
   app = cache->add_subcommand(
@@ -531,7 +545,7 @@ Command AddCacheCommand(CLI::App& parent) {
                 "Take entries tuned with another NVRTC version (they are stale here)");
   app->add_flag("--allow-other-device", imp->allow_other_device,
                 "Take entries for device models this store has not seen");
-  subs.emplace_back(app, [imp] { return RunCacheImport(*imp); });
+  subs->emplace_back(app, [imp] { return RunCacheImport(*imp); });
 
   auto prune = std::make_shared<CachePruneArgs>();
   app = cache->add_subcommand(
@@ -541,13 +555,16 @@ Command AddCacheCommand(CLI::App& parent) {
   app->add_option("--older-than", prune->older_than,
                   "Remove entries created longer ago than this: 30d, 2w, 12h, 90m");
   app->add_flag("--dry-run", prune->dry_run, "Say what would go; change nothing");
-  subs.emplace_back(app, [prune] { return RunCachePrune(*prune); });
+  subs->emplace_back(app, [prune] { return RunCachePrune(*prune); });
+}
 
+// diff and report: two stores side by side, one store as HTML pages.
+void AddCompareCommands(CLI::App* cache, Subcommands* subs) {
   auto diff = std::make_shared<DiffArgs>();
-  app = cache->add_subcommand("diff", "Keys in one store only, and winners that differ");
+  CLI::App* app = cache->add_subcommand("diff", "Keys in one store only, and winners that differ");
   app->add_option("db1", diff->db1, "First SQLite file")->required();
   app->add_option("db2", diff->db2, "Second SQLite file")->required();
-  subs.emplace_back(app, [diff] { return RunDiff(*diff); });
+  subs->emplace_back(app, [diff] { return RunDiff(*diff); });
 
   auto report = std::make_shared<ReportArgs>();
   app = cache->add_subcommand(
@@ -556,8 +573,18 @@ Command AddCacheCommand(CLI::App& parent) {
   AddDbFlags(app, &report->db, &report->nvrtc_version);
   app->add_option("--out", report->out, "Folder for the pages")->required();
   app->add_option("--template", report->template_id, "Only this template");
-  subs.emplace_back(app, [report] { return RunReport(*report); });
+  subs->emplace_back(app, [report] { return RunReport(*report); });
+}
 
+Command AddCacheCommand(CLI::App& parent) {
+  CLI::App* cache = parent.add_subcommand(
+      "cache", "Inspect and maintain the tuning store (reads the SQLite file directly, "
+               "read-only except import and prune; safe while ktuned runs)");
+  cache->require_subcommand(1);
+  Subcommands subs;
+  AddReadCommands(cache, &subs);
+  AddTransferCommands(cache, &subs);
+  AddCompareCommands(cache, &subs);
   return {cache, [subs] {
             for (const auto& [app, run] : subs) {
               if (app->parsed()) return run();

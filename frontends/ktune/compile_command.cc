@@ -119,6 +119,7 @@ absl::StatusOr<std::unique_ptr<Compiler>> OpenCompiler(const CompileArgs& args,
                                                        const TemplateRegistry& registry,
                                                        std::unique_ptr<CubinCache>* cache) {
   if (!args.no_cache) {
+    if (args.cache_dir.empty()) KTUNE_RETURN_IF_ERROR(MakePrivateDir(DefaultCacheDir()));
     const std::string dir =
         args.cache_dir.empty() ? absl::StrCat(DefaultCacheDir(), "/cubins") : args.cache_dir;
     KTUNE_ASSIGN_OR_RETURN(*cache, CubinCache::Open(dir));

@@ -67,10 +67,16 @@ int RunTemplates(const TemplatesArgs& args) {
       absl::StatusOr<SearchSpace> all = EnumerateSearchSpace(tmpl, dtype, shape, *target);
       absl::StatusOr<SearchSpace> params =
           EnumerateParams(tmpl, dtype, shape, *target, DefaultConfig(*tmpl, *target).knobs);
-      if (!all.ok()) return Fail(all.status());
-      if (!params.ok()) return Fail(params.status());
-      row.candidates = absl::StrCat(all->configs.size());
-      row.params = absl::StrCat(params->configs.size(), "/", params->param_points);
+      if (!all.ok() || !params.ok()) {
+        // The template's own defect at this shape: said, and the others still listed.
+        row.candidates = "-";
+        row.params = "-";
+        std::cerr << "ktune: " << name << ": "
+                  << (all.ok() ? params.status() : all.status()).message() << "\n";
+      } else {
+        row.candidates = absl::StrCat(all->configs.size());
+        row.params = absl::StrCat(params->configs.size(), "/", params->param_points);
+      }
     }
     rows.push_back(std::move(row));
   }

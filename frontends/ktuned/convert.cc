@@ -1,6 +1,9 @@
 #include "frontends/ktuned/convert.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
+#include "server/base/echo.h"
 #include "server/base/status_macros.h"
 #include "server/gpu/tensor_map_proto.h"
 #include "server/templates/shape.h"
@@ -9,8 +12,14 @@ namespace ktune {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  std::string message(status.message());
+  if (message.size() > kMaxStatusMessageBytes) {
+    // The whole text to the log, a head of it to the caller: a status is a summary.
+    std::fprintf(stderr, "ktuned: status message cut for the caller (%zu bytes): %s\n",
+                 message.size(), message.c_str());
+    message = Clip(message, kMaxStatusMessageBytes);
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::move(message));
 }
 
 v1::Knobs ToProto(const Knobs& knobs) {

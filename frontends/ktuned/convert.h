@@ -21,7 +21,12 @@
 
 namespace ktune {
 
-// Same code (the two enums agree number for number), same message.
+// The most a status message carries to a caller; a longer one (a compiler log, an echo of
+// a huge input) is cut, and written whole to stderr, ktuned's log.
+inline constexpr size_t kMaxStatusMessageBytes = 4096;
+
+// Same code (the two enums agree number for number), same message up to
+// kMaxStatusMessageBytes.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 v1::Knobs ToProto(const Knobs& knobs);

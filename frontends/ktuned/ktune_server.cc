@@ -14,6 +14,7 @@
 #include "ktune/v1/ktune.grpc.pb.h"
 #include "server/base/file.h"
 #include "server/base/file_lock.h"
+#include "server/base/paths.h"
 #include "server/base/status_macros.h"
 #include "server/compile/compile_pool.h"
 #include "server/gpu/device_model.h"
@@ -22,6 +23,7 @@
 #include "frontends/ktuned/health_checked_gpu.h"
 #include "frontends/ktuned/reactors.h"
 #include "frontends/ktuned/request_validation.h"
+#include "frontends/ktuned/listener_guard.h"
 #include "frontends/ktuned/tls_pairing.h"
 #include "server/tuning/catalog.h"
 #include "server/tuning/kernel_resolver.h"
@@ -55,6 +57,7 @@ KernelResolverOptions ResolverOptions(const ServerOptions& options,
   r.compile_only_reason = std::move(compile_only_reason);
   r.compile_only_target = options.compile_only_target;
   r.threads = options.fallback_threads;
+  r.fallback_queue = options.fallback_queue;
   return r;
 }
 
@@ -108,6 +111,8 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
       once->Finish(ToGrpcStatus(q.status()));
       return call;
     }
+    // A call finished by its cancellation or deadline needs no compile any more.
+    q->abandoned = [once] { return once->Claimed(); };
     auto query = std::make_shared<const KernelQuery>(*std::move(q));
     resolver_->Resolve(*query, ToPolicy(request->policy()),
                        [this, once, response, query, slot = std::move(slot)](
@@ -225,6 +230,10 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
   }
 
 
+
+  // For shutdown: FALLBACK requests still waiting are answered now (KernelResolver::Stop).
+  void StopResolving() { resolver_->Stop(); }
+
  private:
   // Where a fresh exact answer is kept: the store's change counter read before the lookup,
   // and the request's cache key. No generation: not kept.
@@ -287,14 +296,20 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
 
   absl::Status CheckToken(grpc::CallbackServerContext* ctx) const {
     if (options_.token.empty()) return absl::OkStatus();
-    const std::string want = absl::StrCat("Bearer ", options_.token);
     auto range = ctx->client_metadata().equal_range("authorization");
     if (range.first == range.second) {
       return absl::UnauthenticatedError(
           "authorization: this daemon wants metadata 'authorization: Bearer <token>'");
     }
     for (auto it = range.first; it != range.second; ++it) {
-      if (SameToken(std::string(it->second.data(), it->second.size()), want)) {
+      // The scheme is case-insensitive (RFC 7235: "bearer", "BEARER"); the token is not.
+      absl::string_view value(it->second.data(), it->second.size());
+      constexpr absl::string_view kScheme = "bearer ";
+      if (value.size() < kScheme.size() ||
+          !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
+        continue;
+      }
+      if (SameToken(std::string(value.substr(kScheme.size())), options_.token)) {
         return absl::OkStatus();
       }
     }
@@ -351,7 +366,9 @@ class ServerImpl final : public KtuneServer {
       shutting_down_ = true;
     }
     // Jobs first: every TUNE call and Tune stream then finishes (cancelled), so the
-    // server's shutdown does not wait out a long tune.
+    // server's shutdown does not wait out a long tune; FALLBACK's waiting compiles are
+    // dropped (answered UNAVAILABLE) rather than drained.
+    service_->StopResolving();
     queue_->Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     absl::MutexLock lock(&mu_);
@@ -471,7 +488,10 @@ absl::Status Listen(ServerImpl* s) {
   mode_t old_umask = 0;
   if (!socket.empty()) {
     const std::string dir = socket.substr(0, socket.rfind('/'));
-    if (!dir.empty() && !IsDir(dir)) {
+    if (IsDefaultKtuneDir(dir)) {
+      // ktune's own folder (the default socket's): refused unless it is ours alone.
+      if (absl::Status mine = MakePrivateDir(dir); !mine.ok()) return abandon(mine);
+    } else if (!dir.empty() && !IsDir(dir)) {
       if (absl::Status made = MakeDirs(dir); !made.ok()) return abandon(made);
       chmod(dir.c_str(), 0700);
     }
@@ -513,6 +533,12 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
   }
   if (options.listen.empty()) return absl::InvalidArgumentError("listen: required");
   KTUNE_RETURN_IF_ERROR(CheckTls(options));
+  if (!options.insecure &&
+      IsUnguardedExposure(options.listen, WantsTls(options), !options.token.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen: ", options.listen, " can be reached by others and neither TLS nor a token "
+        "guards it; set tls_cert_pem/tls_key_pem or token, or insecure to serve it open"));
+  }
   auto s = std::make_unique<ServerImpl>();
   s->options_ = std::move(options);
   const ServerOptions& o = s->options_;

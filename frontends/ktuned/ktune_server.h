@@ -46,11 +46,18 @@ struct ServerOptions {
   int compile_threads = 0;
   // Threads for FALLBACK's neighbour search and default-config compiles.
   int fallback_threads = 2;
+  // Distinct FALLBACK compiles waiting for one of those threads (identical requests share
+  // one); past it, RESOURCE_EXHAUSTED.
+  int fallback_queue = 64;
   // Cubin bytes of fresh hits kept in memory (frontends/ktuned/artifact_cache.h); 0: every
   // GetKernel reads the store.
   int64_t artifact_cache_bytes = 256 << 20;
   // When not empty, every Ktune call needs metadata "authorization: Bearer <token>".
   std::string token;
+  // Serve a listener others can reach (TCP beyond loopback, unix-abstract) with neither
+  // TLS nor a token (frontends/ktuned/listener_guard.h); false: such a listener is
+  // kInvalidArgument.
+  bool insecure = false;
   int max_message_bytes = 64 << 20;
   bool reflection = false;
   // TLS for a TCP listener: the server's certificate chain and private key, PEM text (not
@@ -89,7 +96,8 @@ class KtuneServer {
 };
 
 // Probes the GPUs, starts the tuning queue and the gRPC server. kInvalidArgument for
-// missing options or a TLS setting that does not fit (see ServerOptions); kUnavailable when
+// missing options, a TLS setting that does not fit, or an unguarded exposed listener
+// without `insecure` (see ServerOptions); kUnavailable when
 // it cannot listen on `listen` (or the TLS key and certificate are not usable).
 absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions options);
 

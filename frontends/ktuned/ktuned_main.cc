@@ -3,7 +3,7 @@
 //
 //   ktuned [--config FILE] [--listen unix:///PATH | HOST:PORT] [--db FILE] [--templates DIR]
 //          [--worker EXE] [--token T] [--max-message-bytes N] [--queue N] [--reflection]
-//          [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
+//          [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--insecure]
 //
 // --config FILE: one `key = value` per line, keys the long flag names without dashes,
 // `#` comments, e.g. `listen = "127.0.0.1:50051"` (CLI11's TOML-like config format; an
@@ -11,10 +11,13 @@
 // deploy/ktuned.conf.example lists every key with its default.
 //
 // TLS is for a HOST:PORT listener only: a unix socket stays plaintext (it is made 0600).
+// A listener others can reach (TCP beyond loopback, unix-abstract:) needs TLS or --token;
+// --insecure serves it open anyway, and ktuned says so at start.
 //
 // Exit status: 0 after SIGTERM/SIGINT (the running tune is left resumable), 1 when the
 // store, the templates, a TLS file or the listener cannot be set up, 2 for bad flags (or a
-// config file that does not parse, or TLS flags with a unix socket).
+// config file that does not parse, TLS flags with a unix socket, an empty --token, or an
+// exposed listener with neither TLS nor a token and no --insecure).
 #include <pthread.h>
 #include <signal.h>
 
@@ -31,12 +34,16 @@
 #include "server/base/paths.h"
 #include "server/engine/engine.h"
 #include "frontends/ktuned/ktune_server.h"
+#include "frontends/ktuned/listener_guard.h"
 #include "frontends/ktuned/tls_pairing.h"
 
 namespace {
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
+// The least --max-message-bytes: a limit below an artifact's size lets ktuned start and
+// then fail every call that returns one. 4 MiB is well above the largest shipped cubin.
+constexpr int kMinMessageBytes = 4 << 20;
 
 int Fail(const std::string& what, const absl::Status& s) {
   std::fprintf(stderr, "ktuned: %s: %s\n", what.c_str(), s.ToString().c_str());
@@ -72,8 +79,11 @@ struct Flags {
   std::string token;
   int max_message_bytes = 64 << 20;
   int queue = 64;
+  int fallback_queue = ktune::ServerOptions{}.fallback_queue;
   int64_t artifact_cache_mb = ktune::ServerOptions{}.artifact_cache_bytes >> 20;
   bool reflection = false;
+  bool insecure = false;
+  bool token_given = false;  // --token appeared (on the command line or in --config)
   std::string tls_cert, tls_key, tls_client_ca;
   bool tls() const { return !tls_cert.empty() || !tls_key.empty() || !tls_client_ca.empty(); }
 };
@@ -93,10 +103,16 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--queue", f->queue, "Most tuning jobs waiting")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--fallback-queue", f->fallback_queue,
+                 "Most FALLBACK default compiles waiting (identical requests share one)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--artifact-cache-mb", f->artifact_cache_mb,
                  "Memory for answered artifacts (MiB of cubins; 0: every hit reads the store)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("--reflection", f->reflection, "Serve gRPC reflection");
+  app.add_flag("--insecure", f->insecure,
+               "Serve a listener others can reach (TCP beyond loopback, unix-abstract:) with "
+               "neither TLS nor --token");
   app.add_option("--tls-cert", f->tls_cert, "TLS server certificate chain (PEM; TCP only)");
   app.add_option("--tls-key", f->tls_key, "TLS server private key (PEM)");
   app.add_option("--tls-client-ca", f->tls_client_ca,
@@ -107,6 +123,31 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
     // CLI11 has its own exit codes per parse error; ktuned keeps one: 2 for bad usage.
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitUsage;
+  }
+  f->token_given = app.count("--token") > 0;
+  return std::nullopt;
+}
+
+// --max-message-bytes above its floor, and who may call: an empty --token (it would mean no authentication) is refused, and so is a
+// listener others can reach with neither TLS nor a token, unless --insecure. An exit status
+// when they do not fit.
+std::optional<int> CheckGuard(const Flags& f) {
+  if (f.max_message_bytes < kMinMessageBytes) {
+    return Usage(absl::StrCat("--max-message-bytes: ", f.max_message_bytes,
+                              " is below the floor of ", kMinMessageBytes,
+                              " (4 MiB): an artifact's cubin must fit in one message"));
+  }
+  if (f.token_given && f.token.empty()) {
+    return Usage("--token: empty; give a token, or leave the flag out for no authentication");
+  }
+  if (!f.insecure && ktune::IsUnguardedExposure(f.listen, f.tls(), !f.token.empty())) {
+    return Usage(absl::StrCat(
+        "--listen ", f.listen,
+        ktune::ReachOf(f.listen) == ktune::ListenerReach::kAbstract
+            ? " is an abstract unix socket, which every local user can reach (no file mode)"
+            : " can be reached from other hosts",
+        ", and neither TLS (--tls-cert/--tls-key) nor --token guards it; add one, use a "
+        "unix:///PATH or loopback address, or give --insecure to serve it open anyway"));
   }
   return std::nullopt;
 }
@@ -149,6 +190,10 @@ std::optional<int> OpenEngine(const Flags& f, std::unique_ptr<ktune::Engine>* en
   for (const absl::Status& err : (*engine)->registry->errors()) {
     std::fprintf(stderr, "ktuned: template not loaded: %s\n", std::string(err.message()).c_str());
   }
+  if ((*engine)->registry->templates().empty()) {
+    return Fail(absl::StrCat("--templates ", f.templates),
+                absl::FailedPreconditionError("no template loaded; nothing to serve"));
+  }
   return std::nullopt;
 }
 
@@ -161,8 +206,10 @@ void FillOptions(const Flags& f, const ktune::Engine& e, ktune::ServerOptions* o
   options->pool = e.pool.get();
   options->gpu_factory = e.gpu_factory;
   options->queue_capacity = f.queue;
+  options->fallback_queue = f.fallback_queue;
   options->artifact_cache_bytes = f.artifact_cache_mb << 20;
   options->token = f.token;
+  options->insecure = f.insecure;
   options->max_message_bytes = f.max_message_bytes;
   options->reflection = f.reflection;
 }
@@ -177,6 +224,12 @@ void Serve(const Flags& f, const std::string& db_path, ktune::KtuneServer& serve
   std::string where = f.listen;
   if (server.port() > 0 && absl::EndsWith(f.listen, ":0")) {
     where = absl::StrCat(f.listen.substr(0, f.listen.size() - 1), server.port());
+  }
+  if (ktune::IsUnguardedExposure(f.listen, f.tls(), !f.token.empty())) {
+    std::fprintf(stderr,
+                 "ktuned: WARNING: --insecure: %s is open to anyone who can reach it: no TLS, "
+                 "no token\n",
+                 where.c_str());
   }
   std::fprintf(stderr, "ktuned: serving on %s%s, store %s\n", where.c_str(),
                f.tls_client_ca.empty() ? (f.tls() ? " (TLS)" : "") : " (mutual TLS)",
@@ -200,6 +253,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   Flags flags;
   if (std::optional<int> code = ParseFlags(argc, argv, &flags)) return *code;
+  if (std::optional<int> code = CheckGuard(flags)) return *code;
   ktune::ServerOptions options;
   if (std::optional<int> code = ReadTls(flags, &options)) return *code;
 

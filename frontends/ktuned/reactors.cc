@@ -22,6 +22,11 @@ bool UnaryOnce::Claim() {
   return true;
 }
 
+bool UnaryOnce::Claimed() {
+  absl::MutexLock lock(&mu);
+  return claimed;
+}
+
 void UnaryOnce::Finish(const grpc::Status& s) {
   if (Claim()) reactor->Finish(s);
 }

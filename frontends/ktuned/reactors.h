@@ -32,6 +32,8 @@ struct UnaryOnce {
   grpc::ServerUnaryReactor* reactor = nullptr;
   bool Claim();
   void Finish(const grpc::Status& s);
+  // True once someone finished the call (the answer, or its cancellation or deadline).
+  bool Claimed();
 };
 
 class UnaryCall : public grpc::ServerUnaryReactor {

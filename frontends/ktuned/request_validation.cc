@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/base/echo.h"
 #include "server/base/status_macros.h"
 #include "server/templates/instance.h"
 #include "server/templates/search_space.h"
@@ -27,7 +28,7 @@ absl::StatusOr<KernelQuery> ValidateKernelQuery(
   std::optional<DType> parsed = ParseDType(dtype);
   if (!parsed || !IsRequestDType(*parsed)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dtype: unknown '", dtype, "'; one of f32, f16, bf16, f8e4m3, f8e5m2"));
+        absl::StrCat("dtype: unknown ", Echo(dtype), "; one of f32, f16, bf16, f8e4m3, f8e5m2"));
   }
   q.dtype = *parsed;
   if (shape.empty()) return absl::InvalidArgumentError("shape: required");
@@ -41,9 +42,18 @@ absl::StatusOr<KernelQuery> ValidateKernelQuery(
   }
   q.gpu = gpu;
   const v1::DeviceInfo* device = gpus > 0 ? &ctx.devices[gpu] : nullptr;
-  KTUNE_ASSIGN_OR_RETURN(
-      q.reference, BindReference(q.tmpl, q.dtype, q.shape,
-                                 device != nullptr ? TargetForDevice(*device) : ctx.target));
+  absl::StatusOr<Instance> reference = BindReference(
+      q.tmpl, q.dtype, q.shape, device != nullptr ? TargetForDevice(*device) : ctx.target);
+  if (!reference.ok()) {
+    // The request is within the manifest's bounds: arithmetic that fails here (a division
+    // by zero, an overflow) is the template's defect, not the caller's.
+    return absl::InternalError(absl::StrCat(
+        "template ", q.tmpl->name(), ": its manifest (",
+        q.tmpl->source_path().substr(0, q.tmpl->source_path().rfind('.')),
+        ".textproto) cannot be evaluated for shape ", ShapeString(q.shape), ": ",
+        reference.status().message()));
+  }
+  q.reference = *std::move(reference);
   if (device != nullptr && device->total_memory_bytes() > 0) {
     // Sum in double: a shape within every dim's bounds may still overflow int64 bytes.
     double bytes = 0;

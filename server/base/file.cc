@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -119,6 +120,29 @@ absl::Status MakeDirs(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path, errno);
   if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(absl::StrCat(path, " is not a folder"));
+  return absl::OkStatus();
+}
+
+absl::Status MakePrivateDir(const std::string& path) {
+  KTUNE_RETURN_IF_ERROR(MakeDirs(path));
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return ErrnoStatus("lstat", path, errno);
+  if (S_ISLNK(st.st_mode)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        path, " is a symbolic link; ktune keeps its files only in a real folder of its own"));
+  }
+  if (st.st_uid != ::geteuid()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        path, " is owned by uid ", st.st_uid, ", not by this user (uid ", ::geteuid(),
+        "); another user may have created it: remove it, or point ktune elsewhere "
+        "(XDG_CACHE_HOME, --db)"));
+  }
+  if ((st.st_mode & 022) != 0) {
+    char mode[8];
+    snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return absl::PermissionDeniedError(absl::StrCat(
+        path, " has mode ", mode, ": others may write in it; make it 0700 (chmod go-w)"));
+  }
   return absl::OkStatus();
 }
 

@@ -25,6 +25,13 @@ absl::Status AtomicWriteFile(const std::string& path, absl::string_view data);
 // Creates `path` and its parents (mode 0700 for new folders); OK if it exists.
 absl::Status MakeDirs(const std::string& path);
 
+// MakeDirs(path), then checks that ktune may trust the folder with its store, socket and
+// cubins: a real folder (not a symlink), owned by this user, that no one else may write (no
+// group or other write bit). kPermissionDenied naming the folder, its owner and mode
+// otherwise: e.g. a /tmp/ktune-<uid> that another user created 0777 first, where they could
+// swap the store or plant cubins.
+absl::Status MakePrivateDir(const std::string& path);
+
 // True iff `path` is a folder.
 bool IsDir(const std::string& path);
 

@@ -45,6 +45,12 @@ std::string DefaultCacheDir() {
   return absl::StrCat("/tmp/ktune-", ::getuid());
 }
 
+bool IsDefaultKtuneDir(const std::string& dir) {
+  if (dir == DefaultCacheDir()) return true;
+  const std::string runtime = Env("XDG_RUNTIME_DIR");
+  return !runtime.empty() && dir == absl::StrCat(runtime, "/ktune");
+}
+
 std::string DefaultDbPath() { return absl::StrCat(DefaultCacheDir(), "/ktune.db"); }
 
 std::string DefaultDaemonTarget() {

@@ -17,6 +17,10 @@ std::string DefaultTemplatesDir();
 // $XDG_CACHE_HOME/ktune, else $HOME/.cache/ktune, else /tmp/ktune-$UID. Not created here.
 std::string DefaultCacheDir();
 
+// True iff `dir` is one of the folders ktune picks by itself (DefaultCacheDir(), or
+// $XDG_RUNTIME_DIR/ktune for the default socket), which it must own alone (MakePrivateDir).
+bool IsDefaultKtuneDir(const std::string& dir);
+
 // DefaultCacheDir()/ktune.db: the SQLite file of tuned kernels that ktuned, `ktune tune`
 // and `ktune cache` share unless told otherwise.
 std::string DefaultDbPath();

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/base/status_macros.h"
 
 namespace ktune {
 namespace {
@@ -42,7 +43,10 @@ absl::StatusOr<int64_t> TensorMapExtentBytes(const TensorMapDesc& map) {
   return total;
 }
 
-absl::Status CheckTensorMap(const TensorMapDesc& map, int64_t buffer_bytes) {
+namespace {
+
+// The lists' lengths, the enums' values and the layouts they allow together.
+absl::Status CheckTensorMapLayout(const TensorMapDesc& map) {
   const int rank = map.rank();
   if (rank < 1 || rank > kTensorMapMaxRank) {
     return absl::InvalidArgumentError(absl::StrCat("dims: rank ", rank, " is outside 1..5"));
@@ -79,7 +83,12 @@ absl::Status CheckTensorMap(const TensorMapDesc& map, int64_t buffer_bytes) {
   if (map.interleave != 0 && rank < 3) {
     return absl::InvalidArgumentError("interleave: an interleaved layout needs rank >= 3");
   }
-  const int64_t elem = DTypeSize(map.dtype);
+  return absl::OkStatus();
+}
+
+// Each dim, stride, box and element stride within the hardware's range.
+absl::Status CheckTensorMapRanges(const TensorMapDesc& map) {
+  const int rank = map.rank();
   for (int i = 0; i < rank; ++i) {
     if (map.dims[i] < 1 || map.dims[i] > kTensorMapMaxDim) {
       return Bad("dims", i, absl::StrCat(map.dims[i], " is outside 1..2^32"));
@@ -102,6 +111,12 @@ absl::Status CheckTensorMap(const TensorMapDesc& map, int64_t buffer_bytes) {
       return Bad("element_strides", i, absl::StrCat(map.element_strides[i], " is outside 1..8"));
     }
   }
+  return absl::OkStatus();
+}
+
+// The box's inner row: whole 16-byte units, within the swizzle's span.
+absl::Status CheckTensorMapInnerBox(const TensorMapDesc& map) {
+  const int64_t elem = DTypeSize(map.dtype);
   const int64_t inner_bytes = map.box[0] * elem;
   if (map.interleave == 0 && inner_bytes % 16 != 0) {
     return Bad("box", 0,
@@ -117,16 +132,29 @@ absl::Status CheckTensorMap(const TensorMapDesc& map, int64_t buffer_bytes) {
                               kSwizzleNames[map.swizzle]));
     }
   }
-  if (buffer_bytes >= 0) {
-    absl::StatusOr<int64_t> extent = TensorMapExtentBytes(map);
-    if (!extent.ok()) return absl::InvalidArgumentError(absl::StrCat("dims: ", extent.status().message()));
-    if (*extent > buffer_bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("dims: the map reaches ", *extent, " bytes into buffer '", map.buffer,
-                       "', which has ", buffer_bytes));
-    }
+  return absl::OkStatus();
+}
+
+// The map's reach within its buffer of `buffer_bytes` bytes.
+absl::Status CheckTensorMapExtent(const TensorMapDesc& map, int64_t buffer_bytes) {
+  absl::StatusOr<int64_t> extent = TensorMapExtentBytes(map);
+  if (!extent.ok()) return absl::InvalidArgumentError(absl::StrCat("dims: ", extent.status().message()));
+  if (*extent > buffer_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dims: the map reaches ", *extent, " bytes into buffer '", map.buffer,
+                     "', which has ", buffer_bytes));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckTensorMap(const TensorMapDesc& map, int64_t buffer_bytes) {
+  KTUNE_RETURN_IF_ERROR(CheckTensorMapLayout(map));
+  KTUNE_RETURN_IF_ERROR(CheckTensorMapRanges(map));
+  KTUNE_RETURN_IF_ERROR(CheckTensorMapInnerBox(map));
+  if (buffer_bytes < 0) return absl::OkStatus();
+  return CheckTensorMapExtent(map, buffer_bytes);
 }
 
 std::string TensorMapString(const TensorMapDesc& map) {

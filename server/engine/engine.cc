@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<TemplateRegistry>> OpenRegistry(EngineOptions& op
 absl::Status OpenStore(const std::string& db, bool exclusive, Engine& e) {
   e.db_path = db.empty() ? DefaultDbPath() : db;
   if (db.empty()) {
-    if (absl::Status s = MakeDirs(DefaultCacheDir()); !s.ok()) {
+    if (absl::Status s = MakePrivateDir(DefaultCacheDir()); !s.ok()) {
       return Naming(absl::StrCat("cache folder ", DefaultCacheDir()), s);
     }
   }
@@ -48,6 +48,12 @@ absl::Status OpenStore(const std::string& db, bool exclusive, Engine& e) {
 }
 
 absl::Status OpenCompiler(const std::string& cache_dir, int threads, Engine& e) {
+  if (cache_dir.empty()) {
+    // The cubins a worker loads come from here: only from a folder that is ours alone.
+    if (absl::Status s = MakePrivateDir(DefaultCacheDir()); !s.ok()) {
+      return Naming(absl::StrCat("cache folder ", DefaultCacheDir()), s);
+    }
+  }
   const std::string dir =
       cache_dir.empty() ? absl::StrCat(DefaultCacheDir(), "/cubins") : cache_dir;
   absl::StatusOr<std::unique_ptr<CubinCache>> cache = CubinCache::Open(dir);

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "server/base/dtype.h"
 #include "server/base/outcome.h"
@@ -251,6 +253,11 @@ class ProcessGpu final : public Gpu {
   absl::StatusOr<v1::Response> CallOrStatus(const v1::Request& request, int64_t deadline_ms,
                                             absl::string_view what);
 
+  // Measure's reading of an answered MeasureCandidate from `who`: a measurement, a
+  // poisoned context (the candidate crashed), or a WorkerError as a Status.
+  absl::StatusOr<v1::Measurement> MeasurementFromAnswer(const std::string& who,
+                                                        v1::Response response);
+
   // Makes sure a greeted worker is running and, when `with_problem`, that it holds the
   // current problem (re-sending it, which counts as a restart). A failure to bring a
   // worker up makes the Gpu unusable, except for a spent restart budget.
@@ -317,6 +324,9 @@ absl::Status ProcessGpu::Spawn() {
   // dup2 clears close-on-exec on the copies; the originals close at exec.
   posix_spawn_file_actions_adddup2(&actions, in_pipe[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  // Nothing else crosses: a descriptor a library opened without O_CLOEXEC (the store's
+  // file, a listening socket) must not reach the process that runs untrusted kernels.
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
   // Its own process group (pgid = its pid), so SIGKILL to the group also ends anything it
   // started. Signals ignored here (SIGPIPE, by us) stay ignored across exec: reset them,
   // and unblock everything the calling thread may have blocked.
@@ -330,6 +340,11 @@ absl::Status ProcessGpu::Spawn() {
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
 
+  std::vector<std::string> env = WorkerEnvironment(environ);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
   std::string arg0 = options_.worker_path;
   std::string arg1 = "--ordinal";
   std::string arg2 = std::to_string(options_.ordinal);
@@ -337,7 +352,8 @@ absl::Status ProcessGpu::Spawn() {
   pid_t pid = -1;
   // glibc's posix_spawn (clone + exec, no fork of our address space) reports exec
   // failures such as ENOENT as its return value.
-  const int err = ::posix_spawn(&pid, options_.worker_path.c_str(), &actions, &attr, argv, environ);
+  const int err =
+      ::posix_spawn(&pid, options_.worker_path.c_str(), &actions, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   CloseFd(in_pipe[0]);
@@ -629,36 +645,41 @@ absl::StatusOr<v1::Measurement> ProcessGpu::Measure(const v1::KernelBinary& cand
                          "); the worker was killed and the next call starts another"));
     }
 
-    v1::Response& response = x.response;
-    if (response.has_measurement()) {
-      m = std::move(*response.mutable_measurement());
-      if (m.outcome() == OutcomeName(Outcome::kCrashed)) {
-        // The worker's context is poisoned and it exits (status 3) after this answer.
-        ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
-        if (!exit.text.empty()) {
-          m.set_detail(m.detail().empty() ? absl::StrCat("the worker ", exit.text)
-                                          : absl::StrCat(m.detail(), "; the worker ", exit.text));
-        }
+    return MeasurementFromAnswer(who, std::move(x.response));
+  }
+}
+
+absl::StatusOr<v1::Measurement> ProcessGpu::MeasurementFromAnswer(const std::string& who,
+                                                                  v1::Response response) {
+  v1::Measurement m;
+  if (response.has_measurement()) {
+    m = std::move(*response.mutable_measurement());
+    if (m.outcome() == OutcomeName(Outcome::kCrashed)) {
+      // The worker's context is poisoned and it exits (status 3) after this answer.
+      ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
+      if (!exit.text.empty()) {
+        m.set_detail(m.detail().empty() ? absl::StrCat("the worker ", exit.text)
+                                        : absl::StrCat(m.detail(), "; the worker ", exit.text));
       }
+    }
+    return m;
+  }
+  if (response.has_error()) {
+    const v1::WorkerError& e = response.error();
+    if (e.poisoned()) {
+      // The context died during this candidate's request: count it as the candidate's
+      // crash. If the GPU itself went bad, the restart's digest check says so.
+      ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
+      m.set_outcome(std::string(OutcomeName(Outcome::kCrashed)));
+      m.set_detail(absl::StrCat("the worker's context was poisoned: ", e.message(),
+                                exit.text.empty() ? "" : "; the worker ", exit.text));
       return m;
     }
-    if (response.has_error()) {
-      const v1::WorkerError& e = response.error();
-      if (e.poisoned()) {
-        // The context died during this candidate's request: count it as the candidate's
-        // crash. If the GPU itself went bad, the restart's digest check says so.
-        ExitInfo exit = StopWorker(options_.shutdown_grace_ms);
-        m.set_outcome(std::string(OutcomeName(Outcome::kCrashed)));
-        m.set_detail(absl::StrCat("the worker's context was poisoned: ", e.message(),
-                                  exit.text.empty() ? "" : "; the worker ", exit.text));
-        return m;
-      }
-      return absl::Status(WorkerErrorCode(e), absl::StrCat(who, ": ", e.message()));
-    }
-    StopWorker(0);
-    return absl::InternalError(
-        absl::StrCat(who, " answered MeasureCandidate with ", ResponseKind(response)));
+    return absl::Status(WorkerErrorCode(e), absl::StrCat(who, ": ", e.message()));
   }
+  StopWorker(0);
+  return absl::InternalError(
+      absl::StrCat(who, " answered MeasureCandidate with ", ResponseKind(response)));
 }
 
 }  // namespace
@@ -676,6 +697,28 @@ int64_t MeasureDeadlineMs(const ProcessGpuOptions& options, const v1::TimingOpti
   constexpr double kMaxMs = 24.0 * 3600 * 1000;
   if (!std::isfinite(ms) || ms > kMaxMs) ms = kMaxMs;
   return std::max<int64_t>(options.min_deadline_ms, static_cast<int64_t>(std::ceil(ms)));
+}
+
+std::vector<std::string> WorkerEnvironment(const char* const* env) {
+  std::vector<std::string> keep_exact = {"PATH", "HOME", "TMPDIR", "TZ", "LANG",
+                                         "LD_LIBRARY_PATH"};
+  std::vector<std::string> keep_prefix = {"LC_", "CUDA_", "NVIDIA_", "__NV", "__GL_", "KTUNE_"};
+  for (const char* const* e = env; e != nullptr && *e != nullptr; ++e) {
+    if (absl::StartsWith(*e, "KTUNE_WORKER_ENV=")) {
+      for (absl::string_view p : absl::StrSplit(*e + 17, ',', absl::SkipWhitespace())) {
+        keep_prefix.emplace_back(p);
+      }
+    }
+  }
+  std::vector<std::string> out;
+  for (const char* const* e = env; e != nullptr && *e != nullptr; ++e) {
+    const absl::string_view entry(*e);
+    const absl::string_view name = entry.substr(0, entry.find('='));
+    bool keep = std::find(keep_exact.begin(), keep_exact.end(), name) != keep_exact.end();
+    for (const std::string& p : keep_prefix) keep |= absl::StartsWith(name, p);
+    if (keep && name.size() < entry.size()) out.emplace_back(entry);
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Gpu>> StartProcessGpu(const ProcessGpuOptions& options) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/gpu/gpu.h"
@@ -85,6 +86,14 @@ absl::StatusOr<std::unique_ptr<Gpu>> StartProcessGpu(const ProcessGpuOptions& op
 // hang; too tight loses good candidates as `timed_out`.
 int64_t MeasureDeadlineMs(const ProcessGpuOptions& options, const v1::TimingOptions& timing,
                           double reference_time_ns, int64_t problem_buffer_bytes);
+
+// The environment ktune-worker starts with, from `env` (the parent's, NAME=VALUE entries,
+// null-terminated): the worker runs untrusted kernels, so it gets what the driver and its
+// loader need and nothing else of the daemon's (credentials, proxies, tokens). Kept: PATH,
+// HOME, TMPDIR, TZ, LANG, LD_LIBRARY_PATH and the LC_*, CUDA_*, NVIDIA_*, __NV*, __GL_* and
+// KTUNE_* variables, plus every variable whose name starts with one of the comma-separated
+// prefixes in $KTUNE_WORKER_ENV (an operator's escape hatch).
+std::vector<std::string> WorkerEnvironment(const char* const* env);
 
 }  // namespace ktune
 

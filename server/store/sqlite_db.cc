@@ -1,7 +1,9 @@
 #include "server/store/sqlite_db.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <utility>
@@ -108,6 +110,13 @@ absl::StatusOr<std::unique_ptr<Db>> Db::Open(const std::string& path, OpenMode m
     case OpenMode::kReadWriteCreate:
       flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
       break;
+  }
+  if (mode == OpenMode::kReadWriteCreate && path != ":memory:") {
+    // SQLite creates a new file 0644 (less the umask): the store is born 0600 instead, and
+    // its -wal and -shm files follow the main file's mode. An empty file is a new database
+    // to SQLite; one that exists is left as it is.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) ::close(fd);
   }
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);

@@ -2,6 +2,7 @@
 
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -13,6 +14,8 @@
 #include "server/base/sha256.h"
 #include "server/base/status_macros.h"
 #include "server/base/text_proto_file.h"
+#include "server/templates/search_space.h"
+#include "server/templates/shape.h"
 
 namespace ktune {
 namespace {
@@ -31,6 +34,85 @@ bool IsUpperName(absl::string_view s) {
     if (!absl::ascii_isupper(c) && !absl::ascii_isdigit(c) && c != '_') return false;
   }
   return true;
+}
+
+// `source` with its // and /* */ comments blanked out (newlines kept), so a scan of the
+// code does not read commas or parentheses in prose.
+std::string WithoutComments(absl::string_view source) {
+  std::string out(source);
+  for (size_t i = 0; i + 1 < out.size(); ++i) {
+    if (out[i] == '"') {  // skip string literals
+      for (++i; i < out.size() && out[i] != '"' && out[i] != '\n'; ++i) {
+        if (out[i] == '\\') ++i;
+      }
+    } else if (out[i] == '/' && out[i + 1] == '/') {
+      for (; i < out.size() && out[i] != '\n'; ++i) out[i] = ' ';
+    } else if (out[i] == '/' && out[i + 1] == '*') {
+      size_t end = out.find("*/", i + 2);
+      end = end == std::string::npos ? out.size() : end + 2;
+      for (; i < end; ++i) {
+        if (out[i] != '\n') out[i] = ' ';
+      }
+      --i;
+    }
+  }
+  return out;
+}
+
+bool IsIdentChar(char c) { return absl::ascii_isalnum(c) || c == '_'; }
+
+// The parameter counts of the __global__ functions named `name` in `code` (comments
+// removed), read from the text: after `__global__`, the first identifier followed by '('
+// that is not an attribute (`__x__(...)`, KTUNE_LAUNCH_BOUNDS) is the kernel's name, and its
+// parameters are the commas at depth 0 of its list, plus one. Empty when `code` declares no
+// kernel by that name (a macro may write it): then nothing can be said.
+std::vector<int> KernelArities(const std::string& code, absl::string_view name) {
+  std::vector<int> arities;
+  for (size_t at = code.find("__global__"); at != std::string::npos;
+       at = code.find("__global__", at + 1)) {
+    size_t i = at + 10;
+    std::string ident;
+    while (i < code.size()) {
+      if (IsIdentChar(code[i])) {
+        size_t start = i;
+        while (i < code.size() && IsIdentChar(code[i])) ++i;
+        ident = code.substr(start, i - start);
+        continue;
+      }
+      if (code[i] == '(') {
+        const bool attribute = (absl::StartsWith(ident, "__") && absl::EndsWith(ident, "__")) ||
+                               ident == "KTUNE_LAUNCH_BOUNDS";
+        if (!attribute) break;
+        int depth = 0;  // skip the attribute's arguments
+        for (; i < code.size(); ++i) {
+          if (code[i] == '(') ++depth;
+          if (code[i] == ')' && --depth == 0) break;
+        }
+      }
+      if (code[i] == ';' || code[i] == '{') break;
+      ++i;
+    }
+    if (i >= code.size() || code[i] != '(' || ident != name) continue;
+    int depth = 0, commas = 0;
+    bool any = false;
+    std::string first;
+    for (++i; i < code.size(); ++i) {
+      const char c = code[i];
+      if (c == '(' || c == '<' || c == '[' || c == '{') ++depth;
+      if (c == '>' || c == ']' || c == '}') --depth;
+      if (c == ')') {
+        if (depth == 0) break;
+        --depth;
+      }
+      if (c == ',' && depth == 0) ++commas;
+      if (!absl::ascii_isspace(c)) {
+        any = true;
+        if (commas == 0) first.push_back(c);
+      }
+    }
+    arities.push_back(!any || (commas == 0 && first == "void") ? 0 : commas + 1);
+  }
+  return arities;
 }
 
 // Validates one parsed manifest, turning each defect into "FILE:LINE: field: reason".
@@ -70,14 +152,36 @@ class Validator {
     return absl::OkStatus();
   }
 
-  absl::Status CheckLaunches(const char* list, absl::string_view what);
+  // One per rule family, in the order Run calls them; each returns the first defect.
+  absl::Status CheckDTypes();  // fills *dtypes_
+  absl::Status CheckDims();    // fills dim_names_ and identifiers_
+  absl::Status CheckParams();  // fills params_ and identifiers_
+  absl::Status CheckArgs();    // fills args_
+  absl::Status CheckBufferArg(int i);
+  absl::Status CheckFill(int i);
+  absl::Status CheckScalarArg(int i);
   absl::Status CheckTensorMapArg(int i);
+  absl::Status CheckLaunches(const char* list, absl::string_view what);
+  absl::Status CheckReferenceParams();
+  absl::Status CheckCost();
+  absl::Status CheckTolerances();
+  absl::Status CheckKnobs();
+  // True iff `name` parses as one of the template's dtypes.
+  bool IsTemplateDType(absl::string_view name) const;
+
+ public:
+  // After Run: each launch passes as many args as the kernel it names takes in `source`
+  // (the .cu file, read at `source_path`), where the source declares that kernel.
+  absl::Status CheckArities(const std::string& source, const std::string& source_path);
+
+ private:
   absl::Status CheckNameExpression(std::initializer_list<FieldStep> path, absl::string_view field,
                                    const std::string& text);
 
   const TextProtoFile& file_;
   const v1::TemplateManifest& m_;
   absl::flat_hash_map<std::string, Expression>* expressions_;
+  std::vector<DType>* dtypes_ = nullptr;  // Run's output, filled by CheckDTypes
   std::set<std::string> identifiers_;
   std::set<std::string> dim_names_;  // buffer sizes may name these only
   std::set<std::string> params_;
@@ -219,10 +323,30 @@ absl::Status Validator::CheckLaunches(const char* list, absl::string_view what) 
 }
 
 absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* dtypes) {
+  dtypes_ = dtypes;
   if (m_.name() != folder_name) {
     return Fail({{"name"}}, "name",
                 absl::StrCat("'", m_.name(), "' must equal the folder name '", folder_name, "'"));
   }
+  KTUNE_RETURN_IF_ERROR(CheckDTypes());
+  for (const char* knob : kKnobIdentifiers) identifiers_.insert(knob);
+  KTUNE_RETURN_IF_ERROR(CheckDims());
+  KTUNE_RETURN_IF_ERROR(CheckParams());
+  for (int i = 0; i < m_.constraints_size(); ++i) {
+    KTUNE_RETURN_IF_ERROR(CheckExpr({{"constraints", i}}, absl::StrCat("constraints[", i, "]"),
+                                    m_.constraints(i)));
+  }
+  KTUNE_RETURN_IF_ERROR(CheckArgs());
+  KTUNE_RETURN_IF_ERROR(CheckLaunches("launches", "launches"));
+  KTUNE_RETURN_IF_ERROR(CheckLaunches("reference", "reference"));
+  KTUNE_RETURN_IF_ERROR(CheckReferenceParams());
+  KTUNE_RETURN_IF_ERROR(CheckDefaultAlternatives());
+  KTUNE_RETURN_IF_ERROR(CheckCost());
+  KTUNE_RETURN_IF_ERROR(CheckTolerances());
+  return CheckKnobs();
+}
+
+absl::Status Validator::CheckDTypes() {
   if (m_.dtypes().empty()) return Fail({}, "dtypes", "at least one dtype is required");
   for (int i = 0; i < m_.dtypes_size(); ++i) {
     std::optional<DType> t = ParseDType(m_.dtypes(i));
@@ -230,16 +354,25 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
       return Fail({{"dtypes", i}}, absl::StrCat("dtypes[", i, "]"),
                   absl::StrCat("unknown dtype '", m_.dtypes(i), "'; expected f32, f16, bf16, f8e4m3 or f8e5m2"));
     }
-    for (DType seen : *dtypes) {
+    for (DType seen : *dtypes_) {
       if (seen == *t) {
         return Fail({{"dtypes", i}}, absl::StrCat("dtypes[", i, "]"),
                     absl::StrCat("'", m_.dtypes(i), "' listed twice"));
       }
     }
-    dtypes->push_back(*t);
+    dtypes_->push_back(*t);
   }
+  return absl::OkStatus();
+}
 
-  for (const char* knob : kKnobIdentifiers) identifiers_.insert(knob);
+bool Validator::IsTemplateDType(absl::string_view name) const {
+  std::optional<DType> d = ParseDType(name);
+  bool listed = false;
+  for (DType x : *dtypes_) listed |= d && x == *d;
+  return listed;
+}
+
+absl::Status Validator::CheckDims() {
   if (m_.dims().empty()) return Fail({}, "dims", "at least one dim is required");
   for (int i = 0; i < m_.dims_size(); ++i) {
     const v1::Dim& d = m_.dims(i);
@@ -262,7 +395,10 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
       return Fail({{"dims", i}}, field + ".example", "must lie within [min, max]");
     }
   }
+  return absl::OkStatus();
+}
 
+absl::Status Validator::CheckParams() {
   for (int i = 0; i < m_.params_size(); ++i) {
     const v1::Param& p = m_.params(i);
     const std::string field = absl::StrCat("params[", i, "]");
@@ -288,12 +424,11 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
                   absl::StrCat(p.default_(), " is not one of the values"));
     }
   }
+  return absl::OkStatus();
+}
 
-  for (int i = 0; i < m_.constraints_size(); ++i) {
-    KTUNE_RETURN_IF_ERROR(CheckExpr({{"constraints", i}}, absl::StrCat("constraints[", i, "]"),
-                                    m_.constraints(i)));
-  }
-
+// Every arg by kind; then each tensor map's buffer, which may come later in the list.
+absl::Status Validator::CheckArgs() {
   for (int i = 0; i < m_.args_size(); ++i) {
     const v1::Arg& a = m_.args(i);
     const std::string field = absl::StrCat("args[", i, "]");
@@ -305,79 +440,9 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
       return Fail({{"args", i}}, field + ".name", absl::StrCat("'", a.name(), "' declared twice"));
     }
     if (a.has_buffer()) {
-      const v1::Buffer& b = a.buffer();
-      if (b.dtype() != "dtype" && !ParseDType(b.dtype())) {
-        return Fail({{"args", i}, {"buffer"}, {"dtype"}}, field + ".buffer.dtype",
-                    absl::StrCat("unknown dtype '", b.dtype(), "'; expected dtype, f32, f16, bf16, f8e4m3, f8e5m2 or i32"));
-      }
-      for (const auto& [key, value] : b.dtype_for()) {
-        std::optional<DType> k = ParseDType(key);
-        bool listed = false;
-        for (DType x : *dtypes) listed |= k && x == *k;
-        if (!listed) {
-          return Fail({{"args", i}, {"buffer"}}, field + ".buffer.dtype_for",
-                      absl::StrCat("key '", key, "' is not one of the template's dtypes"));
-        }
-        if (!ParseDType(value)) {
-          return Fail({{"args", i}, {"buffer"}}, field + ".buffer.dtype_for",
-                      absl::StrCat("value '", value, "' for '", key,
-                                   "' is not a dtype; expected f32, f16, bf16, f8e4m3, "
-                                   "f8e5m2 or i32"));
-        }
-      }
-      if (b.count().empty()) {
-        return Fail({{"args", i}, {"buffer"}}, field + ".buffer.count", "missing");
-      }
-      KTUNE_RETURN_IF_ERROR(
-          CheckExpr({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count", b.count()));
-      // The worker allocates a problem's buffers once, from the reference's binding, and a
-      // client allocates them from the artifact's: a size that moved with a param (say a
-      // split-K scratch of SPLIT_K * n) would be the reference's size for every candidate,
-      // and a candidate would write past it. Sizes follow the shape only.
-      for (const std::string& id : expressions_->at(b.count()).identifiers()) {
-        if (!dim_names_.count(id)) {
-          return Fail({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count",
-                      absl::StrCat("'", id, "' is not a dim: a buffer's size may depend on the "
-                                   "shape only (size scratch for the largest param value)"));
-        }
-      }
-      if (b.role() == v1::Buffer::ROLE_UNSPECIFIED) {
-        return Fail({{"args", i}, {"buffer"}}, field + ".buffer.role",
-                    "missing: INPUT, OUTPUT, INOUT or SCRATCH");
-      }
-      const bool checked = b.role() == v1::Buffer::INPUT || b.role() == v1::Buffer::INOUT;
-      if (b.fill().kind() == v1::Fill::ZERO_ONCE && b.role() != v1::Buffer::SCRATCH) {
-        return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
-                    "ZERO_ONCE is for SCRATCH buffers only");
-      }
-      if (checked && (b.fill().kind() == v1::Fill::KIND_UNSPECIFIED ||
-                      b.fill().kind() == v1::Fill::ZERO)) {
-        return Fail({{"args", i}, {"buffer"}}, field + ".buffer.fill",
-                    "inputs need a non-zero fill (UNIFORM, NORMAL or CONSTANT): a kernel that "
-                    "does nothing must not pass");
-      }
-      if (b.fill().kind() == v1::Fill::UNIFORM && !(b.fill().lo() < b.fill().hi())) {
-        return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
-                    "UNIFORM needs lo < hi");
-      }
+      KTUNE_RETURN_IF_ERROR(CheckBufferArg(i));
     } else if (a.has_scalar()) {
-      const v1::Scalar& s = a.scalar();
-      if (s.type() == "i32" || s.type() == "i64") {
-        if (!s.has_expr()) {
-          return Fail({{"args", i}, {"scalar"}}, field + ".scalar.expr",
-                      "integer scalars take an expression");
-        }
-        KTUNE_RETURN_IF_ERROR(
-            CheckExpr({{"args", i}, {"scalar"}, {"expr"}}, field + ".scalar.expr", s.expr()));
-      } else if (s.type() == "f32") {
-        if (!s.has_number()) {
-          return Fail({{"args", i}, {"scalar"}}, field + ".scalar.number",
-                      "f32 scalars take a number");
-        }
-      } else {
-        return Fail({{"args", i}, {"scalar"}, {"type"}}, field + ".scalar.type",
-                    absl::StrCat("unknown type '", s.type(), "'; expected i32, i64 or f32"));
-      }
+      KTUNE_RETURN_IF_ERROR(CheckScalarArg(i));
     } else if (a.has_tensor_map()) {
       KTUNE_RETURN_IF_ERROR(CheckTensorMapArg(i));
     } else {
@@ -395,17 +460,131 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
                   absl::StrCat("'", buffer, "' is not a buffer arg"));
     }
   }
+  return absl::OkStatus();
+}
 
-  KTUNE_RETURN_IF_ERROR(CheckLaunches("launches", "launches"));
-  KTUNE_RETURN_IF_ERROR(CheckLaunches("reference", "reference"));
+absl::Status Validator::CheckBufferArg(int i) {
+  const v1::Buffer& b = m_.args(i).buffer();
+  const std::string field = absl::StrCat("args[", i, "]");
+  if (b.dtype() != "dtype" && !ParseDType(b.dtype())) {
+    return Fail({{"args", i}, {"buffer"}, {"dtype"}}, field + ".buffer.dtype",
+                absl::StrCat("unknown dtype '", b.dtype(), "'; expected dtype, f32, f16, bf16, f8e4m3, f8e5m2 or i32"));
+  }
+  for (const auto& [key, value] : b.dtype_for()) {
+    if (!IsTemplateDType(key)) {
+      return Fail({{"args", i}, {"buffer"}}, field + ".buffer.dtype_for",
+                  absl::StrCat("key '", key, "' is not one of the template's dtypes"));
+    }
+    if (!ParseDType(value)) {
+      return Fail({{"args", i}, {"buffer"}}, field + ".buffer.dtype_for",
+                  absl::StrCat("value '", value, "' for '", key,
+                               "' is not a dtype; expected f32, f16, bf16, f8e4m3, "
+                               "f8e5m2 or i32"));
+    }
+  }
+  if (b.count().empty()) {
+    return Fail({{"args", i}, {"buffer"}}, field + ".buffer.count", "missing");
+  }
+  KTUNE_RETURN_IF_ERROR(
+      CheckExpr({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count", b.count()));
+  // The worker allocates a problem's buffers once, from the reference's binding, and a
+  // client allocates them from the artifact's: a size that moved with a param (say a
+  // split-K scratch of SPLIT_K * n) would be the reference's size for every candidate,
+  // and a candidate would write past it. Sizes follow the shape only.
+  for (const std::string& id : expressions_->at(b.count()).identifiers()) {
+    if (!dim_names_.count(id)) {
+      return Fail({{"args", i}, {"buffer"}, {"count"}}, field + ".buffer.count",
+                  absl::StrCat("'", id, "' is not a dim: a buffer's size may depend on the "
+                               "shape only (size scratch for the largest param value)"));
+    }
+  }
+  if (b.role() == v1::Buffer::ROLE_UNSPECIFIED) {
+    return Fail({{"args", i}, {"buffer"}}, field + ".buffer.role",
+                "missing: INPUT, OUTPUT, INOUT or SCRATCH");
+  }
+  return CheckFill(i);
+}
+
+absl::Status Validator::CheckFill(int i) {
+  const v1::Buffer& b = m_.args(i).buffer();
+  const std::string field = absl::StrCat("args[", i, "]");
+  const bool checked = b.role() == v1::Buffer::INPUT || b.role() == v1::Buffer::INOUT;
+  if (b.fill().kind() == v1::Fill::ZERO_ONCE && b.role() != v1::Buffer::SCRATCH) {
+    return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                "ZERO_ONCE is for SCRATCH buffers only");
+  }
+  if (checked && (b.fill().kind() == v1::Fill::KIND_UNSPECIFIED ||
+                  b.fill().kind() == v1::Fill::ZERO)) {
+    return Fail({{"args", i}, {"buffer"}}, field + ".buffer.fill",
+                "inputs need a non-zero fill (UNIFORM, NORMAL or CONSTANT): a kernel that "
+                "does nothing must not pass");
+  }
+  if (!std::isfinite(b.fill().lo()) || !std::isfinite(b.fill().hi())) {
+    return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                "lo and hi must be finite");
+  }
+  if (checked && b.fill().kind() == v1::Fill::CONSTANT && b.fill().lo() == 0) {
+    return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                "CONSTANT 0 for an input is a zero fill: a kernel that does nothing must not "
+                "pass");
+  }
+  if (b.fill().kind() == v1::Fill::NORMAL && !(b.fill().hi() > 0)) {
+    return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                "NORMAL needs a standard deviation hi > 0");
+  }
+  if (b.fill().kind() == v1::Fill::UNIFORM && !(b.fill().lo() < b.fill().hi())) {
+    return Fail({{"args", i}, {"buffer"}, {"fill"}}, field + ".buffer.fill",
+                "UNIFORM needs lo < hi");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckScalarArg(int i) {
+  const v1::Scalar& s = m_.args(i).scalar();
+  const std::string field = absl::StrCat("args[", i, "]");
+  if (s.type() == "i32" || s.type() == "i64") {
+    if (!s.has_expr()) {
+      return Fail({{"args", i}, {"scalar"}}, field + ".scalar.expr",
+                  "integer scalars take an expression");
+    }
+    return CheckExpr({{"args", i}, {"scalar"}, {"expr"}}, field + ".scalar.expr", s.expr());
+  }
+  if (s.type() == "f32") {
+    if (!s.has_number()) {
+      return Fail({{"args", i}, {"scalar"}}, field + ".scalar.number",
+                  "f32 scalars take a number");
+    }
+    if (!std::isfinite(s.number()) || std::abs(s.number()) > 3.4028234663852886e38) {
+      return Fail({{"args", i}, {"scalar"}}, field + ".scalar.number",
+                  absl::StrCat(s.number(), " is not a finite f32"));
+    }
+    return absl::OkStatus();
+  }
+  return Fail({{"args", i}, {"scalar"}, {"type"}}, field + ".scalar.type",
+              absl::StrCat("unknown type '", s.type(), "'; expected i32, i64 or f32"));
+}
+
+// Each reference param names a param, with one of its values.
+absl::Status Validator::CheckReferenceParams() {
   for (const auto& [name, value] : m_.reference_params()) {
-    if (!params_.count(name)) {
+    const v1::Param* param = nullptr;
+    for (const v1::Param& p : m_.params()) {
+      if (p.name() == name) param = &p;
+    }
+    if (param == nullptr) {
       return Fail({{"reference_params", 0}}, "reference_params",
                   absl::StrCat("'", name, "' is not a param"));
     }
+    if (std::find(param->values().begin(), param->values().end(), value) ==
+        param->values().end()) {
+      return Fail({{"reference_params", 0}}, "reference_params",
+                  absl::StrCat(name, "=", value, " is not one of its values"));
+    }
   }
-  KTUNE_RETURN_IF_ERROR(CheckDefaultAlternatives());
+  return absl::OkStatus();
+}
 
+absl::Status Validator::CheckCost() {
   if (m_.cost().bytes().empty()) {
     return Fail({{"cost"}}, "cost.bytes", "missing: bytes that must move for one run");
   }
@@ -413,17 +592,56 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
   if (!m_.cost().flops().empty()) {
     KTUNE_RETURN_IF_ERROR(CheckExpr({{"cost"}, {"flops"}}, "cost.flops", m_.cost().flops()));
   }
+  // At the example shape with the params' defaults, for every dtype: bytes > 0 and
+  // flops >= 0 (a trial's GB/s and roofline fraction divide by them). Expressions that name
+  // knobs are left to the trials, whose knobs are known.
+  Scope scope;
+  for (const v1::Dim& d : m_.dims()) scope.values[d.name()] = d.example();
+  for (const v1::Param& p : m_.params()) scope.values[p.name()] = p.default_();
+  struct {
+    const char* field;
+    const std::string& text;
+    int64_t least;
+  } costs[] = {{"cost.bytes", m_.cost().bytes(), 1}, {"cost.flops", m_.cost().flops(), 0}};
+  for (const auto& c : costs) {
+    if (c.text.empty()) continue;
+    const Expression& e = expressions_->at(c.text);
+    bool knobs = false;
+    for (const std::string& id : e.identifiers()) knobs |= !scope.values.count(id);
+    if (knobs) continue;
+    for (DType t : *dtypes_) {
+      scope.dtype = t;
+      absl::StatusOr<int64_t> v = e.Evaluate(scope);
+      const std::string where = absl::StrCat("at the example shape (dims' examples, params' "
+                                             "defaults) for ", DTypeName(t));
+      if (!v.ok()) return Fail({{"cost"}}, c.field, absl::StrCat(where, ": ", v.status().message()));
+      if (*v < c.least) {
+        return Fail({{"cost"}}, c.field,
+                    absl::StrCat("'", c.text, "' is ", *v, " ", where, "; must be ",
+                                 c.least > 0 ? "> 0" : ">= 0"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
+// One tolerance per dtype, each scaled by the shape only.
+absl::Status Validator::CheckTolerances() {
   std::set<std::string> tolerated;
   for (int i = 0; i < m_.tolerances_size(); ++i) {
     const v1::Tolerance& t = m_.tolerances(i);
     const std::string field = absl::StrCat("tolerances[", i, "]");
-    std::optional<DType> d = ParseDType(t.dtype());
-    bool listed = false;
-    for (DType x : *dtypes) listed |= d && x == *d;
-    if (!listed) {
+    if (!IsTemplateDType(t.dtype())) {
       return Fail({{"tolerances", i}}, field + ".dtype",
                   absl::StrCat("'", t.dtype(), "' is not one of the template's dtypes"));
+    }
+    if (!tolerated.insert(t.dtype()).second) {
+      return Fail({{"tolerances", i}}, field + ".dtype",
+                  absl::StrCat("'", t.dtype(), "' has a tolerance already"));
+    }
+    if (!std::isfinite(t.atol()) || !std::isfinite(t.rtol())) {
+      return Fail({{"tolerances", i}}, field,
+                  "atol and rtol must be finite: an infinite or NaN bound passes any result");
     }
     if (t.atol() < 0 || t.rtol() < 0) {
       return Fail({{"tolerances", i}}, field, "atol and rtol must be >= 0");
@@ -441,14 +659,16 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
         }
       }
     }
-    tolerated.insert(t.dtype());
   }
-  for (DType t : *dtypes) {
+  for (DType t : *dtypes_) {
     if (!tolerated.count(std::string(DTypeName(t)))) {
       return Fail({}, "tolerances", absl::StrCat("missing a tolerance for dtype ", DTypeName(t)));
     }
   }
+  return absl::OkStatus();
+}
 
+absl::Status Validator::CheckKnobs() {
   const v1::KnobSpace& k = m_.knobs();
   for (int64_t r : k.maxrregcount()) {
     if (r != 0 && (r < 16 || r > 255)) {
@@ -460,6 +680,66 @@ absl::Status Validator::Run(const std::string& folder_name, std::vector<DType>* 
     if (b < 1 || b > 32) {
       return Fail({{"knobs"}}, "knobs.min_blocks", absl::StrCat(b, " is outside 1..32"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckArities(const std::string& source,
+                                     const std::string& source_path) {
+  const std::string code = WithoutComments(source);
+  for (const char* list : {"launches", "reference"}) {
+    const auto& launches = std::string(list) == "launches" ? m_.launches() : m_.reference();
+    for (int i = 0; i < launches.size(); ++i) {
+      const v1::Launch& l = launches[i];
+      std::string name = l.kernel().substr(0, l.kernel().find('<'));
+      if (size_t colons = name.rfind("::"); colons != std::string::npos) {
+        name = name.substr(colons + 2);
+      }
+      name = std::string(absl::StripAsciiWhitespace(name));
+      const std::vector<int> arities = KernelArities(code, name);
+      if (arities.empty() ||
+          std::find(arities.begin(), arities.end(), l.args_size()) != arities.end()) {
+        continue;
+      }
+      return Fail({{list, i}}, absl::StrCat(list, "[", i, "].args"),
+                  absl::StrCat(l.args_size(), " args, but ", name, " in ", source_path,
+                               " takes ", absl::StrJoin(arities, " or ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The line of `text` (a manifest) where `expression` first appears quoted; 0 if nowhere.
+int LineOfExpression(const std::string& text, const std::string& expression) {
+  const size_t at = text.find(absl::StrCat("\"", expression, "\""));
+  if (at == std::string::npos) return 0;
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+}
+
+// The default config bound at the example shape for every dtype (sm_90): arithmetic that
+// fails there (a division by zero, an overflow) is the template's defect, refused at load
+// with the line of the expression (`t`'s, parsed in `expressions`), not answered as the
+// caller's INVALID_ARGUMENT at every request. A default that the constraints reject is no
+// defect (FAILED_PRECONDITION).
+absl::Status CheckAtExampleShape(std::shared_ptr<const KernelTemplate> t,
+                                 const absl::flat_hash_map<std::string, Expression>& expressions,
+                                 const TextProtoFile& file, const std::string& text) {
+  Shape shape;
+  for (const v1::Dim& d : t->manifest().dims()) shape[d.name()] = d.example();
+  for (DType dtype : t->dtypes()) {
+    absl::Status s = ValidateRequest(*t, dtype, shape);
+    if (s.ok()) s = DefaultConfigFor(t, dtype, shape, TargetInfo{}).status();
+    if (s.ok() || s.code() == absl::StatusCode::kFailedPrecondition) continue;
+    int line = 0;
+    for (const auto& [expression, parsed] : expressions) {
+      if (absl::StrContains(s.message(), absl::StrCat("'", expression, "'"))) {
+        line = LineOfExpression(text, expression);
+        if (line > 0) break;
+      }
+    }
+    return file.Fail(line, absl::StrCat("example shape ", ShapeString(shape), " (",
+                                        DTypeName(dtype), ")"),
+                     s.message());
   }
   return absl::OkStatus();
 }
@@ -516,6 +796,7 @@ absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
     return absl::InvalidArgumentError(
         absl::StrCat(source_path, ": cannot read the kernel source: ", source.status().message()));
   }
+  KTUNE_RETURN_IF_ERROR(validator.CheckArities(*source, source_path));
   t->source_ = *std::move(source);
   t->source_path_ = source_path;
   t->source_hash_ = Sha256Builder()
@@ -523,6 +804,7 @@ absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
                         .AddField(*text)
                         .AddField(shared_headers_digest)
                         .Finish();
+  KTUNE_RETURN_IF_ERROR(CheckAtExampleShape(t, t->expressions_, file, *text));
   return std::shared_ptr<const KernelTemplate>(std::move(t));
 }
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/base/echo.h"
 #include "server/base/file.h"
 #include "server/base/status_macros.h"
 
@@ -13,7 +14,7 @@ absl::StatusOr<std::shared_ptr<const KernelTemplate>> TemplateRegistry::Get(
   if (it == templates_.end()) {
     std::vector<std::string> known;
     for (const auto& [n, t] : templates_) known.push_back(n);
-    return absl::NotFoundError(absl::StrCat("unknown template '", name, "'; known: ",
+    return absl::NotFoundError(absl::StrCat("unknown template ", Echo(name), "; known: ",
                                             known.empty() ? "(none)" : absl::StrJoin(known, ", ")));
   }
   return it->second;

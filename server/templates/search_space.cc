@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/base/echo.h"
 #include "server/base/status_macros.h"
 #include "server/templates/instance.h"
 
@@ -85,7 +86,7 @@ absl::Status ValidateRequest(const KernelTemplate& tmpl, DType dtype, const Shap
   for (const auto& [name, value] : shape) {
     if (!dims.count(name)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "shape: unknown dim '", name, "'; template ", tmpl.name(), " has ",
+          "shape: unknown dim ", Echo(name), "; template ", tmpl.name(), " has ",
           absl::StrJoin(dims, ", ")));
     }
   }

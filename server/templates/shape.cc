@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/base/echo.h"
 
 namespace ktune {
 
@@ -26,18 +27,18 @@ absl::StatusOr<Shape> ParseShape(absl::string_view text) {
     absl::string_view value = absl::StripAsciiWhitespace(kv.second);
     if (item.find('=') == absl::string_view::npos) {
       return absl::InvalidArgumentError(
-          absl::StrCat("shape: item '", item, "' is not dim=value"));
+          absl::StrCat("shape: item ", Echo(item), " is not dim=value"));
     }
     if (name.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("shape: item '", item, "' has no dim name"));
+      return absl::InvalidArgumentError(absl::StrCat("shape: item ", Echo(item), " has no dim name"));
     }
     int64_t v = 0;
     if (!absl::SimpleAtoi(value, &v)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("shape: dim '", name, "' has value '", value, "', not an integer"));
+          absl::StrCat("shape: dim ", Echo(name), " has value ", Echo(value), ", not an integer"));
     }
     if (!shape.emplace(std::string(name), v).second) {
-      return absl::InvalidArgumentError(absl::StrCat("shape: dim '", name, "' given twice"));
+      return absl::InvalidArgumentError(absl::StrCat("shape: dim ", Echo(name), " given twice"));
     }
   }
   return shape;

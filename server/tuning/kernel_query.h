@@ -5,6 +5,7 @@
 #ifndef KTUNE_SERVER_TUNING_KERNEL_QUERY_H_
 #define KTUNE_SERVER_TUNING_KERNEL_QUERY_H_
 
+#include <functional>
 #include <memory>
 
 #include "server/base/dtype.h"
@@ -22,6 +23,9 @@ struct KernelQuery {
   // The reference bound for this shape on the GPU's target: validation needs its buffers'
   // sizes, and every answer takes its argument list from it, so it is bound once.
   Instance reference;
+  // True once nobody waits for the answer any more (the call was cancelled, or its
+  // deadline passed): queued work for it is skipped. Empty: always wanted. Thread-safe.
+  std::function<bool()> abandoned;
 };
 
 }  // namespace ktune

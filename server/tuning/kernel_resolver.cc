@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/base/echo.h"
 #include "server/base/sha256.h"
 #include "server/base/status_macros.h"
 #include "server/base/thread_pool.h"
@@ -57,11 +60,24 @@ class KernelResolverImpl final : public KernelResolver {
       const int64_t job_id = BackgroundTune(q);
       return done(Exact(std::move(hit->entry), /*stale=*/true, job_id));
     }
-    threads_.Run([this, q, done = std::move(done)] {
-      absl::StatusOr<ResolvedKernel> r = Fallback(q);
-      if (r.ok()) r->tuning_job_id = BackgroundTune(q);
-      done(std::move(r));
-    });
+    QueueFallback(q, std::move(done));
+  }
+
+  void Stop() override {
+    std::vector<ResolveCallback> dropped;
+    {
+      absl::MutexLock lock(&mu_);
+      stopped_ = true;
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.started) {
+          ++it;
+          continue;
+        }
+        for (ResolveCallback& d : it->second.waiters) dropped.push_back(std::move(d));
+        pending_.erase(it++);
+      }
+    }
+    for (ResolveCallback& d : dropped) d(ShuttingDown());
   }
 
   absl::StatusOr<store::Lookup> Lookup(const KernelQuery& q) override {
@@ -137,6 +153,79 @@ class KernelResolverImpl final : public KernelResolver {
     if (gpus_.empty()) return 0;
     absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, SearchSettings{});
     return job.ok() ? (*job)->id() : 0;
+  }
+
+  static absl::Status ShuttingDown() {
+    return absl::UnavailableError("FALLBACK: ktuned is shutting down; the compile was dropped");
+  }
+
+  static std::string FallbackKey(const KernelQuery& q) {
+    return absl::StrCat(q.tmpl->name(), "/", DTypeName(q.dtype), "/", ShapeString(q.shape),
+                        "@", q.gpu);
+  }
+
+  // FALLBACK's search and compile on a resolver thread, merged with an identical one that
+  // waits or runs, within the queue's bound.
+  void QueueFallback(const KernelQuery& q, ResolveCallback done) {
+    const std::string key = FallbackKey(q);
+    absl::Status refused;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = pending_.find(key);
+      if (stopped_) {
+        refused = ShuttingDown();
+      } else if (it != pending_.end()) {
+        it->second.waiters.push_back(std::move(done));
+        it->second.abandoned.push_back(q.abandoned);
+        return;
+      } else if (waiting_ >= options_.fallback_queue) {
+        refused = absl::ResourceExhaustedError(absl::StrCat(
+            "FALLBACK: ", waiting_, " default compiles are waiting already (the limit); retry "
+            "later, or ask CACHE_ONLY"));
+      } else {
+        PendingFallback& p = pending_[key];
+        p.waiters.push_back(std::move(done));
+        p.abandoned.push_back(q.abandoned);
+        ++waiting_;
+      }
+    }
+    if (!refused.ok()) return done(refused);
+    threads_.Run([this, q, key] { RunFallback(q, key); });
+  }
+
+  // One queued FALLBACK's turn: skipped when stopped or when every caller is gone.
+  void RunFallback(const KernelQuery& q, const std::string& key) {
+    std::vector<ResolveCallback> skipped;
+    absl::Status why;
+    {
+      absl::MutexLock lock(&mu_);
+      --waiting_;
+      auto it = pending_.find(key);
+      if (it == pending_.end()) return;  // Stop() answered them
+      bool wanted = false;
+      for (const std::function<bool()>& gone : it->second.abandoned) wanted |= !gone || !gone();
+      if (!wanted) {
+        why = absl::CancelledError("FALLBACK: every caller was gone before the compile began");
+        skipped = std::move(it->second.waiters);
+        pending_.erase(it);
+      } else {
+        it->second.started = true;
+      }
+    }
+    if (!skipped.empty()) {
+      for (ResolveCallback& d : skipped) d(why);
+      return;
+    }
+    absl::StatusOr<ResolvedKernel> r = Fallback(q);
+    if (r.ok()) r->tuning_job_id = BackgroundTune(q);
+    std::vector<ResolveCallback> waiters;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = pending_.find(key);
+      waiters = std::move(it->second.waiters);
+      pending_.erase(it);
+    }
+    for (ResolveCallback& d : waiters) d(r);
   }
 
   // The nearest stored shape whose config binds for the request's shape and whose cubin
@@ -234,8 +323,16 @@ class KernelResolverImpl final : public KernelResolver {
 
   // The template's default config for the request's shape, compiled now.
   absl::StatusOr<ResolvedKernel> Default(const KernelQuery& q, const TargetInfo& target) {
-    KTUNE_ASSIGN_OR_RETURN(const Config config, DefaultConfigFor(q.tmpl, q.dtype, q.shape, target));
-    KTUNE_ASSIGN_OR_RETURN(BuiltKernel built, BuildKernel(q.tmpl, q.dtype, q.shape, config,
+    absl::StatusOr<Config> config = DefaultConfigFor(q.tmpl, q.dtype, q.shape, target);
+    if (!config.ok() && config.status().code() != absl::StatusCode::kFailedPrecondition) {
+      // Not the caller's: the manifest's arithmetic fails for a shape it lets through.
+      return absl::InternalError(absl::StrCat("template ", q.tmpl->name(),
+                                              ": its manifest cannot be evaluated for shape ",
+                                              ShapeString(q.shape), ": ",
+                                              config.status().message()));
+    }
+    if (!config.ok()) return config.status();
+    KTUNE_ASSIGN_OR_RETURN(BuiltKernel built, BuildKernel(q.tmpl, q.dtype, q.shape, *config,
                                                           target, *options_.compiler));
     if (!built.rejected_because.empty()) {
       return absl::FailedPreconditionError(
@@ -245,14 +342,14 @@ class KernelResolverImpl final : public KernelResolver {
     if (!built.compiled.ok) {
       return absl::InternalError(absl::StrCat("template ", q.tmpl->name(),
                                               ": the default config does not compile:\n",
-                                              built.compiled.log));
+                                              Clip(built.compiled.log)));
     }
     ResolvedKernel r;
     store::Entry& e = r.entry;
     e.key = KeyFor(q);
     e.source_hash = q.tmpl->source_hash();
     e.nvrtc_version = options_.compiler->Version();
-    e.config = config;
+    e.config = *config;
     e.cubin = std::move(built.compiled.cubin);
     e.cubin_sha256 = Sha256Hex(e.cubin);
     e.launches = std::move(built.launches);
@@ -260,9 +357,20 @@ class KernelResolverImpl final : public KernelResolver {
     return r;
   }
 
+  // The callers of one FALLBACK compile, waiting or running.
+  struct PendingFallback {
+    std::vector<ResolveCallback> waiters;
+    std::vector<std::function<bool()>> abandoned;  // each waiter's KernelQuery::abandoned
+    bool started = false;
+  };
+
   const KernelResolverOptions options_;
   const std::vector<GpuTarget> gpus_;
   const GpuTarget compile_only_;
+  absl::Mutex mu_;
+  std::map<std::string, PendingFallback> pending_ ABSL_GUARDED_BY(mu_);
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;  // queued compiles not started yet
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   ThreadPool threads_;  // last: joined first, while the rest is still there
 };
 

@@ -10,6 +10,11 @@
 // Thread-safe. Resolve calls `done` exactly once: on the calling thread for answers from the
 // store, on a GPU's queue thread for a TUNE job's result, on one of the resolver's own
 // threads for FALLBACK's neighbour search and default compile. `done` must not block.
+//
+// FALLBACK's searches and compiles wait in a bounded queue (KernelResolverOptions::
+// fallback_queue; past it, kResourceExhausted); identical requests (template, dtype, shape,
+// GPU) waiting or running share one compile; a request whose caller is gone by its turn
+// (KernelQuery::abandoned) is skipped; Stop() answers every waiting request at once.
 #ifndef KTUNE_SERVER_TUNING_KERNEL_RESOLVER_H_
 #define KTUNE_SERVER_TUNING_KERNEL_RESOLVER_H_
 
@@ -71,7 +76,8 @@ class KernelResolver {
   // Resolves `query` under `policy` (see the top of this file) and calls `done` once.
   // Errors: kNotFound (CACHE_ONLY without an entry), the store's own, kFailedPrecondition
   // (TUNE without a usable GPU; FALLBACK when the default config does not fit the shape),
-  // kInternal (the default config does not compile), the queue's kResourceExhausted.
+  // kInternal (the default config does not compile), the queues' kResourceExhausted,
+  // kCancelled (the caller was gone by its turn), kUnavailable (after Stop).
   virtual void Resolve(const KernelQuery& query, KernelPolicy policy, ResolveCallback done) = 0;
 
   // The stored entry for the query's exact key, fresh or stale. kNotFound naming the key
@@ -82,6 +88,10 @@ class KernelResolver {
   // kFailedPrecondition without a usable GPU; the queue's errors otherwise.
   virtual absl::StatusOr<std::shared_ptr<TuningJob>> Tune(const KernelQuery& query,
                                                           const SearchSettings& search) = 0;
+
+  // For shutdown: every FALLBACK request still waiting is answered kUnavailable now, and
+  // so is every later one; a compile already running finishes. Idempotent.
+  virtual void Stop() = 0;
 
   // The store's entries change counter (store::Store::EntriesChangeCounter): an answer
   // marked cacheable stays right until it changes.
@@ -108,6 +118,9 @@ struct KernelResolverOptions {
   TargetInfo compile_only_target;
   // Threads for FALLBACK's neighbour search and default-config compiles.
   int threads = 2;
+  // Distinct FALLBACK compiles waiting for a thread (identical requests count once); past
+  // it, kResourceExhausted.
+  int fallback_queue = 64;
 };
 
 // REQUIRES: store and compiler set. On a compile-only host, reads the store's devices once.

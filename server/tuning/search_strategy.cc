@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "server/base/echo.h"
 #include "server/base/status_macros.h"
 #include "server/tuning/guided_strategy.h"
 
@@ -78,8 +79,8 @@ absl::Status CheckStrategyName(const std::string& name) {
   if (name.empty() || name == "guided" || name == "exhaustive" || name == "random") {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "strategy: unknown strategy '", name, "'; expected guided, exhaustive or random"));
+  return absl::InvalidArgumentError(absl::StrCat("strategy: unknown strategy ", Echo(name),
+                                                "; expected guided, exhaustive or random"));
 }
 
 absl::StatusOr<std::unique_ptr<SearchStrategy>> NewStrategy(std::vector<Config> space,

@@ -8,6 +8,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/base/cuda_result.h"
 #include "server/base/status_macros.h"
 
 namespace ktune {
@@ -15,42 +16,54 @@ namespace {
 
 constexpr char kCudaResultPayload[] = "type.ktune.dev/cuda-result";
 
-absl::StatusCode CodeFor(CUresult r) {
-  if (IsStickyCudaError(r)) return absl::StatusCode::kInternal;
-  switch (r) {
-    case CUDA_ERROR_OUT_OF_MEMORY:
-    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
-    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
-      return absl::StatusCode::kResourceExhausted;
-    case CUDA_ERROR_NO_DEVICE:
-    case CUDA_ERROR_INVALID_DEVICE:
-    case CUDA_ERROR_DEVICE_UNAVAILABLE:
-    case CUDA_ERROR_DEVICE_NOT_LICENSED:
-    case CUDA_ERROR_NOT_INITIALIZED:
-    case CUDA_ERROR_DEINITIALIZED:
-    case CUDA_ERROR_STUB_LIBRARY:
-    case CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER:
-    case CUDA_ERROR_SYSTEM_NOT_READY:
-    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
-    case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
-      return absl::StatusCode::kUnavailable;
-    case CUDA_ERROR_INVALID_VALUE:
-    case CUDA_ERROR_INVALID_IMAGE:
-    case CUDA_ERROR_INVALID_PTX:
-    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
-    case CUDA_ERROR_NO_BINARY_FOR_GPU:
-    case CUDA_ERROR_INVALID_HANDLE:
-    case CUDA_ERROR_INVALID_CLUSTER_SIZE:
-      return absl::StatusCode::kInvalidArgument;
-    case CUDA_ERROR_NOT_FOUND:
-      return absl::StatusCode::kNotFound;
-    case CUDA_ERROR_NOT_SUPPORTED:
-    case CUDA_ERROR_NOT_PERMITTED:
-      return absl::StatusCode::kFailedPrecondition;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
+// server/base/cuda_result.h numbers CUresult without <cuda.h>; these pin it to the header.
+static_assert(static_cast<int>(CUDA_ERROR_INVALID_VALUE) == kCudaErrorInvalidValue);
+static_assert(static_cast<int>(CUDA_ERROR_OUT_OF_MEMORY) == kCudaErrorOutOfMemory);
+static_assert(static_cast<int>(CUDA_ERROR_NOT_INITIALIZED) == kCudaErrorNotInitialized);
+static_assert(static_cast<int>(CUDA_ERROR_DEINITIALIZED) == kCudaErrorDeinitialized);
+static_assert(static_cast<int>(CUDA_ERROR_STUB_LIBRARY) == kCudaErrorStubLibrary);
+static_assert(static_cast<int>(CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER) ==
+              kCudaErrorCallRequiresNewerDriver);
+static_assert(static_cast<int>(CUDA_ERROR_DEVICE_UNAVAILABLE) == kCudaErrorDeviceUnavailable);
+static_assert(static_cast<int>(CUDA_ERROR_NO_DEVICE) == kCudaErrorNoDevice);
+static_assert(static_cast<int>(CUDA_ERROR_INVALID_DEVICE) == kCudaErrorInvalidDevice);
+static_assert(static_cast<int>(CUDA_ERROR_DEVICE_NOT_LICENSED) == kCudaErrorDeviceNotLicensed);
+static_assert(static_cast<int>(CUDA_ERROR_INVALID_IMAGE) == kCudaErrorInvalidImage);
+static_assert(static_cast<int>(CUDA_ERROR_INVALID_CONTEXT) == kCudaErrorInvalidContext);
+static_assert(static_cast<int>(CUDA_ERROR_NO_BINARY_FOR_GPU) == kCudaErrorNoBinaryForGpu);
+static_assert(static_cast<int>(CUDA_ERROR_ECC_UNCORRECTABLE) == kCudaErrorEccUncorrectable);
+static_assert(static_cast<int>(CUDA_ERROR_INVALID_PTX) == kCudaErrorInvalidPtx);
+static_assert(static_cast<int>(CUDA_ERROR_NVLINK_UNCORRECTABLE) == kCudaErrorNvlinkUncorrectable);
+static_assert(static_cast<int>(CUDA_ERROR_UNSUPPORTED_PTX_VERSION) ==
+              kCudaErrorUnsupportedPtxVersion);
+static_assert(static_cast<int>(CUDA_ERROR_CONTAINED) == kCudaErrorContained);
+static_assert(static_cast<int>(CUDA_ERROR_INVALID_HANDLE) == kCudaErrorInvalidHandle);
+static_assert(static_cast<int>(CUDA_ERROR_NOT_FOUND) == kCudaErrorNotFound);
+static_assert(static_cast<int>(CUDA_ERROR_ILLEGAL_ADDRESS) == kCudaErrorIllegalAddress);
+static_assert(static_cast<int>(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) ==
+              kCudaErrorLaunchOutOfResources);
+static_assert(static_cast<int>(CUDA_ERROR_LAUNCH_TIMEOUT) == kCudaErrorLaunchTimeout);
+static_assert(static_cast<int>(CUDA_ERROR_CONTEXT_IS_DESTROYED) == kCudaErrorContextIsDestroyed);
+static_assert(static_cast<int>(CUDA_ERROR_ASSERT) == kCudaErrorAssert);
+static_assert(static_cast<int>(CUDA_ERROR_HARDWARE_STACK_ERROR) == kCudaErrorHardwareStackError);
+static_assert(static_cast<int>(CUDA_ERROR_ILLEGAL_INSTRUCTION) == kCudaErrorIllegalInstruction);
+static_assert(static_cast<int>(CUDA_ERROR_MISALIGNED_ADDRESS) == kCudaErrorMisalignedAddress);
+static_assert(static_cast<int>(CUDA_ERROR_INVALID_ADDRESS_SPACE) == kCudaErrorInvalidAddressSpace);
+static_assert(static_cast<int>(CUDA_ERROR_INVALID_PC) == kCudaErrorInvalidPc);
+static_assert(static_cast<int>(CUDA_ERROR_LAUNCH_FAILED) == kCudaErrorLaunchFailed);
+static_assert(static_cast<int>(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) ==
+              kCudaErrorCooperativeLaunchTooLarge);
+static_assert(static_cast<int>(CUDA_ERROR_TENSOR_MEMORY_LEAK) == kCudaErrorTensorMemoryLeak);
+static_assert(static_cast<int>(CUDA_ERROR_NOT_PERMITTED) == kCudaErrorNotPermitted);
+static_assert(static_cast<int>(CUDA_ERROR_NOT_SUPPORTED) == kCudaErrorNotSupported);
+static_assert(static_cast<int>(CUDA_ERROR_SYSTEM_NOT_READY) == kCudaErrorSystemNotReady);
+static_assert(static_cast<int>(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH) ==
+              kCudaErrorSystemDriverMismatch);
+static_assert(static_cast<int>(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE) ==
+              kCudaErrorCompatNotSupportedOnDevice);
+static_assert(static_cast<int>(CUDA_ERROR_EXTERNAL_DEVICE) == kCudaErrorExternalDevice);
+static_assert(static_cast<int>(CUDA_ERROR_INVALID_CLUSTER_SIZE) == kCudaErrorInvalidClusterSize);
+static_assert(static_cast<int>(CUDA_ERROR_UNKNOWN) == kCudaErrorUnknown);
 
 // Resolves `name` into `*fn`; kUnavailable naming the symbol when the driver lacks it.
 template <typename Fn>
@@ -80,31 +93,7 @@ absl::Status ResolveAny(void* lib, std::initializer_list<const char*> names, Fn*
 
 }  // namespace
 
-bool IsStickyCudaError(CUresult r) {
-  switch (r) {
-    case CUDA_ERROR_ECC_UNCORRECTABLE:
-    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
-    case CUDA_ERROR_CONTAINED:
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_LAUNCH_TIMEOUT:
-    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_FAILED:
-    case CUDA_ERROR_TENSOR_MEMORY_LEAK:
-    case CUDA_ERROR_EXTERNAL_DEVICE:
-    // Not documented as sticky, but nothing can be trusted after it; a restart costs
-    // about 0.25 s (measured on the GPU test host).
-    case CUDA_ERROR_UNKNOWN:
-      return true;
-    default:
-      return false;
-  }
-}
+bool IsStickyCudaError(CUresult r) { return IsStickyCudaResult(r); }
 
 CUresult CudaResultOf(const absl::Status& status) {
   absl::optional<absl::Cord> payload = status.GetPayload(kCudaResultPayload);
@@ -197,7 +186,7 @@ absl::StatusOr<Driver*> Driver::Load() {
 absl::Status Driver::Check(CUresult result, absl::string_view call) {
   if (result == CUDA_SUCCESS) return absl::OkStatus();
   if (IsStickyCudaError(result)) MarkPoisoned();
-  absl::Status s(CodeFor(result), absl::StrCat(call, ": ", Describe(result)));
+  absl::Status s(CudaResultCode(result), absl::StrCat(call, ": ", Describe(result)));
   s.SetPayload(kCudaResultPayload, absl::Cord(absl::StrCat(static_cast<int>(result))));
   return s;
 }

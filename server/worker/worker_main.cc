@@ -12,6 +12,7 @@
 // a request was running.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -63,6 +64,10 @@ int Duplicate(int fd) { return fcntl(fd, F_DUPFD_CLOEXEC, 3); }
 }  // namespace
 
 int main(int argc, char** argv) {
+  // No core files: a candidate that crashes the worker is routine, and a core would hold
+  // the device buffers' host copies and the parent's problem data.
+  const struct rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
   // One flag, parsed by hand: absl flags would add a dependency and global state to the
   // smallest program of the project for nothing.
   int ordinal = -1;

@@ -138,6 +138,39 @@ TEST_F(FileTest, MakeDirsOnAFileFails) {
   EXPECT_THAT(ReadFile(file), IsOkAndHolds(std::string("x")));
 }
 
+// With HOME and XDG_CACHE_HOME unset ktune falls back to /tmp/ktune-<uid>, which another
+// user may have created first, 0777: the store, socket and cubins went there anyway.
+TEST_F(FileTest, MakePrivateDirRefusesFoldersOthersCanWrite) {
+  const std::string fresh = dir_ + "/fresh/ktune";
+  EXPECT_OK(MakePrivateDir(fresh));
+  struct stat st;
+  ASSERT_EQ(stat(fresh.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_OK(MakePrivateDir(fresh));  // again: it is ours
+
+  const std::string open = dir_ + "/open";
+  ASSERT_EQ(mkdir(open.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(open.c_str(), 0777), 0);
+  EXPECT_THAT(MakePrivateDir(open),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       AllOf(HasSubstr(open), HasSubstr("mode 0777"), HasSubstr("others may write"))));
+  ASSERT_EQ(chmod(open.c_str(), 0770), 0);
+  EXPECT_THAT(MakePrivateDir(open), StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("0770")));
+
+  const std::string link = dir_ + "/link";
+  ASSERT_EQ(symlink(fresh.c_str(), link.c_str()), 0);
+  EXPECT_THAT(MakePrivateDir(link),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("symbolic link")));
+
+  if (geteuid() == 0) {  // only root can give a folder away
+    const std::string theirs = dir_ + "/theirs";
+    ASSERT_EQ(mkdir(theirs.c_str(), 0700), 0);
+    ASSERT_EQ(chown(theirs.c_str(), 12345, 12345), 0);
+    EXPECT_THAT(MakePrivateDir(theirs),
+                StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("owned by uid 12345")));
+  }
+}
+
 TEST_F(FileTest, MakeDirsEmptyPath) {
   EXPECT_THAT(MakeDirs(""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
 }

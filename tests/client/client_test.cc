@@ -14,6 +14,7 @@
 #include "client/lib/cuda_api.h"
 #include "client/lib/loaded_kernel.h"
 #include "client/lib/proto_convert.h"
+#include "server/base/cuda_result.h"
 #include "tests/client/fake_ktune_service.h"
 #include "tests/testing/status_matchers.h"
 
@@ -293,6 +294,21 @@ TEST(StatusFromGrpcTest, MapsEveryCodeNumberForNumber) {
     EXPECT_EQ(static_cast<int>(s.code()), c);
     EXPECT_EQ(s.message(), "m");
   }
+}
+
+// LoadedKernel's driver errors carry the code ktune-worker gives the same CUresult.
+TEST(CheckCuTest, CodesAreTheWorkersForEveryResult) {
+  const CudaApi no_names{};  // no cuGetErrorName: the message says so, the code is the table's
+  EXPECT_OK(CheckCu(no_names, kCudaSuccess, "cuInit"));
+  for (int r = 1; r <= 1000; ++r) {
+    absl::Status s = CheckCu(no_names, r, "cuLaunchKernel");
+    EXPECT_EQ(s.code(), CudaResultCode(r)) << r;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("cuLaunchKernel"));
+  }
+  EXPECT_EQ(CheckCu(no_names, kCudaErrorNotInitialized, "cuInit").code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(CheckCu(no_names, kCudaErrorInvalidContext, "cuCtxGetCurrent").code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(ClientTest, BearerTokenArrivesAsMetadata) {

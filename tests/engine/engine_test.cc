@@ -4,6 +4,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 
 #include <memory>
 #include <string>
@@ -90,6 +92,32 @@ TEST_F(EngineTest, AMissingTemplatesFolderNamesTheFlag) {
   o.templates_dir = dir_ + "/nowhere";
   EXPECT_THAT(OpenEngine(std::move(o)).status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("--templates " + dir_ + "/nowhere")));
+}
+
+// With no --db and no cubin folder, ktune keeps both under its default folder: one another
+// user could write in (their /tmp/ktune-<uid>, made 0777) is refused, naming it.
+TEST_F(EngineTest, ADefaultFolderOthersCanWriteIsRefused) {
+  const char* old = getenv("XDG_CACHE_HOME");
+  const std::string saved = old != nullptr ? old : "";
+  setenv("XDG_CACHE_HOME", dir_.c_str(), 1);
+  ASSERT_OK(MakeDirs(dir_ + "/ktune"));
+  ASSERT_EQ(chmod((dir_ + "/ktune").c_str(), 0777), 0);
+  EngineOptions o = Options();
+  o.db.clear();
+  o.cache_dir.clear();
+  EXPECT_THAT(OpenEngine(std::move(o)).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("cache folder " + dir_ + "/ktune")));
+  ASSERT_EQ(chmod((dir_ + "/ktune").c_str(), 0700), 0);
+  o = Options();
+  o.db.clear();
+  o.cache_dir.clear();
+  EXPECT_OK(OpenEngine(std::move(o)));
+  if (old != nullptr) {
+    setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  } else {
+    unsetenv("XDG_CACHE_HOME");
+  }
 }
 
 TEST_F(EngineTest, AnUnusableCubinCacheIsNamed) {

@@ -35,6 +35,7 @@
 //                                  ceiling, set_problem <seed>, measure <name>, the latter
 //                                  followed by " min_sample_us=<us>" when the request sets it)
 #include <signal.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -260,6 +261,30 @@ int main(int argc, char** argv) {
   if (ordinal < 0) {
     std::fprintf(stderr, "fake_ktune_worker: --ordinal N is required\n");
     return 2;
+  }
+  if (const char* path = Env("FAKE_WORKER_ENV_TO")) {
+    // Its environment, one NAME=VALUE a line.
+    if (FILE* f = std::fopen(path, "w")) {
+      for (char** e = environ; *e != nullptr; ++e) std::fprintf(f, "%s\n", *e);
+      std::fclose(f);
+    }
+  }
+  if (const char* path = Env("FAKE_WORKER_FDS")) {
+    // The descriptors it was started with, one number a line (read before opening any).
+    std::string fds;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+      const int own = ::dirfd(d);
+      while (const struct dirent* e = ::readdir(d)) {
+        if (e->d_name[0] != '.' && std::atoi(e->d_name) != own) {
+          fds += std::string(e->d_name) + "\n";
+        }
+      }
+      ::closedir(d);
+    }
+    if (FILE* f = std::fopen(path, "w")) {
+      std::fputs(fds.c_str(), f);
+      std::fclose(f);
+    }
   }
   for (;;) {
     Request request;

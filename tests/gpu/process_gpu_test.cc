@@ -5,6 +5,7 @@
 #include "server/gpu/process_gpu.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -105,6 +106,7 @@ class ProcessGpuTest : public ::testing::Test {
                         absl::StrReplaceAll(info->name(), {{"/", "_"}}));
     ASSERT_EQ(std::system(absl::StrCat("rm -rf '", dir_, "' && mkdir -p '", dir_, "'").c_str()), 0);
     log_ = dir_ + "/requests.log";
+    Setenv("KTUNE_WORKER_ENV", "FAKE_WORKER_");  // the worker's environment is scrubbed
     Setenv("FAKE_WORKER_LOG", log_);
     options_.worker_path = kFakeWorker;
     options_.min_deadline_ms = 300;
@@ -170,6 +172,48 @@ TEST_F(ProcessGpuTest, InfoRoundTripSaysHelloOnce) {
   ASSERT_OK_AND_ASSIGN(v1::DeviceInfo again, gpu->Info());
   EXPECT_EQ(again.uuid(), info.uuid());
   EXPECT_THAT(PidsThatGot("hello"), SizeIs(1));
+}
+
+// The worker runs untrusted kernels: it used to get ktuned's whole environment.
+TEST_F(ProcessGpuTest, TheWorkersEnvironmentIsScrubbed) {
+  const char* env[] = {"PATH=/usr/bin",          "AWS_SECRET_ACCESS_KEY=s3cret",
+                       "CUDA_VISIBLE_DEVICES=1", "LC_ALL=C",
+                       "HTTPS_PROXY=http://p",   "KTUNE_WORKER_ENV=MY_, OTHER_",
+                       "MY_KNOB=7",              "NVIDIA_DRIVER_CAPABILITIES=compute",
+                       "PATHOLOGICAL=1",         nullptr};
+  EXPECT_THAT(WorkerEnvironment(env),
+              ::testing::ElementsAre("PATH=/usr/bin", "CUDA_VISIBLE_DEVICES=1", "LC_ALL=C",
+                                     "KTUNE_WORKER_ENV=MY_, OTHER_", "MY_KNOB=7",
+                                     "NVIDIA_DRIVER_CAPABILITIES=compute"));
+  // And through a spawned worker: a secret of the parent's does not arrive.
+  Setenv("KTUNE_TEST_SECRET_CHECK", "1");
+  Setenv("SOME_SECRET", "hunter2");
+  Setenv("FAKE_WORKER_ENV_TO", dir_ + "/env");
+  auto gpu = Start();
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_OK(gpu->Info().status());
+  std::ifstream in(dir_ + "/env");
+  std::set<std::string> names;
+  for (std::string line; std::getline(in, line);) names.insert(line.substr(0, line.find('=')));
+  EXPECT_TRUE(names.count("KTUNE_TEST_SECRET_CHECK"));
+  EXPECT_TRUE(names.count("FAKE_WORKER_LOG"));
+  EXPECT_FALSE(names.count("SOME_SECRET"));
+}
+
+// The worker runs untrusted kernels: it used to inherit every descriptor ktuned had open
+// without O_CLOEXEC (a library's file, a socket). Now it gets stdin, stdout, stderr only.
+TEST_F(ProcessGpuTest, TheWorkerInheritsOnlyStdio) {
+  const int leaked = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC, on purpose
+  ASSERT_GE(leaked, 3);
+  Setenv("FAKE_WORKER_FDS", dir_ + "/fds");
+  auto gpu = Start();
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_OK(gpu->Info().status());
+  ::close(leaked);
+  std::ifstream in(dir_ + "/fds");
+  std::set<std::string> fds;
+  for (std::string line; std::getline(in, line);) fds.insert(line);
+  EXPECT_EQ(fds, (std::set<std::string>{"0", "1", "2"}));
 }
 
 TEST_F(ProcessGpuTest, NoDriverIsUnavailableWithTheWorkersReason) {

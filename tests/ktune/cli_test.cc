@@ -133,6 +133,40 @@ TEST(CliTemplatesTest, BadInputIsUsageError) {
   EXPECT_THAT(missing.err, HasSubstr("templates:")) << missing;
 }
 
+// A manifest whose arithmetic divides by zero used to make `ktune templates` exit 2 with no
+// file or line, listing none of the others. At its example shape it is refused at load
+// (FILE:LINE); at a shape asked for, its row says "-" with the reason.
+TEST(CliTemplatesTest, AManifestDefectIsSkippedAndTheOthersListed) {
+  const std::string root = NewTempDir();
+  const std::string good = *ReadFile(ShippedTemplatesDir() + "/rmsnorm/rmsnorm.textproto");
+  ASSERT_TRUE(MakeDirs(root + "/rmsnorm").ok());
+  ASSERT_TRUE(AtomicWriteFile(root + "/rmsnorm/rmsnorm.textproto", good).ok());
+  ASSERT_TRUE(AtomicWriteFile(root + "/rmsnorm/rmsnorm.cu",
+                              *ReadFile(ShippedTemplatesDir() + "/rmsnorm/rmsnorm.cu"))
+                  .ok());
+  const std::string tiny = *ReadFile(testing::TestTemplatesDir() + "/tiny/tiny.textproto");
+  auto with_constraint = [&](const std::string& c) {
+    std::string m = tiny;
+    m.replace(m.find("\"n % VEC == 0\""), 14, "\"" + c + "\"");
+    return m;
+  };
+  testing::WriteTiny(root, with_constraint("n % (n - 1000) == 0"));
+  Result r = Ktune({"templates", "--templates", root});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.err, HasSubstr(root + "/tiny/tiny.textproto:8: example shape n=1000")) << r;
+  EXPECT_NE(Row(Rows(r.out), "rmsnorm"), nullptr) << r;
+  EXPECT_EQ(Row(Rows(r.out), "tiny"), nullptr) << r;
+
+  testing::WriteTiny(root, with_constraint("n % (n - 999) == 0"));
+  r = Ktune({"templates", "--templates", root, "--shape", "n=999"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  const auto rows = Rows(r.out);
+  ASSERT_NE(Row(rows, "tiny"), nullptr) << r;
+  EXPECT_EQ(Row(rows, "tiny")->at(5), "-") << r;
+  EXPECT_NE(Row(rows, "rmsnorm"), nullptr) << r;
+  EXPECT_THAT(r.err, HasSubstr("tiny: ")) << r;
+}
+
 TEST(CliTest, NoSubcommandIsUsageErrorAndHelpIsNot) {
   const Result none = Ktune({});
   EXPECT_EQ(none.exit_code, 2) << none;

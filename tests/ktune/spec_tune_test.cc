@@ -46,7 +46,9 @@ class SpecTuneTest : public ::testing::Test {
   void SetUp() override {
     dir_ = NewTempDir();
     testing::WriteTiny(dir_ + "/templates");
-    // Inherited by ktune's (and ktuned's) worker child.
+    // Inherited by ktune's (and ktuned's) worker child, whose environment is scrubbed
+    // but for the prefixes KTUNE_WORKER_ENV names.
+    setenv("KTUNE_WORKER_ENV", "FAKE_WORKER_", 1);
     setenv("FAKE_WORKER_ANY_OK", "1", 1);
     unsetenv("FAKE_WORKER_MEASURE_MS");
   }

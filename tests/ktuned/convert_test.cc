@@ -36,6 +36,16 @@ store::Entry TmaEntry(const TargetInfo& target) {
   return e;
 }
 
+// A status carries a head of a long message (a compiler log): the whole one could pass the
+// caller's receive limit and turn the answer into its RESOURCE_EXHAUSTED.
+TEST(ConvertTest, LongStatusMessagesAreCut) {
+  const grpc::Status s = ToGrpcStatus(absl::InternalError(std::string(100000, 'l')));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_LT(s.error_message().size(), kMaxStatusMessageBytes + 64);
+  EXPECT_THAT(s.error_message(), ::testing::EndsWith("more bytes]"));
+  EXPECT_EQ(ToGrpcStatus(absl::NotFoundError("short")).error_message(), "short");
+}
+
 TEST(ConvertTest, ArtifactTensorMapsFollowTheEntrysConfig) {
   const TargetInfo target = *TargetFromArch("sm_90");
   ASSERT_OK_AND_ASSIGN(Instance ref, BindReference(TmaCopy(), DType::kBF16,

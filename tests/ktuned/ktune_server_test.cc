@@ -411,6 +411,22 @@ TEST_F(KtuneServerTest, TokenIsRequired) {
   }
   Reply right = Get(Req(1000, v1::CACHE_ONLY));
   EXPECT_EQ(right.status.error_code(), grpc::StatusCode::NOT_FOUND);  // past the check
+  // The scheme is case-insensitive (it used to have to be "Bearer"); the token is not.
+  for (const char* scheme : {"bearer", "BEARER"}) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", absl::StrCat(scheme, " s3cret"));
+    v1::GetKernelResponse resp;
+    EXPECT_EQ(stub_->GetKernel(&ctx, Req(1000, v1::CACHE_ONLY), &resp).error_code(),
+              grpc::StatusCode::NOT_FOUND)
+        << scheme;
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer S3CRET");
+    v1::GetKernelResponse resp;
+    EXPECT_EQ(stub_->GetKernel(&ctx, Req(1000, v1::CACHE_ONLY), &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
 }
 
 TEST_F(KtuneServerTest, RestartKeepsEntries) {

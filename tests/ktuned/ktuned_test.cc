@@ -92,7 +92,6 @@ TEST_F(KtunedTest, ConfigFileSetsFlagsAndTheCommandLineWins) {
                                            from_file, "\"\n", "db = \"", dir_, "/conf.db\"\n",
                                            "templates = \"", testing::ShippedTemplatesDir(), "\"\n",
                                            "worker = \"", dir_, "/no-such-worker\"\n",
-                                           "token = \"\"  # empty: no token\n"
                                            "queue = 8\n"
                                            "reflection = true\n"))
                   .ok());
@@ -154,6 +153,50 @@ TEST_F(KtunedTest, MutualTlsOnLoopback) {
 
   d.Terminate();
   EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+}
+
+// 0.0.0.0 and unix-abstract: used to start plaintext with no token and no word; an empty
+// --token used to mean no authentication.
+TEST_F(KtunedTest, AnExposedListenerWithoutTlsOrTokenIsUsage) {
+  Ktuned open(dir_, With({"--listen", "0.0.0.0:0"}));
+  EXPECT_EQ(open.Wait(absl::Seconds(10)), 2) << open.Stderr();
+  EXPECT_THAT(open.Stderr(), HasSubstr("--listen 0.0.0.0:0 can be reached from other hosts"));
+  EXPECT_THAT(open.Stderr(), HasSubstr("--insecure"));
+  Ktuned abstract(dir_, With({"--listen", "unix-abstract:ktune-test"}));
+  EXPECT_EQ(abstract.Wait(absl::Seconds(10)), 2) << abstract.Stderr();
+  EXPECT_THAT(abstract.Stderr(), HasSubstr("every local user"));
+  Ktuned empty_token(dir_, With({"--listen", "0.0.0.0:0", "--token", ""}));
+  EXPECT_EQ(empty_token.Wait(absl::Seconds(10)), 2) << empty_token.Stderr();
+  EXPECT_THAT(empty_token.Stderr(), HasSubstr("--token: empty"));
+}
+
+TEST_F(KtunedTest, InsecureServesAnExposedListenerAndSaysSo) {
+  Ktuned d(dir_, With({"--listen", "0.0.0.0:0", "--insecure"}));
+  ASSERT_THAT(d.WaitServing(), HasSubstr("0.0.0.0:")) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr("WARNING: --insecure"));
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+  Ktuned guarded(dir_, With({"--listen", "0.0.0.0:0", "--token", "s3cret"}));
+  ASSERT_THAT(guarded.WaitServing(), HasSubstr("0.0.0.0:")) << guarded.Stderr();
+  EXPECT_THAT(guarded.Stderr(), ::testing::Not(HasSubstr("WARNING")));
+  guarded.Terminate();
+  EXPECT_EQ(guarded.Wait(absl::Seconds(5)), 0) << guarded.Stderr();
+}
+
+// A --max-message-bytes below an artifact used to start and then fail every call; a
+// --templates folder with no loadable template used to start and serve nothing.
+TEST_F(KtunedTest, AStartThatCouldServeNothingIsRefused) {
+  Ktuned small(dir_, With({"--listen", "unix://" + dir_ + "/s.sock", "--max-message-bytes",
+                           "1000"}));
+  EXPECT_EQ(small.Wait(absl::Seconds(10)), 2) << small.Stderr();
+  EXPECT_THAT(small.Stderr(), HasSubstr("--max-message-bytes: 1000 is below the floor"));
+  MakeDirs(dir_ + "/empty-templates").IgnoreError();
+  Ktuned none(dir_, {"--db", dir_ + "/none.db", "--templates", dir_ + "/empty-templates",
+                     "--worker", dir_ + "/no-such-ktune-worker", "--listen",
+                     "unix://" + dir_ + "/n.sock"});
+  EXPECT_EQ(none.Wait(absl::Seconds(10)), 1) << none.Stderr();
+  EXPECT_THAT(none.Stderr(), HasSubstr("--templates " + dir_ + "/empty-templates"));
+  EXPECT_THAT(none.Stderr(), HasSubstr("no template loaded"));
 }
 
 // A second ktuned on the same unix socket path used to unlink and take it, leaving the first

@@ -5,7 +5,10 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "client/lib/ktune_client.h"
@@ -152,6 +155,27 @@ TEST_F(OpsServerTest, TlsSettingsThatDoNotFitAreRefused) {
   ca_only.tls_client_ca_pem = "ca";
   EXPECT_THAT(StartKtuneServer(std::move(ca_only)).status(),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("mTLS")));
+}
+
+// 0.0.0.0 and unix-abstract: used to start plaintext with no token and no word.
+TEST_F(OpsServerTest, AnExposedListenerNeedsTlsATokenOrInsecure) {
+  EXPECT_THAT(StartKtuneServer(Options("0.0.0.0:0", false)).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("neither TLS nor a token")));
+  EXPECT_THAT(StartKtuneServer(Options("unix-abstract:ktune-test-" + std::to_string(getpid()),
+                                       false))
+                  .status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("insecure")));
+  ServerOptions with_token = Options("0.0.0.0:0", false);
+  with_token.token = "s3cret";
+  Start(std::move(with_token));
+  EXPECT_GT(server_->port(), 0);
+  server_->Shutdown();
+  server_.reset();
+  ServerOptions insecure = Options("0.0.0.0:0", false);
+  insecure.insecure = true;
+  Start(std::move(insecure));
+  EXPECT_GT(server_->port(), 0);
 }
 
 TEST_F(OpsServerTest, HealthFollowsTheGpu) {

@@ -1,5 +1,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <memory>
@@ -81,6 +82,23 @@ TEST(SqliteStore, DeviceRoundTripAndUpdate) {
 
 // The stored ceiling only goes up: a new model is inserted, a lower reading leaves the row
 // as it is (uuid included), a higher one replaces it; each call answers what is stored.
+// An explicit --db used to be created 0644 (SQLite's default): every local user could read
+// the cubins and the tuning history. The store and its WAL files are born 0600.
+TEST(SqliteStore, ANewStoreFileIsPrivate) {
+  TempDir dir;
+  const mode_t old_umask = umask(022);
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(dir.File("ktune.db")));
+    ASSERT_OK(store->PutDevice(MakeDevice("H200|sm_90|132sm|6144bit")));
+    for (const char* name : {"ktune.db", "ktune.db-wal"}) {
+      struct stat st;
+      ASSERT_EQ(stat(dir.File(name).c_str(), &st), 0) << name;
+      EXPECT_EQ(st.st_mode & 0777, 0600u) << name;
+    }
+  }
+  umask(old_umask);
+}
+
 TEST(SqliteStore, RaiseCopyCeilingKeepsTheHighest) {
   TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto store, OpenSqliteStore(dir.File("ktune.db")));

@@ -131,7 +131,41 @@ const BrokenCase kBrokenCases[] = {
      ":27: default_alternatives[0].params: 'WARPS' is not a param"},
     {"default_alternative_value", "knobs {",
      "default_alternatives { params { key: \"VEC\" value: 3 } }\nknobs {",
-     ":27: default_alternatives[0].params: VEC=3 is not one of its values"},
+     ":27: default_alternatives[0].params: VEC=3 is not one of its values"},    // Manifests that would switch verification off, refused at load (issue #17, item 7).
+    {"tolerance_inf", "tolerances { dtype: \"f32\" atol: 1e-6 rtol: 1e-6 }",
+     "tolerances { dtype: \"f32\" atol: 1e-6 rtol: inf }",
+     ":25: tolerances[0]: atol and rtol must be finite: an infinite or NaN bound passes any "
+     "result"},
+    {"tolerance_nan", "tolerances { dtype: \"f32\" atol: 1e-6 rtol: 1e-6 }",
+     "tolerances { dtype: \"f32\" atol: nan rtol: 1e-6 }",
+     ":25: tolerances[0]: atol and rtol must be finite"},
+    {"tolerance_twice", "tolerances { dtype: \"bf16\" atol: 1e-2 rtol: 1e-2 }",
+     "tolerances { dtype: \"f32\" atol: 1 rtol: 1 }\ntolerances { dtype: \"bf16\" atol: 1e-2 rtol: 1e-2 }",
+     ":26: tolerances[1].dtype: 'f32' has a tolerance already"},
+    {"fill_nan", "lo: -1 hi: 1", "lo: nan hi: 1", ":9: args[0].buffer.fill: lo and hi must be finite"},
+    {"fill_inf", "lo: -1 hi: 1", "lo: -1 hi: inf", ":9: args[0].buffer.fill: lo and hi must be finite"},
+    {"input_constant_zero", "fill { kind: UNIFORM lo: -1 hi: 1 }", "fill { kind: CONSTANT lo: 0 }",
+     ":9: args[0].buffer.fill: CONSTANT 0 for an input is a zero fill: a kernel that does nothing "
+     "must not pass"},
+    {"scalar_nan", "scalar { type: \"i32\" expr: \"n\" }", "scalar { type: \"f32\" number: nan }",
+     ":11: args[2].scalar.number: nan is not a finite f32"},
+    {"cost_zero", "cost { bytes: \"2 * n * sizeof(dtype)\"", "cost { bytes: \"0 * n\"",
+     ":24: cost.bytes: '0 * n' is 0 at the example shape (dims' examples, params' defaults) for "
+     "f32; must be > 0"},
+    {"cost_negative_flops", "flops: \"n\"", "flops: \"0 - n\"",
+     ":24: cost.flops: '0 - n' is -1000 at the example shape (dims' examples, params' defaults) "
+     "for f32; must be >= 0"},
+    {"reference_param_value", "knobs {", "reference_params { key: \"VEC\" value: 3 }\nknobs {",
+     ":27: reference_params: VEC=3 is not one of its values"},
+    {"launch_arg_count", "args: [\"x\", \"out\", \"count\"]\n}\nreference",
+     "args: [\"x\", \"out\"]\n}\nreference", ":12: launches[0].args: 2 args, but tiny in "},
+    {"reference_arg_count", "args: [\"x\", \"out\", \"count\"]\n}\ncost",
+     "args: [\"x\", \"out\", \"count\", \"x\"]\n}\ncost",
+     ":18: reference[0].args: 4 args, but tiny_ref in "},
+    // Arithmetic that fails at the example shape (issue #17, item 6): the template's defect,
+    // with the line of the expression.
+    {"example_divides_by_zero", "\"n % VEC == 0\"", "\"n % (n - 1000) == 0\"",
+     ":8: example shape n=1000 (f32): "},
 };
 
 class BrokenManifestTest : public ::testing::TestWithParam<BrokenCase> {};
@@ -159,6 +193,35 @@ TEST_P(BrokenManifestTest, RejectedWithFileLineAndReason) {
 
 INSTANTIATE_TEST_SUITE_P(Table, BrokenManifestTest, ::testing::ValuesIn(kBrokenCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The arity check reads every shipped kernel's parameter list: one arg less in any
+// template's first launch or reference is refused naming the kernel.
+TEST(KernelTemplateTest, EveryShippedKernelsArityIsChecked) {
+  const std::string shipped = testing::ShippedTemplatesDir();
+  for (const char* name : {"add_rmsnorm", "elementwise", "gemm", "gemv", "layernorm", "rmsnorm",
+                           "rope", "silu_and_mul", "softmax"}) {
+    for (const char* list : {"launches {", "reference {"}) {
+      const std::string dir = absl::StrCat(shipped, "/", name, "/", name);
+      absl::StatusOr<std::string> manifest = ReadFile(dir + ".textproto");
+      absl::StatusOr<std::string> source = ReadFile(dir + ".cu");
+      ASSERT_TRUE(manifest.ok() && source.ok()) << name;
+      const size_t launch = manifest->find(absl::StrCat("\n", list));
+      ASSERT_NE(launch, std::string::npos) << name << " " << list;
+      const size_t close = manifest->find("]", manifest->find("args: [", launch));
+      const size_t last_comma = manifest->rfind(",", close);
+      ASSERT_GT(last_comma, launch) << name << " " << list;
+      manifest->erase(last_comma, close - last_comma);  // drops the last arg
+      const std::string root = testing::NewTempDir();
+      ASSERT_OK(MakeDirs(absl::StrCat(root, "/", name)));
+      ASSERT_OK(AtomicWriteFile(absl::StrCat(root, "/", name, "/", name, ".textproto"), *manifest));
+      ASSERT_OK(AtomicWriteFile(absl::StrCat(root, "/", name, "/", name, ".cu"), *source));
+      auto loaded = LoadKernelTemplate(absl::StrCat(root, "/", name));
+      EXPECT_THAT(loaded.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("args, but")))
+          << name << " " << list;
+    }
+  }
+}
 
 std::string TmaManifest() {
   auto text = ReadFile(absl::StrCat(testing::TmaTemplatesDir(), "/tma_copy/tma_copy.textproto"));

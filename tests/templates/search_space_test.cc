@@ -290,13 +290,20 @@ TEST(InstanceTest, AtolScaleGrowsWithTheSquareRootOfADim) {
   EXPECT_DOUBLE_EQ(bf16.rtol, 1e-2);
   ASSERT_OK_AND_ASSIGN(Instance f32, BindReference(t, DType::kF32, {{"n", 1000}}, Sm90()));
   EXPECT_DOUBLE_EQ(f32.atol, 1e-6);  // no scale for f32
-  // A negative scale is a manifest defect for that shape.
-  manifest = absl::StrReplaceAll(manifest, {{"atol_scale: \"n / 10\"", "atol_scale: \"10 - n\""}});
+  // A negative scale is a manifest defect for that shape; at the example shape (n=1000)
+  // the load refuses the template.
+  testing::WriteTiny(root, absl::StrReplaceAll(manifest, {{"atol_scale: \"n / 10\"",
+                                                          "atol_scale: \"10 - n\""}}));
+  EXPECT_THAT(LoadKernelTemplate(root + "/tiny").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("example shape n=1000 (bf16): template tiny: tolerance "
+                                 "atol_scale '10 - n' is -990")));
+  manifest = absl::StrReplaceAll(manifest, {{"atol_scale: \"n / 10\"", "atol_scale: \"n - 999\""}});
   testing::WriteTiny(root, manifest);
   ASSERT_OK_AND_ASSIGN(t, LoadKernelTemplate(root + "/tiny"));
-  EXPECT_THAT(BindReference(t, DType::kBF16, {{"n", 1000}}, Sm90()),
+  EXPECT_THAT(BindReference(t, DType::kBF16, {{"n", 998}}, Sm90()),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("atol_scale '10 - n' is -990 for shape n=1000; must be >= 0")));
+                       HasSubstr("atol_scale 'n - 999' is -1 for shape n=998; must be >= 0")));
 }
 
 TEST(ShapeTest, ParseAndPrint) {

@@ -1,7 +1,8 @@
 // Test helper: one of the project's built programs as a child process, hermetic: stdin is
 // /dev/null, stdout and stderr go to files in a folder of the test's, XDG_CACHE_HOME points
 // into that folder (so no cubin cache or database of the user's is touched) and KTUNE_*
-// variables are dropped (so a GPU host's bundle environment cannot steer it).
+// variables but KTUNE_WORKER_ENV are dropped (so a GPU host's bundle environment cannot
+// steer it).
 #ifndef KTUNE_TESTS_TESTING_SUBPROCESS_H_
 #define KTUNE_TESTS_TESTING_SUBPROCESS_H_
 
@@ -35,7 +36,9 @@ class Subprocess {
       : out_(dir + "/stdout"), err_(dir + "/stderr") {
     std::vector<std::string> env_strings;
     for (char** e = environ; *e != nullptr; ++e) {
-      if (!absl::StartsWith(*e, "XDG_CACHE_HOME=") && !absl::StartsWith(*e, "KTUNE_")) {
+      // KTUNE_WORKER_ENV only widens what reaches a worker (a test's fake worker knobs).
+      if (!absl::StartsWith(*e, "XDG_CACHE_HOME=") &&
+          (!absl::StartsWith(*e, "KTUNE_") || absl::StartsWith(*e, "KTUNE_WORKER_ENV="))) {
         env_strings.push_back(*e);
       }
     }

@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
+
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "server/compile/compile_pool.h"
@@ -17,6 +20,24 @@ namespace {
 
 using ::ktune::testing::StatusIs;
 using ::testing::HasSubstr;
+
+// A FakeCompiler whose compiles wait until the test opens the gate.
+class GatedCompiler : public testing::FakeCompiler {
+ public:
+  absl::StatusOr<CompileResult> Compile(const CompileRequest& request) override {
+    entered.store(true);
+    gate.WaitForNotification();
+    return FakeCompiler::Compile(request);
+  }
+  std::atomic<bool> entered{false};
+  absl::Notification gate;
+};
+
+// One Resolve's answer, waited for later.
+struct Pending {
+  absl::Notification answered;
+  absl::StatusOr<ResolvedKernel> answer = absl::UnknownError("no answer");
+};
 
 class KernelResolverTest : public ::testing::Test {
  protected:
@@ -55,6 +76,32 @@ class KernelResolverTest : public ::testing::Test {
     return q;
   }
 
+  // A compile-only resolver over the gated compiler: one FALLBACK thread, `queue` waiting.
+  void StartGated(int queue) {
+    KernelResolverOptions o;
+    o.store = store_.get();
+    o.compiler = &gated_;
+    o.compile_only_reason = "no CUDA driver";
+    o.threads = 1;
+    o.fallback_queue = queue;
+    queue_ = std::make_unique<TuningQueue>(std::vector<TuningEnv>{}, 8);
+    o.queue = queue_.get();
+    resolver_ = NewKernelResolver(std::move(o));
+  }
+
+  std::shared_ptr<Pending> ResolveLater(KernelQuery q, KernelPolicy policy) {
+    auto p = std::make_shared<Pending>();
+    resolver_->Resolve(q, policy, [p](absl::StatusOr<ResolvedKernel> r) {
+      p->answer = std::move(r);
+      p->answered.Notify();
+    });
+    return p;
+  }
+
+  static bool Wait(Pending& p) {
+    return p.answered.WaitForNotificationWithTimeout(absl::Seconds(20));
+  }
+
   // Resolves and waits for the answer.
   absl::StatusOr<ResolvedKernel> Resolve(int64_t n, KernelPolicy policy) {
     absl::Notification answered;
@@ -84,6 +131,7 @@ class KernelResolverTest : public ::testing::Test {
   std::unique_ptr<TemplateRegistry> registry_;
   std::unique_ptr<store::Store> store_;
   testing::FakeCompiler compiler_;
+  GatedCompiler gated_;
   std::unique_ptr<CompilePool> pool_;
   testing::FakeGpu gpu_;
   std::unique_ptr<TuningQueue> queue_;
@@ -156,6 +204,58 @@ TEST_F(KernelResolverTest, CompileOnlyRefusesToTuneButFallsBackWithoutAJob) {
   EXPECT_EQ(fb.entry.config.knobs.target, "sm_90");
   EXPECT_EQ(fb.tuning_job_id, 0);  // nothing to tune on
   EXPECT_EQ(resolver_->DeviceModel(0), "");
+}
+
+// FALLBACK's compile queue used to be unbounded, compiled for callers long gone, compiled
+// identical requests once each, and drained its whole backlog at shutdown.
+TEST_F(KernelResolverTest, FallbackQueueIsBoundedAndIdenticalRequestsShareOneCompile) {
+  StartGated(/*queue=*/1);
+  std::shared_ptr<Pending> a1 = ResolveLater(Query(1000), KernelPolicy::kFallback);
+  while (!gated_.entered.load()) absl::SleepFor(absl::Milliseconds(1));
+  std::shared_ptr<Pending> a2 = ResolveLater(Query(1000), KernelPolicy::kFallback);  // joins a1
+  std::shared_ptr<Pending> b = ResolveLater(Query(2000), KernelPolicy::kFallback);   // waits
+  std::shared_ptr<Pending> c = ResolveLater(Query(3000), KernelPolicy::kFallback);   // too many
+  ASSERT_TRUE(Wait(*c));
+  EXPECT_THAT(c->answer, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("waiting")));
+  EXPECT_FALSE(a2->answered.HasBeenNotified());
+  gated_.gate.Notify();
+  for (Pending* p : {a1.get(), a2.get(), b.get()}) {
+    ASSERT_TRUE(Wait(*p));
+    EXPECT_OK(p->answer);
+  }
+  EXPECT_EQ(a1->answer->entry.cubin, a2->answer->entry.cubin);
+  EXPECT_EQ(gated_.calls.load(), 2);  // 1000 once, 2000 once
+}
+
+TEST_F(KernelResolverTest, FallbackSkipsACallerGoneByItsTurn) {
+  StartGated(/*queue=*/4);
+  std::shared_ptr<Pending> a = ResolveLater(Query(1000), KernelPolicy::kFallback);
+  while (!gated_.entered.load()) absl::SleepFor(absl::Milliseconds(1));
+  KernelQuery gone = Query(2000);
+  gone.abandoned = [] { return true; };
+  std::shared_ptr<Pending> b = ResolveLater(gone, KernelPolicy::kFallback);
+  gated_.gate.Notify();
+  ASSERT_TRUE(Wait(*a) && Wait(*b));
+  EXPECT_OK(a->answer);
+  EXPECT_THAT(b->answer, StatusIs(absl::StatusCode::kCancelled, HasSubstr("gone")));
+  EXPECT_EQ(gated_.calls.load(), 1);
+}
+
+TEST_F(KernelResolverTest, StopAnswersWaitingFallbacksAtOnce) {
+  StartGated(/*queue=*/4);
+  std::shared_ptr<Pending> a = ResolveLater(Query(1000), KernelPolicy::kFallback);
+  while (!gated_.entered.load()) absl::SleepFor(absl::Milliseconds(1));
+  std::shared_ptr<Pending> b = ResolveLater(Query(2000), KernelPolicy::kFallback);
+  resolver_->Stop();
+  ASSERT_TRUE(b->answered.HasBeenNotified());  // answered by Stop itself, compile or not
+  EXPECT_THAT(b->answer, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
+  std::shared_ptr<Pending> later = ResolveLater(Query(3000), KernelPolicy::kFallback);
+  ASSERT_TRUE(later->answered.HasBeenNotified());
+  EXPECT_THAT(later->answer, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting")));
+  gated_.gate.Notify();
+  ASSERT_TRUE(Wait(*a));
+  EXPECT_OK(a->answer);  // the compile that was running finishes
+  EXPECT_EQ(gated_.calls.load(), 1);
 }
 
 }  // namespace

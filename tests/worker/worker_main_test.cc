@@ -27,14 +27,19 @@ using ::ktune::testing::StatusIs;
 using ::ktune::testing::Worker;
 using ::testing::HasSubstr;
 
-TEST(WorkerMainTest, AnswersHelloThenExitsZeroAtEndOfInput) {
-  signal(SIGPIPE, SIG_IGN);
-  Worker worker({"--ordinal", "0"});
+// Sends Hello for GPU 0 and reads the answer into *response.
+void SayHello(Worker& worker, v1::Response* response) {
   v1::Request hello;
   hello.mutable_hello()->set_ordinal(0);
   ASSERT_OK(WriteFrame(worker.to(), hello));
+  ASSERT_OK(ReadFrame(worker.from(), response, /*timeout_ms=*/60000));
+}
+
+TEST(WorkerMainTest, AnswersHelloThenExitsZeroAtEndOfInput) {
+  signal(SIGPIPE, SIG_IGN);
+  Worker worker({"--ordinal", "0"});
   v1::Response response;
-  ASSERT_OK(ReadFrame(worker.from(), &response, /*timeout_ms=*/60000));
+  ASSERT_NO_FATAL_FAILURE(SayHello(worker, &response));
   ASSERT_TRUE(response.has_device() || response.has_error()) << response.DebugString();
   if (response.has_error()) {
     // No driver or no GPU here: the reason comes back, and the worker keeps serving.
@@ -58,6 +63,22 @@ TEST(WorkerMainTest, AnswersHelloThenExitsZeroAtEndOfInput) {
   // Nothing but frames ever came out: after the two answers, end of file.
   EXPECT_THAT(ReadFrame(worker.from(), &second, 1000),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("end of file")));
+}
+
+// A candidate that crashes the worker is routine; it must not leave a core file behind.
+TEST(WorkerMainTest, RunsWithoutCoreFiles) {
+  signal(SIGPIPE, SIG_IGN);
+  Worker worker({"--ordinal", "0"});
+  v1::Response response;
+  ASSERT_NO_FATAL_FAILURE(SayHello(worker, &response));  // past its setup
+  std::ifstream limits("/proc/" + std::to_string(worker.pid()) + "/limits");
+  std::string line, core;
+  while (std::getline(limits, line)) {
+    if (line.rfind("Max core file size", 0) == 0) core = line;
+  }
+  EXPECT_THAT(core, ::testing::MatchesRegex("Max core file size +0 +0 +bytes *")) << core;
+  worker.CloseInput();
+  EXPECT_EQ(worker.Wait(), 0);
 }
 
 TEST(WorkerMainTest, ExitsZeroOnImmediateEndOfInput) {

@@ -65,6 +65,7 @@ class Worker {
     }
   }
 
+  pid_t pid() const { return pid_; }
   int to() const { return to_; }
   int from() const { return from_; }
 

@@ -73,47 +73,24 @@ int RunCacheExport(const CacheExportArgs& args) {
   return kExitOk;
 }
 
-int RunCacheImport(const CacheImportArgs& args) {
-  store::ConflictRule rule;
-  if (args.on_conflict == "keep-faster") {
-    rule = store::ConflictRule::kKeepFaster;
-  } else if (args.on_conflict == "keep-existing") {
-    rule = store::ConflictRule::kKeepExisting;
-  } else if (args.on_conflict == "replace") {
-    rule = store::ConflictRule::kReplace;
-  } else {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--on-conflict: '", args.on_conflict,
-                     "'; expected keep-faster, keep-existing or replace")));
-  }
-  absl::StatusOr<std::string> text = ReadFile(args.file);
-  if (!text.ok()) return Fail(text.status());
-  absl::StatusOr<store::ExportFile> file = store::ExportFromJson(*text, args.file);
-  if (!file.ok()) {
-    std::cerr << "ktune: " << file.status().message() << "\n";
-    return kExitUsage;
-  }
+namespace {
 
-  // Checks against the target store, read-only: a refused import never creates or touches it.
-  const std::string path = CacheDbPath(args.db);
-  absl::StatusOr<std::vector<store::Device>> devices = ListKnownDevices(path);
-  if (!devices.ok()) return FailOpen(devices.status());
-  std::set<std::string> known_models;
-  for (const store::Device& d : *devices) known_models.insert(d.model_key);
-  // Every field of every entry, before anything is written: the file is foreign input and
-  // an imported entry is served as an EXACT answer.
-  {
-    absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry =
-        LoadRegistryOrWarn(args.templates_dir);
-    if (!registry.ok()) return Fail(registry.status());
-    if (absl::Status s = CheckImportFile(**registry, *devices, *file); !s.ok()) {
-      std::cerr << "ktune: " << args.file << ": " << s.message() << "; nothing imported\n";
-      return kExitUsage;
-    }
-  }
+// --on-conflict's value as a rule.
+absl::StatusOr<store::ConflictRule> ParseConflictRule(const std::string& text) {
+  if (text == "keep-faster") return store::ConflictRule::kKeepFaster;
+  if (text == "keep-existing") return store::ConflictRule::kKeepExisting;
+  if (text == "replace") return store::ConflictRule::kReplace;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--on-conflict: '", text, "'; expected keep-faster, keep-existing or replace"));
+}
+
+// Prints each entry this host does not take without --allow-* (another NVRTC, a device
+// model the store has never seen) and returns how many.
+size_t PrintRefusedEntries(const CacheImportArgs& args, const store::ExportFile& file,
+                           const std::set<std::string>& known_models) {
   const std::string nvrtc = NvrtcVersionOr(args.nvrtc_version);
   size_t refused = 0;
-  for (const store::EntryBundle& b : file->entries) {
+  for (const store::EntryBundle& b : file.entries) {
     std::string why;
     if (!args.allow_nvrtc_mismatch && b.entry.nvrtc_version != nvrtc) {
       why = absl::StrCat("tuned with NVRTC ", b.entry.nvrtc_version, ", this host has ", nvrtc);
@@ -126,25 +103,17 @@ int RunCacheImport(const CacheImportArgs& args) {
       std::printf("refused   %s: %s\n", OnDevice(b.entry.key).c_str(), why.c_str());
     }
   }
-  if (refused > 0) {
-    std::cerr << "ktune: " << args.file << ": " << refused << " of " << file->entries.size()
-              << " entries refused, nothing imported (--allow-nvrtc-mismatch, "
-                 "--allow-other-device take them anyway)\n";
-    return kExitUsage;
-  }
+  return refused;
+}
 
-  if (args.db.empty()) {
-    if (absl::Status s = MakeDirs(DefaultCacheDir()); !s.ok()) return Fail(s);
-  }
-  absl::StatusOr<std::unique_ptr<store::Store>> store = store::OpenSqliteStore(path);
-  if (!store.ok()) return FailOpen(store.status());
-  absl::StatusOr<std::vector<store::ImportResult>> results =
-      (*store)->ImportEntries(file->devices, file->entries, rule);
-  if (!results.ok()) return Fail(results.status());
+// One line per imported entry (added, replaced, kept) and the totals.
+void PrintImportResults(const CacheImportArgs& args, const std::string& path,
+                        store::ConflictRule rule, const store::ExportFile& file,
+                        const std::vector<store::ImportResult>& results) {
   int added = 0, replaced = 0, kept = 0;
-  for (size_t i = 0; i < results->size(); ++i) {
-    const store::ImportResult& r = (*results)[i];
-    const store::Entry& e = file->entries[i].entry;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const store::ImportResult& r = results[i];
+    const store::Entry& e = file.entries[i].entry;
     const std::string key = OnDevice(e.key);
     switch (r.action) {
       case store::ImportResult::Action::kAdded:
@@ -170,6 +139,55 @@ int RunCacheImport(const CacheImportArgs& args) {
   }
   std::printf("imported %s into %s: %d added, %d replaced, %d kept existing\n", args.file.c_str(),
               path.c_str(), added, replaced, kept);
+}
+
+}  // namespace
+
+int RunCacheImport(const CacheImportArgs& args) {
+  absl::StatusOr<store::ConflictRule> rule = ParseConflictRule(args.on_conflict);
+  if (!rule.ok()) return Fail(rule.status());
+  absl::StatusOr<std::string> text = ReadFile(args.file);
+  if (!text.ok()) return Fail(text.status());
+  absl::StatusOr<store::ExportFile> file = store::ExportFromJson(*text, args.file);
+  if (!file.ok()) {
+    std::cerr << "ktune: " << file.status().message() << "\n";
+    return kExitUsage;
+  }
+
+  // Checks against the target store, read-only: a refused import never creates or touches it.
+  const std::string path = CacheDbPath(args.db);
+  absl::StatusOr<std::vector<store::Device>> devices = ListKnownDevices(path);
+  if (!devices.ok()) return FailOpen(devices.status());
+  std::set<std::string> known_models;
+  for (const store::Device& d : *devices) known_models.insert(d.model_key);
+  // Every field of every entry, before anything is written: the file is foreign input and
+  // an imported entry is served as an EXACT answer.
+  {
+    absl::StatusOr<std::unique_ptr<TemplateRegistry>> registry =
+        LoadRegistryOrWarn(args.templates_dir);
+    if (!registry.ok()) return Fail(registry.status());
+    if (absl::Status s = CheckImportFile(**registry, *devices, *file); !s.ok()) {
+      std::cerr << "ktune: " << args.file << ": " << s.message() << "; nothing imported\n";
+      return kExitUsage;
+    }
+  }
+  const size_t refused = PrintRefusedEntries(args, *file, known_models);
+  if (refused > 0) {
+    std::cerr << "ktune: " << args.file << ": " << refused << " of " << file->entries.size()
+              << " entries refused, nothing imported (--allow-nvrtc-mismatch, "
+                 "--allow-other-device take them anyway)\n";
+    return kExitUsage;
+  }
+
+  if (args.db.empty()) {
+    if (absl::Status s = MakePrivateDir(DefaultCacheDir()); !s.ok()) return Fail(s);
+  }
+  absl::StatusOr<std::unique_ptr<store::Store>> store = store::OpenSqliteStore(path);
+  if (!store.ok()) return FailOpen(store.status());
+  absl::StatusOr<std::vector<store::ImportResult>> results =
+      (*store)->ImportEntries(file->devices, file->entries, *rule);
+  if (!results.ok()) return Fail(results.status());
+  PrintImportResults(args, path, *rule, *file, *results);
   return kExitOk;
 }
 

@@ -79,16 +79,20 @@ std::string XmlEscape(absl::string_view text) {
   return out;
 }
 
-std::string RenderRoofline(const RooflineChart& chart) {
-  const Frame f{560, 380, 72, 24, 34, 52};
-  std::vector<const ChartPoint*> shown;
-  for (const ChartPoint& p : chart.points) {
-    if (p.x > 0 && p.y > 0) shown.push_back(&p);
-  }
-  const size_t hidden = chart.points.size() - shown.size();
-  const bool memory_roof = chart.copy_gbps > 0;
+namespace {
 
-  // Decade bounds: a decade of room around the points, and the roofs where they bend.
+// The roofline's log-log scale: whole decades [xl, xh] x [yl, yh] over the frame.
+struct LogScale {
+  Frame f;
+  int xl, xh, yl, yh;
+  double X(double lx) const { return f.x0() + (lx - xl) / (xh - xl) * (f.x1() - f.x0()); }
+  double Y(double ly) const { return f.y0() - (ly - yl) / (yh - yl) * (f.y0() - f.y1()); }
+};
+
+// A decade of room around the `shown` points, and the roofs where they bend.
+LogScale RooflineScale(const Frame& f, const RooflineChart& chart,
+                       const std::vector<const ChartPoint*>& shown) {
+  const bool memory_roof = chart.copy_gbps > 0;
   double min_x = 1, max_x = 1, min_y = 1, max_y = 1;
   if (!shown.empty()) {
     min_x = max_x = shown[0]->x;
@@ -112,8 +116,62 @@ std::string RenderRoofline(const RooflineChart& chart) {
   const int xh = std::max(static_cast<int>(std::ceil(std::log10(max_x))) + 1, xl + 2);
   const int yl = static_cast<int>(std::floor(std::log10(min_y))) - 1;
   const int yh = std::max(static_cast<int>(std::ceil(std::log10(max_y))) + 1, yl + 2);
-  auto px = [&](double lx) { return f.x0() + (lx - xl) / (xh - xl) * (f.x1() - f.x0()); };
-  auto py = [&](double ly) { return f.y0() - (ly - yl) / (yh - yl) * (f.y0() - f.y1()); };
+  return {f, xl, xh, yl, yh};
+}
+
+// The memory and compute roofs (the SVG lines); what is missing goes to *notes.
+std::string RooflineRoofs(const RooflineChart& chart, const LogScale& s,
+                          std::vector<std::string>* notes) {
+  const bool memory_roof = chart.copy_gbps > 0;
+  const int xl = s.xl, xh = s.xh, yl = s.yl, yh = s.yh;
+  auto px = [&](double lx) { return s.X(lx); };
+  auto py = [&](double ly) { return s.Y(ly); };
+  std::string out;
+  // The memory roof, y = copy_gbps * x, is a slope-1 line in log-log; clipped by hand to
+  // the plot area (and to the ridge when a compute roof is drawn).
+  if (memory_roof) {
+    const double c = std::log10(chart.copy_gbps);
+    double a = std::max<double>(xl, yl - c);
+    double b = std::min<double>(xh, yh - c);
+    const bool compute = chart.compute_gflops && *chart.compute_gflops > 0;
+    if (compute) b = std::min(b, std::log10(*chart.compute_gflops) - c);
+    if (a < b) {
+      absl::StrAppend(&out, "<line class=\"memory-roof\" x1=\"", Num(px(a)), "\" y1=\"",
+                      Num(py(a + c)), "\" x2=\"", Num(px(b)), "\" y2=\"", Num(py(b + c)),
+                      "\" stroke=\"#2ca02c\" stroke-width=\"2\"/>\n");
+      // Labelled part-way up, on its upper-left side: above the roof nothing is attainable,
+      // so no trial is drawn there.
+      const double at = a + 0.3 * (b - a);
+      absl::StrAppend(&out, Text(px(at) - 8, py(at + c) - 8,
+                                 absl::StrFormat("memory roof %.0f GB/s", chart.copy_gbps),
+                                 "fill=\"#2ca02c\" text-anchor=\"end\""));
+    }
+    if (compute) {
+      const double p = std::log10(*chart.compute_gflops);
+      absl::StrAppend(&out, "<line class=\"compute-roof\" x1=\"", Num(px(p - c)), "\" y1=\"",
+                      Num(py(p)), "\" x2=\"", Num(px(xh)), "\" y2=\"", Num(py(p)),
+                      "\" stroke=\"#ff7f0e\" stroke-width=\"2\"/>\n");
+    }
+  } else {
+    notes->push_back("no copy ceiling measured for this device: no memory roof");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RenderRoofline(const RooflineChart& chart) {
+  const Frame f{560, 380, 72, 24, 34, 52};
+  std::vector<const ChartPoint*> shown;
+  for (const ChartPoint& p : chart.points) {
+    if (p.x > 0 && p.y > 0) shown.push_back(&p);
+  }
+  const size_t hidden = chart.points.size() - shown.size();
+
+  const LogScale scale = RooflineScale(f, chart, shown);
+  const int xl = scale.xl, xh = scale.xh, yl = scale.yl, yh = scale.yh;
+  auto px = [&](double lx) { return scale.X(lx); };
+  auto py = [&](double ly) { return scale.Y(ly); };
 
   std::string svg = absl::StrFormat(
       "<svg class=\"roofline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
@@ -140,35 +198,8 @@ std::string RenderRoofline(const RooflineChart& chart) {
                                              Num((f.y0() + f.y1()) / 2))));
   absl::StrAppend(&svg, Text(f.x0(), 20, chart.title, "font-size=\"13\" font-weight=\"bold\""));
 
-  // The memory roof, y = copy_gbps * x, is a slope-1 line in log-log; clipped by hand to
-  // the plot area (and to the ridge when a compute roof is drawn).
   std::vector<std::string> notes;
-  if (memory_roof) {
-    const double c = std::log10(chart.copy_gbps);
-    double a = std::max<double>(xl, yl - c);
-    double b = std::min<double>(xh, yh - c);
-    const bool compute = chart.compute_gflops && *chart.compute_gflops > 0;
-    if (compute) b = std::min(b, std::log10(*chart.compute_gflops) - c);
-    if (a < b) {
-      absl::StrAppend(&svg, "<line class=\"memory-roof\" x1=\"", Num(px(a)), "\" y1=\"",
-                      Num(py(a + c)), "\" x2=\"", Num(px(b)), "\" y2=\"", Num(py(b + c)),
-                      "\" stroke=\"#2ca02c\" stroke-width=\"2\"/>\n");
-      // Labelled part-way up, on its upper-left side: above the roof nothing is attainable,
-      // so no trial is drawn there.
-      const double at = a + 0.3 * (b - a);
-      absl::StrAppend(&svg, Text(px(at) - 8, py(at + c) - 8,
-                                 absl::StrFormat("memory roof %.0f GB/s", chart.copy_gbps),
-                                 "fill=\"#2ca02c\" text-anchor=\"end\""));
-    }
-    if (compute) {
-      const double p = std::log10(*chart.compute_gflops);
-      absl::StrAppend(&svg, "<line class=\"compute-roof\" x1=\"", Num(px(p - c)), "\" y1=\"",
-                      Num(py(p)), "\" x2=\"", Num(px(xh)), "\" y2=\"", Num(py(p)),
-                      "\" stroke=\"#ff7f0e\" stroke-width=\"2\"/>\n");
-    }
-  } else {
-    notes.push_back("no copy ceiling measured for this device: no memory roof");
-  }
+  absl::StrAppend(&svg, RooflineRoofs(chart, scale, &notes));
   if (!chart.compute_gflops || *chart.compute_gflops <= 0) {
     notes.push_back("no compute ceiling measured: memory roof only");
   }

@@ -1,0 +1,59 @@
+#include "frontends/ktuned/listener_guard.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/string_view.h"
+
+namespace ktune {
+namespace {
+
+// The host part of HOST:PORT or [V6]:PORT, without brackets; "" when there is none.
+absl::string_view HostOf(absl::string_view address) {
+  for (absl::string_view scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) {
+    if (absl::ConsumePrefix(&address, scheme)) break;
+  }
+  if (absl::StartsWith(address, "[")) {
+    const size_t close = address.find(']');
+    return close == absl::string_view::npos ? "" : address.substr(1, close - 1);
+  }
+  const size_t colon = address.rfind(':');
+  return colon == absl::string_view::npos ? address : address.substr(0, colon);
+}
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (absl::EqualsIgnoreCase(host, "localhost") || host == "::1") return true;
+  if (!absl::ConsumePrefix(&host, "127.")) return false;
+  // The rest of a dotted quad: three numbers, each 0..255.
+  int parts = 0;
+  while (!host.empty()) {
+    size_t dot = host.find('.');
+    absl::string_view part = host.substr(0, dot);
+    if (part.empty() || part.size() > 3) return false;
+    int value = 0;
+    for (char c : part) {
+      if (!absl::ascii_isdigit(c)) return false;
+      value = value * 10 + (c - '0');
+    }
+    if (value > 255) return false;
+    ++parts;
+    host = dot == absl::string_view::npos ? "" : host.substr(dot + 1);
+  }
+  return parts == 3;
+}
+
+}  // namespace
+
+ListenerReach ReachOf(const std::string& listen) {
+  if (absl::StartsWith(listen, "unix-abstract:")) return ListenerReach::kAbstract;
+  if (absl::StartsWith(listen, "unix:")) return ListenerReach::kOwner;
+  return IsLoopbackHost(HostOf(listen)) ? ListenerReach::kLoopback : ListenerReach::kNetwork;
+}
+
+bool IsUnguardedExposure(const std::string& listen, bool tls, bool token) {
+  const ListenerReach reach = ReachOf(listen);
+  const bool exposed = reach == ListenerReach::kAbstract || reach == ListenerReach::kNetwork;
+  return exposed && !tls && !token;
+}
+
+}  // namespace ktune
