@@ -11,7 +11,7 @@ KTUNE_BUILD_DIR="$build" bash deploy/build.sh
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/share/ktune" "$out/tests"
-programs=(ktune ktuned ktune-worker compile_bench)
+programs=(ktune ktuned ktune-worker compile_bench search_retime)
 gpu_tests=$(cd "$build" && ctest -N -L gpu --show-only=json-v1 |
   python3 -c 'import json,sys,os; print("\n".join(sorted({os.path.basename(t["command"][0]) for t in json.load(sys.stdin)["tests"]})))')
 for p in "${programs[@]}" $gpu_tests; do

@@ -1,10 +1,17 @@
 #include "frontends/ktune/local_tuning.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "server/base/echo.h"
 #include "server/base/status_macros.h"
+#include "server/gpu/device_model.h"
 
 namespace ktune::cli {
 
@@ -50,7 +57,49 @@ absl::StatusOr<LocalTuning> OpenLocalTuning(const TuneJobFlags& flags,
   LocalTuning t;
   KTUNE_ASSIGN_OR_RETURN(t.engine, OpenEngine(std::move(options)));
   KTUNE_ASSIGN_OR_RETURN(t.gpu, t.engine->gpu_factory(flags.ordinal));
+  if (flags.gpus.empty()) return t;
+  KTUNE_ASSIGN_OR_RETURN(std::vector<int> ordinals, ParseGpuList(flags.gpus));
+  // The first GPU names the device model; a GPU of another model would store its winners
+  // under keys the others never look up, so it is left out (and said so).
+  KTUNE_ASSIGN_OR_RETURN(v1::DeviceInfo first, t.gpu->Info());
+  const std::string model = DeviceModelKey(first);
+  for (int ordinal : ordinals) {
+    if (ordinal == flags.ordinal) continue;
+    KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Gpu> gpu, t.engine->gpu_factory(ordinal));
+    absl::StatusOr<v1::DeviceInfo> info = gpu->Info();
+    if (!info.ok()) {
+      if (flags.gpus == "all") break;  // past the last GPU
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpus: GPU ", ordinal, ": ", info.status().message()));
+    }
+    if (DeviceModelKey(*info) != model) {
+      std::fprintf(stderr, "ktune: --gpus: GPU %d is a %s, not a %s like GPU %d: not used\n",
+                   ordinal, DeviceModelKey(*info).c_str(), model.c_str(), flags.ordinal);
+      continue;
+    }
+    t.more_gpus.push_back(std::move(gpu));
+  }
   return t;
+}
+
+absl::StatusOr<std::vector<int>> ParseGpuList(const std::string& text) {
+  // "all": every ordinal up to the first that has no GPU (OpenLocalTuning stops there).
+  constexpr int kMaxGpus = 64;
+  std::vector<int> out;
+  if (text == "all") {
+    for (int i = 0; i < kMaxGpus; ++i) out.push_back(i);
+    return out;
+  }
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    int ordinal = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(item), &ordinal) || ordinal < 0 ||
+        ordinal >= kMaxGpus) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpus: ", Echo(item), " is not a GPU ordinal; expected all or e.g. 0,1"));
+    }
+    if (std::find(out.begin(), out.end(), ordinal) == out.end()) out.push_back(ordinal);
+  }
+  return out;
 }
 
 }  // namespace ktune::cli

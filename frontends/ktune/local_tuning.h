@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -31,6 +32,9 @@ struct TuneJobFlags {
   std::string cache_dir;
   std::string worker;
   int ordinal = 0;
+  // --gpus: "" tunes on --gpu alone; "all" or "0,1,..." spreads a spec's keys over those GPUs
+  // (those of the same device model as the first: the keys are stored under one model).
+  std::string gpus;
   int threads = 0;
   // The worker batches back-to-back runs after one L2 flush until a sample lasts this long
   // (0 = its default, 20 us); a tiny value times every run alone after its own flush.
@@ -50,13 +54,19 @@ TuneRequest JobRequest(const TuneJobFlags& flags, std::string template_name, DTy
 struct LocalTuning {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Gpu> gpu;
+  // With --gpus: the other GPUs of gpu's device model, a ktune-worker each.
+  std::vector<std::unique_ptr<Gpu>> more_gpus;
 
   TuningEnv Env() const { return engine->Env(gpu.get()); }
 };
 
 // Opens the engine over `registry` with the store (--db, else the daemon's default file), the
 // cubin cache (--cache-dir, else the default), the compile pool (--threads), then the worker
-// (--worker, --gpu).
+// (--worker, --gpu), and with --gpus a worker for each of the others of the same model
+// (kInvalidArgument naming --gpus for a list that is not "all" or ordinals).
+// "all" -> 0..63; "0, 2" -> {0, 2}; kInvalidArgument naming --gpus otherwise.
+absl::StatusOr<std::vector<int>> ParseGpuList(const std::string& text);
+
 absl::StatusOr<LocalTuning> OpenLocalTuning(const TuneJobFlags& flags,
                                             std::unique_ptr<TemplateRegistry> registry);
 

@@ -11,11 +11,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "frontends/ktune/commands.h"
 #include "frontends/ktune/tune_backend.h"
 #include "server/store/store.h"
@@ -338,13 +340,16 @@ int RunSpecTune(const SpecTuneArgs& given) {
   if (!args.job.quiet) {
     std::fprintf(stderr, "ktune: spec %s: model %s, %zu keys, tuning %s\n", args.file.c_str(),
                  spec->model.c_str(), keys->size(),
-                 args.daemon.empty() ? "on this host's GPU" : ("through " + args.daemon).c_str());
+                 args.daemon.empty()
+                     ? (backend.Parallelism() > 1
+                            ? absl::StrCat("on ", backend.Parallelism(), " GPUs of this host")
+                            : std::string("on this host's GPU"))
+                           .c_str()
+                     : ("through " + args.daemon).c_str());
   }
   Display display(spec->model, static_cast<int64_t>(keys->size()), args.job.quiet);
-  std::vector<KeyResult> results;
-  for (size_t i = 0; i < keys->size(); ++i) {
-    const SpecKey& key = (*keys)[i];
-    display.StartKey(key);
+  // One key: fresh in the store, or tuned; a failing key is reported and the spec goes on.
+  auto one_key = [&](const SpecKey& key, const JobProgressFn& progress) {
     KeyResult result;
     result.key = key;
     std::optional<store::Entry> fresh;
@@ -356,20 +361,45 @@ int RunSpecTune(const SpecTuneArgs& given) {
         fresh = *std::move(found);
       }
     }
-    if (fresh) {
-      result = FromEntry(key, *fresh, KeyState::kCached);
-    } else if (result.error.empty()) {
-      // A failing key is reported and the spec goes on with the next.
-      absl::StatusOr<TuneResult> tuned =
-          backend.Tune(key, [&](const JobProgress& p) { display.Job(p); });
-      if (tuned.ok()) {
-        result = FromTuned(key, *tuned);
-      } else {
-        result.error = std::string(tuned.status().message());
-      }
+    if (fresh) return FromEntry(key, *fresh, KeyState::kCached);
+    if (!result.error.empty()) return result;
+    absl::StatusOr<TuneResult> tuned = backend.Tune(key, progress);
+    if (tuned.ok()) return FromTuned(key, *tuned);
+    result.error = std::string(tuned.status().message());
+    return result;
+  };
+  std::vector<KeyResult> results(keys->size());
+  const int workers = std::min<int>(backend.Parallelism(), static_cast<int>(keys->size()));
+  if (workers <= 1) {
+    for (size_t i = 0; i < keys->size(); ++i) {
+      display.StartKey((*keys)[i]);
+      results[i] = one_key((*keys)[i], [&](const JobProgress& p) { display.Job(p); });
+      display.KeyDone(results[i]);
     }
-    display.KeyDone(result);
-    results.push_back(std::move(result));
+  } else {
+    // A thread per GPU takes the next key; the display shows finished keys only (several
+    // jobs' candidates at once would not read), in the order they finish.
+    absl::Mutex mu;
+    size_t next = 0;
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&] {
+        while (true) {
+          size_t i;
+          {
+            absl::MutexLock lock(&mu);
+            if (next == keys->size()) return;
+            i = next++;
+            display.StartKey((*keys)[i]);
+          }
+          KeyResult r = one_key((*keys)[i], [](const JobProgress&) {});
+          absl::MutexLock lock(&mu);
+          display.KeyDone(r);
+          results[i] = std::move(r);
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
   }
   display.Finish();
 

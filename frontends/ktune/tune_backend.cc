@@ -6,6 +6,7 @@
 
 #include "frontends/ktune/commands.h"
 #include "client/lib/ktune_client.h"
+#include "absl/synchronization/mutex.h"
 #include "server/base/status_macros.h"
 #include "server/gpu/device_model.h"
 #include "server/templates/shape.h"
@@ -13,11 +14,20 @@
 namespace ktune::cli {
 namespace {
 
-// In this process: the engine and a ktune-worker child, as `ktune tune` without --daemon.
+// In this process: the engine and a ktune-worker child per GPU, as `ktune tune` without
+// --daemon. With several GPUs (--gpus) Tune is called from a thread per GPU: each call takes
+// a free GPU; a GPU whose worker is lost (kUnavailable) is retired and the key resumes, from
+// its recorded trials, on another.
 class LocalBackend : public TuneBackend {
  public:
   LocalBackend(const TuneJobFlags& job, LocalTuning local)
-      : job_(job), local_(std::move(local)) {}
+      : job_(job), local_(std::move(local)) {
+    free_.push_back(local_.gpu.get());
+    for (const std::unique_ptr<Gpu>& g : local_.more_gpus) free_.push_back(g.get());
+    live_ = static_cast<int>(free_.size());
+  }
+
+  int Parallelism() const override { return 1 + static_cast<int>(local_.more_gpus.size()); }
 
   std::string where() const override { return "local"; }
   std::string stored_in() const override { return local_.engine->db_path; }
@@ -48,8 +58,47 @@ class LocalBackend : public TuneBackend {
   }
 
   absl::StatusOr<TuneResult> Tune(const SpecKey& key, const JobProgressFn& progress) override {
+    while (true) {
+      Gpu* gpu = TakeGpu();
+      if (gpu == nullptr) return absl::UnavailableError("no GPU left: every worker was lost");
+      absl::StatusOr<TuneResult> r = TuneOn(*gpu, key, progress);
+      // A lost worker reads kUnavailable (no driver, a broken pipe) or kInternal ("died
+      // during"); the job's trials are in the store, so the key resumes elsewhere.
+      const bool lost = !r.ok() && (r.status().code() == absl::StatusCode::kUnavailable ||
+                                    r.status().code() == absl::StatusCode::kInternal);
+      if (!lost || Parallelism() == 1) {
+        GiveBack(gpu);
+        return r;
+      }
+      std::fprintf(stderr, "ktune: a GPU was lost tuning %s (%s); moving the key to another\n",
+                   SpecKeyString(key).c_str(), std::string(r.status().message()).c_str());
+      Retire();
+    }
+  }
+
+ private:
+  // Waits for a free GPU; null once none is left.
+  Gpu* TakeGpu() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](LocalBackend* b) { return !b->free_.empty() || b->live_ == 0; }, this));
+    if (free_.empty()) return nullptr;
+    Gpu* g = free_.back();
+    free_.pop_back();
+    return g;
+  }
+  void GiveBack(Gpu* gpu) {
+    absl::MutexLock lock(&mu_);
+    free_.push_back(gpu);
+  }
+  void Retire() {
+    absl::MutexLock lock(&mu_);
+    --live_;
+  }
+
+  absl::StatusOr<TuneResult> TuneOn(Gpu& gpu, const SpecKey& key, const JobProgressFn& progress) {
     const TuneRequest request = JobRequest(job_, key.template_name, key.dtype, key.shape);
-    return RunTuning(request, local_.Env(), [&](const TuneProgress& p) {
+    return RunTuning(request, local_.engine->Env(&gpu), [&](const TuneProgress& p) {
       JobProgress jp;
       jp.done = p.done;
       jp.total = p.total;
@@ -66,10 +115,12 @@ class LocalBackend : public TuneBackend {
     });
   }
 
- private:
   const TuneJobFlags job_;
   LocalTuning local_;
   std::string model_;
+  absl::Mutex mu_;
+  std::vector<Gpu*> free_ ABSL_GUARDED_BY(mu_);
+  int live_ ABSL_GUARDED_BY(mu_) = 0;  // GPUs not retired
 };
 
 // The daemon's artifact as the entry it was read from (no cubin kept: nothing here loads
@@ -176,6 +227,10 @@ class DaemonBackend : public TuneBackend {
 }  // namespace
 
 absl::Status CheckDaemonFlags(const std::string& daemon, const TuneJobFlags& job) {
+  if (!daemon.empty() && !job.gpus.empty()) {
+    return absl::InvalidArgumentError(
+        "--gpus: not supported with --daemon (ktuned runs a queue per GPU of its own)");
+  }
   if (!daemon.empty() && job.min_sample_us > 0) {
     return absl::InvalidArgumentError(
         "--min-sample-us: not supported with --daemon (ktuned times with its own settings)");

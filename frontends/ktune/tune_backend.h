@@ -51,6 +51,9 @@ class TuneBackend {
   // Tunes the key (a daemon re-tunes even a fresh one). Through a daemon the result holds
   // the winner only: no trials, no resumed count; seconds is the wall time of the call.
   virtual absl::StatusOr<TuneResult> Tune(const SpecKey& key, const JobProgressFn& progress) = 0;
+  // How many keys may be tuned at once (the local engine over --gpus: one per GPU); above 1,
+  // Tune is thread-safe.
+  virtual int Parallelism() const { return 1; }
 };
 
 // kInvalidArgument naming --time or --min-sample-us when given with a daemon, whose Tune

@@ -224,6 +224,9 @@ Command AddTuneCommand(CLI::App& parent) {
   app->add_option("--worker", args->spec.job.worker,
                   "ktune-worker program (default: beside ktune)");
   app->add_option("--gpu", args->spec.job.ordinal, "GPU ordinal")->capture_default_str();
+  app->add_option("--gpus", args->spec.job.gpus,
+                  "With --spec: spread the keys over these GPUs (all, or e.g. 0,1), those of "
+                  "--gpu's device model; a key whose GPU is lost resumes on another");
   app->add_option("--threads", args->spec.job.threads, "Compile threads (0 = one per core)");
   app->add_option("--min-sample-us", args->spec.job.min_sample_us,
                   "Runs shorter than this are timed in back-to-back batches after one L2 flush "

@@ -219,11 +219,20 @@ void SetProblem(const ktune::v1::Problem& problem) {
   Send(r);
 }
 
+// A GPU fallen off the bus: once FAKE_WORKER_DIE_ORDINAL's worker has died (below), every
+// worker started for it finds no driver, as on a host whose GPU is gone.
+bool GpuLost(int ordinal) {
+  const char* die = Env("FAKE_WORKER_DIE_ORDINAL");
+  const char* mark = Env("FAKE_WORKER_DIE_MARK");
+  return die != nullptr && mark != nullptr && std::atoi(die) == ordinal &&
+         ::access(mark, F_OK) == 0;
+}
+
 void Hello(const ktune::v1::Hello& hello, int ordinal) {
   Log("hello");
   if (const char* delay = Env("FAKE_WORKER_HELLO_DELAY_MS")) ::usleep(std::atoi(delay) * 1000);
   Response r;
-  if (Env("FAKE_WORKER_NO_DRIVER")) {
+  if (Env("FAKE_WORKER_NO_DRIVER") || GpuLost(ordinal)) {
     r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
     r.mutable_error()->set_message(
         "no CUDA driver: libcuda.so.1: cannot open shared object file: No such file or "
@@ -313,9 +322,22 @@ int main(int argc, char** argv) {
       case Request::kSetProblem:
         SetProblem(request.set_problem());
         break;
-      case Request::kMeasure:
+      case Request::kMeasure: {
+        // A GPU lost mid-job: the worker of FAKE_WORKER_DIE_ORDINAL exits after
+        // FAKE_WORKER_DIE_AFTER measurements, leaving FAKE_WORKER_DIE_MARK behind (GpuLost).
+        static int measures = 0;
+        const char* die = Env("FAKE_WORKER_DIE_ORDINAL");
+        const char* after = Env("FAKE_WORKER_DIE_AFTER");
+        if (die != nullptr && std::atoi(die) == ordinal &&
+            ++measures > (after != nullptr ? std::atoi(after) : 0)) {
+          Log(absl::StrCat("dying on GPU ", ordinal));
+          if (const char* mark = Env("FAKE_WORKER_DIE_MARK")) std::ofstream(mark) << "lost\n";
+          std::exit(4);
+        }
+        Log(absl::StrCat("gpu ", ordinal));
         Measure(request.measure());
         break;
+      }
       case Request::KIND_NOT_SET: {
         Response r;
         r.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));

@@ -266,6 +266,42 @@ TEST_F(SpecTuneTest, MinSampleUsReachesTheWorker) {
   EXPECT_THAT(daemon.err, HasSubstr("--min-sample-us: not supported with --daemon"));
 }
 
+// --gpus: the keys spread over two GPUs (both workers measure), and when one GPU is lost
+// mid-spec its key resumes on the other: every key is still tuned, with one lost worker.
+TEST_F(SpecTuneTest, KeysSpreadOverGpusAndMoveOffALostOne) {
+  const std::string log = dir_ + "/worker.log";
+  setenv("FAKE_WORKER_LOG", log.c_str(), 1);
+  auto lines_with = [&](const std::string& what) {
+    std::ifstream in(log);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += absl::StrContains(line, what);
+    return n;
+  };
+  const Result spread = Run(Args(WriteSpec("64, 128, 256, 512"), {"--json", "--gpus", "0,1"}));
+  ASSERT_EQ(spread.exit_code, 0) << spread;
+  EXPECT_EQ(nlohmann::json::parse(spread.out)["tuned"], 4);
+  EXPECT_GT(lines_with(" gpu 0"), 0);
+  EXPECT_GT(lines_with(" gpu 1"), 0);
+
+  ASSERT_EQ(::unlink(log.c_str()), 0);
+  setenv("FAKE_WORKER_DIE_ORDINAL", "1", 1);
+  setenv("FAKE_WORKER_DIE_AFTER", "1", 1);
+  setenv("FAKE_WORKER_DIE_MARK", (dir_ + "/gpu1.lost").c_str(), 1);
+  const Result lost = Run(Args(WriteSpec("1024, 2048, 4096"), {"--json", "--gpus", "0,1"}));
+  unsetenv("FAKE_WORKER_DIE_ORDINAL");
+  unsetenv("FAKE_WORKER_DIE_AFTER");
+  unsetenv("FAKE_WORKER_DIE_MARK");
+  unsetenv("FAKE_WORKER_LOG");
+  ASSERT_EQ(lost.exit_code, 0) << lost;
+  EXPECT_EQ(nlohmann::json::parse(lost.out)["tuned"], 3);
+  EXPECT_EQ(lines_with("dying on GPU 1"), 1);
+  EXPECT_THAT(lost.err, HasSubstr("a GPU was lost tuning"));
+
+  const Result bad = Run(Args(WriteSpec("64"), {"--gpus", "0,x"}));
+  EXPECT_EQ(bad.exit_code, 2) << bad;
+  EXPECT_THAT(bad.err, HasSubstr("--gpus: 'x' is not a GPU ordinal"));
+}
+
 TEST_F(SpecTuneTest, ThroughADaemonOnAUnixSocket) {
   const std::string socket = dir_ + "/run/ktuned.sock";
   const std::string daemon_dir = NewTempDir();

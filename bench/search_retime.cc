@@ -1,0 +1,163 @@
+// Times two stores' winners of the same keys side by side on one GPU: for each key tuned in
+// both (a reference search, e.g. exhaustive, and a candidate, e.g. guided), both configs are
+// built again, the key's problem is set once, and the two kernels are measured in alternation
+// (A B A B ...) with the tuner's own timer, so clock and temperature drift touch both alike.
+// Prints one line per key and a summary: how many keys the candidate's winner is within
+// --within of the reference's (median over the rounds).
+//
+//   search_retime --reference A.db --candidate B.db [--rounds 5] [--gpu 0] [--within 0.02]
+//
+// Two searches that agree on a config count as equal without measuring.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "server/base/status_macros.h"
+#include "server/engine/engine.h"
+#include "server/gpu/device_model.h"
+#include "server/templates/instance.h"
+#include "server/tuning/compile_request.h"
+#include "server/tuning/gpu_problem.h"
+#include "server/tuning/kernel_build.h"
+
+namespace ktune {
+namespace {
+
+struct Args {
+  std::string reference, candidate, templates_dir, cache_dir, worker;
+  int gpu = 0;
+  int rounds = 5;
+  double within = 0.02;
+};
+
+std::string KeyName(const store::EntryKey& k) {
+  return absl::StrCat(k.template_id, " ", k.dtype, " ", k.shape);
+}
+
+absl::StatusOr<std::map<std::string, store::EntrySummary>> Winners(const std::string& db) {
+  store::StoreOptions read_only;
+  read_only.read_only = true;
+  KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<store::Store> s, store::OpenSqliteStore(db, read_only));
+  KTUNE_ASSIGN_OR_RETURN(std::vector<store::EntrySummary> entries, s->ListEntries({}));
+  std::map<std::string, store::EntrySummary> out;
+  for (store::EntrySummary& e : entries) out[KeyName(e.key)] = std::move(e);
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The two configs of one key, measured in alternation; {reference, candidate} medians in ns
+// (0 where a run failed).
+absl::StatusOr<std::pair<double, double>> Retime(Engine& engine, Gpu& gpu, const TargetInfo& target,
+                                                 const store::EntrySummary& a,
+                                                 const store::EntrySummary& b, const Args& args) {
+  KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const KernelTemplate> tmpl,
+                         engine.registry->Get(a.key.template_id));
+  std::optional<DType> dtype = ParseDType(a.key.dtype);
+  if (!dtype) return absl::InvalidArgumentError(absl::StrCat("dtype ", a.key.dtype));
+  KTUNE_ASSIGN_OR_RETURN(Shape shape, ParseShape(a.key.shape));
+  KTUNE_ASSIGN_OR_RETURN(Instance reference, BindReference(tmpl, *dtype, shape, target));
+  KTUNE_ASSIGN_OR_RETURN(CompileResult ref, engine.compiler->Compile(BuildCompileRequest(reference)));
+  if (!ref.ok) return absl::InternalError("the reference does not compile");
+  KTUNE_ASSIGN_OR_RETURN(v1::Problem problem, BuildProblem(reference, ref, 1));
+  KTUNE_RETURN_IF_ERROR(gpu.SetProblem(problem).status());
+  std::vector<v1::KernelBinary> binaries;
+  for (const store::EntrySummary* e : {&a, &b}) {
+    KTUNE_ASSIGN_OR_RETURN(BuiltKernel built,
+                           BuildKernel(tmpl, *dtype, shape, e->config, target, *engine.compiler));
+    if (!built.ok()) return absl::InternalError(absl::StrCat(ConfigString(e->config), " no longer builds"));
+    binaries.push_back(built.binary);
+  }
+  std::vector<double> times[2];
+  v1::TimingOptions timing;
+  for (int r = 0; r < args.rounds; ++r) {
+    for (int i = 0; i < 2; ++i) {
+      KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, gpu.Measure(binaries[i], timing));
+      if (m.outcome() == "ok") times[i].push_back(m.time_ns());
+    }
+  }
+  return std::make_pair(Median(times[0]), Median(times[1]));
+}
+
+int Run(const Args& args) {
+  absl::StatusOr<std::map<std::string, store::EntrySummary>> ref = Winners(args.reference);
+  absl::StatusOr<std::map<std::string, store::EntrySummary>> cand = Winners(args.candidate);
+  if (!ref.ok() || !cand.ok()) {
+    std::fprintf(stderr, "search_retime: %s\n",
+                 (!ref.ok() ? ref.status() : cand.status()).ToString().c_str());
+    return 1;
+  }
+  EngineOptions options;
+  options.templates_dir = args.templates_dir;
+  options.db = ":memory:";
+  options.cache_dir = args.cache_dir;
+  options.worker = args.worker;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = OpenEngine(std::move(options));
+  if (!engine.ok()) {
+    std::fprintf(stderr, "search_retime: %s\n", engine.status().ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<Gpu>> gpu = (*engine)->gpu_factory(args.gpu);
+  absl::StatusOr<v1::DeviceInfo> info = gpu.ok() ? (*gpu)->Info() : gpu.status();
+  if (!info.ok()) {
+    std::fprintf(stderr, "search_retime: GPU %d: %s\n", args.gpu, info.status().ToString().c_str());
+    return 1;
+  }
+  const TargetInfo target = TargetForDevice(*info);
+  int keys = 0, within = 0, same_config = 0, failed = 0;
+  double worst = 0;
+  std::printf("%-64s %12s %12s %7s\n", "key", "reference ns", "candidate ns", "ratio");
+  for (const auto& [name, a] : *ref) {
+    auto it = cand->find(name);
+    if (it == cand->end()) continue;
+    const store::EntrySummary& b = it->second;
+    ++keys;
+    if (a.config == b.config) {
+      ++within;
+      ++same_config;
+      std::printf("%-64s %12s %12s %7s\n", name.c_str(), "-", "-", "same");
+      continue;
+    }
+    absl::StatusOr<std::pair<double, double>> t = Retime(**engine, **gpu, target, a, b, args);
+    if (!t.ok() || t->first <= 0 || t->second <= 0) {
+      ++failed;
+      std::printf("%-64s failed: %s\n", name.c_str(),
+                  t.ok() ? "a run failed" : std::string(t.status().message()).c_str());
+      continue;
+    }
+    const double ratio = t->second / t->first;
+    worst = std::max(worst, ratio);
+    if (ratio <= 1 + args.within) ++within;
+    std::printf("%-64s %12.0f %12.0f %7.3f\n", name.c_str(), t->first, t->second, ratio);
+  }
+  std::printf("\n%d keys in both: candidate within %.0f %% of the reference on %d (%d the same "
+              "config), %d failed to retime; worst ratio %.3f\n",
+              keys, 100 * args.within, within, same_config, failed, worst);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ktune
+
+int main(int argc, char** argv) {
+  ktune::Args args;
+  CLI::App app("Times two stores' winners of the same keys side by side on one GPU");
+  app.add_option("--reference", args.reference, "Reference store (e.g. exhaustive)")->required();
+  app.add_option("--candidate", args.candidate, "Candidate store (e.g. guided)")->required();
+  app.add_option("--templates", args.templates_dir, "Templates folder (default: shipped)");
+  app.add_option("--cache-dir", args.cache_dir, "Cubin cache folder");
+  app.add_option("--worker", args.worker, "ktune-worker program");
+  app.add_option("--gpu", args.gpu, "GPU ordinal");
+  app.add_option("--rounds", args.rounds, "Alternating measurements of each")->capture_default_str();
+  app.add_option("--within", args.within, "Tolerance of 'as fast'")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  return ktune::Run(args);
+}
