@@ -166,6 +166,9 @@ struct TuneRequest {
   std::string strategy;  // "exhaustive" (empty) or "random"
   int64_t budget = 0;    // most candidates to measure; 0: all
   bool force = false;    // re-tune even when a fresh entry exists
+  // A daemon with a fleet tier: ABORTED at once when another host is tuning the key,
+  // instead of waiting for its winner.
+  bool yield_to_lease = false;
   // Tuning takes minutes: zero means no deadline here (not the client's default).
   absl::Duration deadline = absl::ZeroDuration();
 };

@@ -172,6 +172,7 @@ v1::TuneRequest ToProto(const TuneRequest& r) {
   p.set_strategy(r.strategy);
   p.set_budget(r.budget);
   p.set_force(r.force);
+  p.set_yield_to_lease(r.yield_to_lease);
   return p;
 }
 
