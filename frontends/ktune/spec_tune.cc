@@ -281,6 +281,34 @@ nlohmann::json ToJson(const std::string& spec_path, const std::string& model,
   return out;
 }
 
+// One key: its fresh entry, else tuned. With `yield_to_lease`, a key another host is tuning
+// sets *passed_over instead (the caller comes back to it).
+KeyResult RunKey(TuneBackend& backend, const SpecKey& key, bool force, bool yield_to_lease,
+                 Display& display, bool* passed_over) {
+  KeyResult result;
+  result.key = key;
+  std::optional<store::Entry> fresh;
+  if (!force) {
+    absl::StatusOr<std::optional<store::Entry>> found = backend.Fresh(key);
+    if (!found.ok()) {
+      result.error = std::string(found.status().message());
+      return result;
+    }
+    fresh = *std::move(found);
+  }
+  if (fresh) return FromEntry(key, *fresh, KeyState::kCached);
+  // A failing key is reported and the spec goes on with the next.
+  absl::StatusOr<TuneResult> tuned =
+      backend.Tune(key, [&](const JobProgress& p) { display.Job(p); }, yield_to_lease);
+  if (tuned.ok()) return FromTuned(key, *tuned);
+  if (yield_to_lease && tuned.status().code() == absl::StatusCode::kAborted) {
+    *passed_over = true;
+    return result;
+  }
+  result.error = std::string(tuned.status().message());
+  return result;
+}
+
 }  // namespace
 
 int RunSpecTune(const SpecTuneArgs& args) {
@@ -313,35 +341,27 @@ int RunSpecTune(const SpecTuneArgs& args) {
                  args.daemon.empty() ? "on this host's GPU" : ("through " + args.daemon).c_str());
   }
   Display display(spec->model, static_cast<int64_t>(keys->size()), args.job.quiet);
-  std::vector<KeyResult> results;
-  for (size_t i = 0; i < keys->size(); ++i) {
-    const SpecKey& key = (*keys)[i];
-    display.StartKey(key);
-    KeyResult result;
-    result.key = key;
-    std::optional<store::Entry> fresh;
-    if (!args.force) {
-      absl::StatusOr<std::optional<store::Entry>> found = backend.Fresh(key);
-      if (!found.ok()) {
-        result.error = std::string(found.status().message());
-      } else {
-        fresh = *std::move(found);
+  std::vector<KeyResult> results(keys->size());
+  // Through a daemon with a fleet tier, several hosts running one spec divide its keys: a
+  // key another host is tuning now is passed over (its Tune ends ABORTED at once) and taken
+  // up again after the others, when its winner is usually in the shared tier.
+  std::vector<size_t> order(keys->size()), later;
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (bool first_pass : {true, false}) {
+    for (size_t i : order) {
+      const SpecKey& key = (*keys)[i];
+      display.StartKey(key);
+      bool passed_over = false;
+      KeyResult result = RunKey(backend, key, args.force, first_pass, display, &passed_over);
+      if (passed_over) {
+        later.push_back(i);
+        continue;
       }
+      display.KeyDone(result);
+      results[i] = std::move(result);
     }
-    if (fresh) {
-      result = FromEntry(key, *fresh, KeyState::kCached);
-    } else if (result.error.empty()) {
-      // A failing key is reported and the spec goes on with the next.
-      absl::StatusOr<TuneResult> tuned =
-          backend.Tune(key, [&](const JobProgress& p) { display.Job(p); });
-      if (tuned.ok()) {
-        result = FromTuned(key, *tuned);
-      } else {
-        result.error = std::string(tuned.status().message());
-      }
-    }
-    display.KeyDone(result);
-    results.push_back(std::move(result));
+    order = std::move(later);
+    later.clear();
   }
   display.Finish();
 

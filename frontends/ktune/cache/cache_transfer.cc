@@ -74,6 +74,11 @@ int RunCacheExport(const CacheExportArgs& args) {
 }
 
 int RunCacheImport(const CacheImportArgs& args) {
+  if (args.publish != !args.remote.url.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        args.publish ? "--publish: needs --remote URL (the shared tier to publish to)"
+                     : "--remote: given without --publish; say --publish to publish the import"));
+  }
   store::ConflictRule rule;
   if (args.on_conflict == "keep-faster") {
     rule = store::ConflictRule::kKeepFaster;
@@ -170,6 +175,18 @@ int RunCacheImport(const CacheImportArgs& args) {
   }
   std::printf("imported %s into %s: %d added, %d replaced, %d kept existing\n", args.file.c_str(),
               path.c_str(), added, replaced, kept);
+  if (args.publish) {
+    int stored = 0, faster_there = 0;
+    if (absl::Status s = PublishBundles(args.remote, file->devices, file->entries, &stored,
+                                        &faster_there);
+        !s.ok()) {
+      std::fprintf(stderr, "ktune: --publish: %s (the import itself is done)\n",
+                   std::string(s.message()).c_str());
+      return kExitFailure;
+    }
+    std::printf("published to %s: %d stored, %d kept (as fast or faster there)\n",
+                args.remote.url.c_str(), stored, faster_there);
+  }
   return kExitOk;
 }
 
