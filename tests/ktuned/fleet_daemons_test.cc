@@ -106,55 +106,72 @@ class FleetDaemonsTest : public ::testing::Test {
   std::unique_ptr<RedisServer> redis_;
 };
 
-TEST_F(FleetDaemonsTest, TwoDaemonsDivideASpecAndTuneEachKeyOnceFleetWide) {
+// Daemons and keys: two on 8 keys (then the CLI on the tier they filled), four on 40.
+class FleetSpecTest : public FleetDaemonsTest,
+                      public ::testing::WithParamInterface<std::pair<int, int>> {};
+
+TEST_P(FleetSpecTest, DaemonsDivideASpecAndTuneEachKeyOnceFleetWide) {
+  const auto [daemons, keys] = GetParam();
+  std::string values;
+  for (int i = 0; i < keys; ++i) absl::StrAppend(&values, i ? ", " : "", 64 * (i + 1));
   ASSERT_OK(AtomicWriteFile(dir_ + "/spec.textproto",
-                            "model: \"toy\"\nentries {\n  template: \"tiny\"\n  dtypes: [\"f32\"]\n"
-                            "  dims { name: \"n\" values: [64, 128, 192, 256, 320, 384, 448, 512] }\n}\n"));
-  auto a = Daemon("a");
-  auto b = Daemon("b");
-  RunResult ra, rb;
-  std::thread ta([&] { ra = Ktune(SpecArgs("a")); });
-  std::thread tb([&] { rb = Ktune(SpecArgs("b")); });
-  ta.join();
-  tb.join();
-  ASSERT_EQ(ra.exit_code, 0) << ra << a->Stderr();
-  ASSERT_EQ(rb.exit_code, 0) << rb << b->Stderr();
-  EXPECT_EQ(Tunes(), 8) << ReadFile(dir_ + "/worker.log").value_or("");
+                            absl::StrCat("model: \"toy\"\nentries {\n  template: \"tiny\"\n"
+                                         "  dtypes: [\"f32\"]\n  dims { name: \"n\" values: [",
+                                         values, "] }\n}\n")));
+  std::vector<std::string> names;
+  std::vector<std::unique_ptr<Ktuned>> d;
+  for (int i = 0; i < daemons; ++i) {
+    names.push_back(absl::StrCat("d", i));
+    d.push_back(Daemon(names.back()));
+  }
+  std::vector<RunResult> runs(daemons);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < daemons; ++i) {
+    threads.emplace_back([&, i] { runs[i] = Ktune(SpecArgs(names[i])); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < daemons; ++i) ASSERT_EQ(runs[i].exit_code, 0) << runs[i] << d[i]->Stderr();
+  EXPECT_EQ(Tunes(), keys) << ReadFile(dir_ + "/worker.log").value_or("");
 
   // Every daemon answers every key from its store now: nothing left to tune.
-  for (const char* d : {"a", "b"}) {
-    const RunResult again = Ktune(SpecArgs(d));
+  for (const std::string& name : names) {
+    const RunResult again = Ktune(SpecArgs(name));
     ASSERT_EQ(again.exit_code, 0) << again;
     const nlohmann::json j = nlohmann::json::parse(again.out);
-    EXPECT_EQ(j["cached"], 8) << d;
-    EXPECT_EQ(j["tuned"], 0) << d;
+    EXPECT_EQ(j["cached"], keys) << name;
+    EXPECT_EQ(j["tuned"], 0) << name;
   }
-  EXPECT_EQ(Tunes(), 8);
+  EXPECT_EQ(Tunes(), keys);
+  int published = 0;
+  for (auto& daemon : d) {
+    const std::string line = StopAndFleetLine(*daemon);
+    EXPECT_THAT(line, HasSubstr("0 refused, 0 errors")) << line;
+    published += Count(line, "published");
+  }
+  EXPECT_EQ(published, keys);
+  if (daemons > 2) return;
 
   // The shared tier as the CLI sees it.
   const RunResult ls = Ktune({"cache", "ls", "--remote", redis_->url(), "--json"});
   ASSERT_EQ(ls.exit_code, 0) << ls;
-  EXPECT_EQ(nlohmann::json::parse(ls.out).size(), 8u);
+  EXPECT_EQ(nlohmann::json::parse(ls.out).size(), static_cast<size_t>(keys));
   const RunResult stats = Ktune({"cache", "stats", "--remote", redis_->url()});
   ASSERT_EQ(stats.exit_code, 0) << stats;
-  EXPECT_THAT(stats.out, HasSubstr("entries   8"));
+  EXPECT_THAT(stats.out, HasSubstr(absl::StrCat("entries   ", keys)));
   // pull into an empty store: every record checked and imported.
   const RunResult pull = Ktune({"cache", "pull", "--remote", redis_->url(), "--db",
                                 dir_ + "/pulled.db", "--templates", dir_ + "/templates"});
   ASSERT_EQ(pull.exit_code, 0) << pull;
-  EXPECT_THAT(pull.out, HasSubstr("8 added, 0 replaced, 0 kept existing"));
-
-  const std::string fa = StopAndFleetLine(*a), fb = StopAndFleetLine(*b);
-  EXPECT_THAT(fa, HasSubstr("0 refused, 0 errors")) << fa;
-  EXPECT_THAT(fb, HasSubstr("0 refused, 0 errors")) << fb;
-  EXPECT_EQ(Count(fa, "published") + Count(fb, "published"), 8) << fa << "\n" << fb;
-
-  // push from a fresh store into a fresh Redis database: all 8 published.
+  EXPECT_THAT(pull.out, HasSubstr(absl::StrCat(keys, " added, 0 replaced, 0 kept existing")));
+  // push from that store into another Redis database: all published.
   const RunResult push = Ktune({"cache", "push", "--remote", redis_->url() + "/1", "--db",
                                 dir_ + "/pulled.db"});
   ASSERT_EQ(push.exit_code, 0) << push;
-  EXPECT_THAT(push.out, HasSubstr("8 published, 0 kept"));
+  EXPECT_THAT(push.out, HasSubstr(absl::StrCat(keys, " published, 0 kept")));
 }
+
+INSTANTIATE_TEST_SUITE_P(Fleets, FleetSpecTest,
+                         ::testing::Values(std::make_pair(2, 8), std::make_pair(4, 40)));
 
 TEST_F(FleetDaemonsTest, ALeaseHolderKilledMidTuneIsTakenOverAndTheKeyTunedOnceMore) {
   setenv("FAKE_WORKER_MEASURE_MS", "250", 1);  // a job takes a second or so
