@@ -100,7 +100,8 @@ std::optional<RemoteRecord> FleetTier::Get(const RemoteKey& key) {
   absl::StatusOr<std::optional<RemoteRecord>> r =
       Guard<std::optional<RemoteRecord>>([&] { return remote_->Get(key); });
   if (!r.ok()) {
-    if (r.status().code() == absl::StatusCode::kDataLoss) {
+    if (r.status().code() == absl::StatusCode::kDataLoss &&
+        FirstTime(absl::StrCat("undecodable|", RemoteKeyString(key)))) {
       Log(absl::StrCat("ignored the record for ", RemoteKeyString(key), ": ", r.status().message()));
     }
     return std::nullopt;
@@ -151,6 +152,9 @@ void FleetTier::PublishLoop() {
     // Drains the queue while the tier answers.
     while (next) {
       absl::Status s = PublishOne(*next);
+      if (!s.ok() && !IsOutage(s)) {
+        Log(absl::StrCat("publish refused by ", name(), ": ", s.message()));
+      }
       absl::MutexLock lock(&mu_);
       if (!s.ok() && IsOutage(s)) break;
       if (!queue_.empty()) queue_.pop_front();
@@ -196,23 +200,36 @@ void FleetTier::CountHit() {
   ++stats_.hits;
 }
 
-void FleetTier::CountRefused(const std::string& why) {
+void FleetTier::CountRefused(const std::string& record, const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
     ++stats_.refused;
     ++stats_.errors;
   }
-  Log(absl::StrCat("refused a record from ", name(), ": ", why));
+  if (FirstTime(record)) Log(absl::StrCat("refused a record from ", name(), ": ", why));
 }
 
-void FleetTier::CountLeaseWait() {
+bool FleetTier::FirstTime(const std::string& what) {
   absl::MutexLock lock(&mu_);
-  ++stats_.lease_waits;
+  if (logged_.size() >= 4096) logged_.clear();  // bounded; at worst a line again
+  return logged_.insert(what).second;
 }
 
-void FleetTier::CountTakeover() {
-  absl::MutexLock lock(&mu_);
-  ++stats_.takeovers;
+void FleetTier::CountLeaseWait(const RemoteKey& key, const std::string& holder) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.lease_waits;
+  }
+  Log(absl::StrCat("waiting for ", holder, ", which holds the lease on ", RemoteKeyString(key)));
+}
+
+void FleetTier::CountTakeover(const RemoteKey& key) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.takeovers;
+  }
+  Log(absl::StrCat("took over the lease on ", RemoteKeyString(key),
+                   ": its holder's expired without a winner"));
 }
 
 FleetStats FleetTier::stats() const {

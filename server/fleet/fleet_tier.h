@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -89,9 +90,12 @@ class FleetTier {
   void ReleaseLease(const RemoteKey& key);
 
   void CountHit();
-  void CountRefused(const std::string& why);
-  void CountLeaseWait();
-  void CountTakeover();
+  // A record that failed the check; logged the first time `record` (its key and cubin
+  // hash, say) is refused, so a poisoned key that is asked for often does not flood the log.
+  void CountRefused(const std::string& record, const std::string& why);
+  // Logged: which host's lease a job waits on, and a takeover.
+  void CountLeaseWait(const RemoteKey& key, const std::string& holder);
+  void CountTakeover(const RemoteKey& key);
 
   FleetStats stats() const;
   // Blocks until the publish queue is empty or `timeout` passes; true when empty.
@@ -104,6 +108,8 @@ class FleetTier {
   void Failed(const absl::Status& s);
   void Succeeded();
   void Log(const std::string& line);
+  // True the first time `what` is asked about (within a bounded memory).
+  bool FirstTime(const std::string& what);
   void PublishLoop();
   absl::Status PublishOne(const RemoteRecord& record);
 
@@ -113,6 +119,7 @@ class FleetTier {
   FleetStats stats_ ABSL_GUARDED_BY(mu_);
   absl::Time retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::deque<RemoteRecord> queue_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> logged_ ABSL_GUARDED_BY(mu_);  // bad records already logged
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread publisher_;  // last
 };

@@ -41,8 +41,9 @@ struct RedisConnectOptions {
   // rediss://: PEM file of the CAs the server's certificate must chain to; empty: the
   // system's default CAs. The certificate must name the URL's host either way.
   std::string ca_file;
-  // The most any one call (connect with its handshake, AUTH and SELECT; or one command)
-  // may take.
+  // The most each step may take: the TCP connect with the TLS handshake, then AUTH, then
+  // SELECT, then each command (sending it and reading its whole reply). Name resolution
+  // (getaddrinfo) is not bounded: give an address, or a host the resolver answers at once.
   absl::Duration timeout = absl::Milliseconds(500);
 };
 

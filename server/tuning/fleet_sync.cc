@@ -62,7 +62,9 @@ absl::StatusOr<store::Lookup> FleetSync::Fetch(const store::EntryKey& key,
   absl::StatusOr<std::vector<store::Device>> known = store_->ListDevices();
   if (!known.ok()) return known.status();
   if (absl::Status s = CheckRemoteRecord(*registry_, *known, rk, *record); !s.ok()) {
-    tier_->CountRefused(absl::StrCat(fleet::RemoteKeyString(rk), " (published by ",
+    tier_->CountRefused(absl::StrCat(fleet::RemoteKeyString(rk), "|", record->publisher, "|",
+                                     record->bundle.entry.cubin_sha256),
+                        absl::StrCat(fleet::RemoteKeyString(rk), " (published by ",
                                      record->publisher, "): ", s.message()));
     return absl::NotFoundError(absl::StrCat("the shared tier's entry for ",
                                             fleet::RemoteKeyString(rk), " was refused"));
@@ -117,7 +119,7 @@ absl::StatusOr<TuneResult> FleetSync::RunLeased(
         tier_->ReleaseLease(key);
         return *std::move(r);
       }
-      if (waited) tier_->CountTakeover();
+      if (waited) tier_->CountTakeover(key);
       return RunHolding(key, tune);
     }
     if (request.yield_to_lease) {
@@ -127,7 +129,7 @@ absl::StatusOr<TuneResult> FleetSync::RunLeased(
     }
     if (!waited) {
       waited = true;
-      tier_->CountLeaseWait();
+      tier_->CountLeaseWait(key, lease->holder);
     }
     const absl::Time until = absl::Now() + tier_->options().poll;
     while (absl::Now() < until) {

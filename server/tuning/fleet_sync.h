@@ -12,6 +12,8 @@
 //             without one (its holder died or failed) -- or, when the request says
 //             yield_to_lease, ends at once with kAborted so the caller tunes other keys.
 //   The tier being out never fails a job: it runs alone and its winner is queued.
+// A job waiting on another host's lease keeps its GPU's queue thread: jobs queued behind it
+// on that GPU wait too (ktune tune --spec --daemon avoids it with yield_to_lease).
 //
 // Thread-safe.
 #ifndef KTUNE_SERVER_TUNING_FLEET_SYNC_H_

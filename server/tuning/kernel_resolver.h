@@ -7,6 +7,8 @@
 // With a fleet tier (KernelResolverOptions::fleet), "the stored entry" reads through: a key
 // the local store has no fresh entry for is looked up in the shared tier, and a verified
 // record there is written to the local store and answered as an exact hit (fleet_sync.h).
+// That read happens on the calling thread: it blocks for at most one Redis timeout
+// (ktuned --remote-timeout-ms), and not at all during an outage's retry period.
 //
 // ktuned's GetKernel and Tune handlers call it; the clients' in-process caches are to go
 // through the same semantics, so it speaks plain C++ values only.

@@ -145,9 +145,15 @@ TEST_F(FleetRedisTest, APoisonedRecordInRedisIsNeverServed) {
   ASSERT_OK_AND_ASSIGN(fleet::PublishOutcome out, writer->Publish(*r));
   EXPECT_EQ(out, fleet::PublishOutcome::kStored);
   auto b = Host("b");
-  EXPECT_THAT(b->Resolve(1024, KernelPolicy::kCacheOnly),
-              testing::StatusIs(absl::StatusCode::kNotFound, HasSubstr("no entry")));
-  EXPECT_EQ(b->tier->stats().refused, 1);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THAT(b->Resolve(1024, KernelPolicy::kCacheOnly),
+                testing::StatusIs(absl::StatusCode::kNotFound, HasSubstr("no entry")));
+  }
+  EXPECT_EQ(b->tier->stats().refused, 2);
+  // Logged once: a poisoned key asked for often does not flood the log.
+  EXPECT_EQ(std::count_if(log_.begin(), log_.end(),
+                          [](const std::string& l) { return absl::StrContains(l, "b: refused"); }),
+            1);
   EXPECT_THAT(log_, Contains(::testing::AllOf(HasSubstr("b: refused a record"),
                                               HasSubstr("mallory"), HasSubstr("sha256"))));
 }

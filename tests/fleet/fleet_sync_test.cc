@@ -148,6 +148,7 @@ TEST_F(FleetSyncTest, AJobWaitsOnAnotherHostsLeaseAndTakesItsWinner) {
   EXPECT_EQ(b->gpu.problems, 0);
   EXPECT_EQ(a->gpu.problems, 1);
   EXPECT_EQ(b->tier->stats().takeovers, 0);
+  EXPECT_THAT(log_, Contains(HasSubstr("b: waiting for a, which holds the lease on Fake GPU")));
 }
 
 TEST_F(FleetSyncTest, AnExpiredLeaseIsTakenOverAndTheKeyTunedOnce) {
@@ -164,6 +165,8 @@ TEST_F(FleetSyncTest, AnExpiredLeaseIsTakenOverAndTheKeyTunedOnce) {
   EXPECT_EQ(s.lease_waits, 1);
   EXPECT_EQ(s.takeovers, 1);
   EXPECT_EQ(s.publishes, 1);
+  EXPECT_THAT(log_, Contains(::testing::AllOf(HasSubstr("b: took over the lease on"),
+                                              HasSubstr("expired without a winner"))));
 }
 
 TEST_F(FleetSyncTest, YieldToLeaseEndsAtOnceWithAborted) {

@@ -168,6 +168,15 @@ TEST_P(FleetSpecTest, DaemonsDivideASpecAndTuneEachKeyOnceFleetWide) {
                                 dir_ + "/pulled.db"});
   ASSERT_EQ(push.exit_code, 0) << push;
   EXPECT_THAT(push.out, HasSubstr(absl::StrCat(keys, " published, 0 kept")));
+  // export, then import --publish into another store and a third database.
+  const RunResult exp = Ktune({"cache", "export", dir_ + "/x.json", "--db", dir_ + "/pulled.db"});
+  ASSERT_EQ(exp.exit_code, 0) << exp;
+  const RunResult imp = Ktune({"cache", "import", dir_ + "/x.json", "--db", dir_ + "/imported.db",
+                               "--templates", dir_ + "/templates", "--publish", "--remote",
+                               redis_->url() + "/2"});
+  ASSERT_EQ(imp.exit_code, 0) << imp;
+  EXPECT_THAT(imp.out, HasSubstr(absl::StrCat(keys, " added")));
+  EXPECT_THAT(imp.out, HasSubstr(absl::StrCat("/2: ", keys, " stored, 0 kept")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fleets, FleetSpecTest,
