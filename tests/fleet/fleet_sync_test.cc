@@ -151,6 +151,28 @@ TEST_F(FleetSyncTest, AJobWaitsOnAnotherHostsLeaseAndTakesItsWinner) {
   EXPECT_THAT(log_, Contains(HasSubstr("b: waiting for a, which holds the lease on Fake GPU")));
 }
 
+TEST_F(FleetSyncTest, FallbackAnswersAtOnceWhileAnotherHostHoldsTheLease) {
+  auto a = Host("a");
+  auto b = Host("b");
+  ASSERT_OK(a->tier->AcquireLease(a->Key(1000)).status());
+  const absl::Time start = absl::Now();
+  ASSERT_OK_AND_ASSIGN(ResolvedKernel now, b->Resolve(1000, KernelPolicy::kFallback));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(now.provenance, KernelProvenance::kDefault);
+  EXPECT_GT(now.tuning_job_id, 0);  // b's background job waits on a's lease
+  ASSERT_OK_AND_ASSIGN(TuneResult tuned, a->Tune(1000));
+  // b's background job takes a's winner: b answers EXACT without having tuned.
+  absl::StatusOr<ResolvedKernel> hit = absl::NotFoundError("not yet");
+  for (const absl::Time end = absl::Now() + absl::Seconds(10); absl::Now() < end;) {
+    hit = b->Resolve(1000, KernelPolicy::kCacheOnly);
+    if (hit.ok()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_OK(hit.status());
+  EXPECT_EQ(hit->entry.cubin, tuned.entry.cubin);
+  EXPECT_EQ(b->gpu.problems, 0);
+}
+
 TEST_F(FleetSyncTest, AnExpiredLeaseIsTakenOverAndTheKeyTunedOnce) {
   auto dead = Host("dead", absl::Milliseconds(300));
   auto b = Host("b");
