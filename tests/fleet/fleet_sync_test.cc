@@ -138,9 +138,13 @@ TEST_F(FleetSyncTest, AJobWaitsOnAnotherHostsLeaseAndTakesItsWinner) {
   ASSERT_OK_AND_ASSIGN(fleet::LeaseState held, a->tier->AcquireLease(a->Key(1000)));
   ASSERT_TRUE(held.acquired);
   std::shared_ptr<TuningJob> waiting = b->StartTune(1000);
-  absl::SleepFor(absl::Milliseconds(200));
-  EXPECT_FALSE(waiting->finished());
+  for (const absl::Time end = absl::Now() + absl::Seconds(10);
+       absl::Now() < end && b->tier->stats().lease_waits == 0;) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   EXPECT_EQ(b->tier->stats().lease_waits, 1);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(waiting->finished());
   // a tunes for real under the same host id: its job re-takes its own lease.
   ASSERT_OK_AND_ASSIGN(TuneResult tuned, a->Tune(1000));
   ASSERT_OK_AND_ASSIGN(TuneResult got, waiting->Wait(absl::Now() + absl::Seconds(10)));

@@ -29,7 +29,7 @@ class FleetTierTest : public ::testing::Test {
   FleetTierTest() {
     FleetOptions o;
     o.host_id = "host-a";
-    o.retry_after = absl::Milliseconds(300);
+    o.retry_after = absl::Seconds(1);  // longer than the test takes to its first check
     o.max_queued = 3;
     o.log = [this](const std::string& line) {
       absl::MutexLock lock(&mu_);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -207,7 +208,12 @@ TEST_F(FleetDaemonsTest, ALeaseHolderKilledMidTuneIsTakenOverAndTheKeyTunedOnceM
   }
   ASSERT_TRUE(leased) << a->Stderr();
   testing::Subprocess client_b(kKtune, via_b, NewTempDir());
-  absl::SleepFor(absl::Milliseconds(300));  // b finds a's lease and waits
+  // b finds a's lease and waits (it says so), then a dies holding it.
+  for (const absl::Time until = absl::Now() + absl::Seconds(30);
+       absl::Now() < until && !absl::StrContains(b->Stderr(), "waiting for a, which holds");) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(b->Stderr(), HasSubstr("ktuned: fleet: waiting for a, which holds the lease on"));
   a->Signal(SIGKILL);
   EXPECT_EQ(client_b.Wait(absl::Seconds(60)), 0) << client_b.Stdout() << client_b.Stderr()
                                                  << b->Stderr();
