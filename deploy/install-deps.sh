@@ -9,6 +9,8 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libsqlite3-dev sqlite3 libssl-dev openssl
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
+  libhiredis-dev  # the fleet tier's Redis protocol (server/fleet/redis_connection.cc)
+  redis-server    # tests/fleet start their own on a free port
   chromium  # renders `ktune cache report` headless in tests/ktune/cache_report_test.cc
 )
 

@@ -173,6 +173,9 @@ struct TuneRequest {
   // Guided and random: stop at this fraction of the roofline (unset: 0.97; 0: never).
   std::optional<double> roofline_stop;
   bool warm_start = true;  // guided: start from neighbouring keys' winners
+  // A daemon with a fleet tier: ABORTED at once when another host is tuning the key,
+  // instead of waiting for its winner.
+  bool yield_to_lease = false;
   // Tuning takes minutes: zero means no deadline here (not the client's default).
   absl::Duration deadline = absl::ZeroDuration();
 };

@@ -176,6 +176,7 @@ v1::TuneRequest ToProto(const TuneRequest& r) {
   if (r.min_gain) p.set_min_gain(*r.min_gain);
   if (r.roofline_stop) p.set_roofline_stop(*r.roofline_stop);
   p.set_no_warm_start(!r.warm_start);
+  p.set_yield_to_lease(r.yield_to_lease);
   return p;
 }
 

@@ -477,14 +477,35 @@ void AddDbFlags(CLI::App* app, std::string* db, std::string* nvrtc) {
   }
 }
 
+// --remote and its companions. `required`: the subcommand is about the shared tier.
+void AddRemoteFlags(CLI::App* app, RemoteFlags* remote, bool required) {
+  CLI::Option* url = app->add_option(
+      "--remote", remote->url,
+      required ? "The fleet's shared tier: redis://HOST:PORT[/DB] or rediss://HOST:PORT[/DB]"
+               : "Read the fleet's shared tier (redis://HOST:PORT[/DB], rediss://...) "
+                 "instead of the SQLite store");
+  if (required) url->required();
+  app->add_option("--remote-password-file", remote->password_file,
+                  "File holding the Redis password (AUTH)");
+  app->add_option("--remote-ca", remote->ca,
+                  "rediss://: CA certificates (PEM) to trust (default: the system's)");
+}
+
+void AddSelectionFlags(CLI::App* app, RemoteSelection* s) {
+  app->add_option("--template", s->template_id, "Only this template");
+  app->add_option("--dtype", s->dtype, "Only this dtype");
+  app->add_option("--device-model", s->device_model, "Only this device model key");
+}
+
 }  // namespace
 
 // The subcommands added so far, each with what runs it when it was the one parsed.
 using Subcommands = std::vector<std::pair<CLI::App*, std::function<int()>>>;
 
-// ls, show and stats: read-only views of one store.
+// ls, show and stats: read-only views of one store (ls and stats also of the fleet tier).
 void AddReadCommands(CLI::App* cache, Subcommands* subs) {
   auto ls = std::make_shared<LsArgs>();
+  auto remote_ls = std::make_shared<CacheRemoteLsArgs>();
   CLI::App* app = cache->add_subcommand("ls", "List entries as an aligned table or --json");
   AddDbFlags(app, &ls->db, &ls->nvrtc_version);
   app->add_option("--template", ls->template_id, "Only this template");
@@ -492,7 +513,13 @@ void AddReadCommands(CLI::App* cache, Subcommands* subs) {
   app->add_option("--device-model", ls->device_model, "Only this device model key");
   app->add_flag("--stale", ls->stale, "Only stale entries (other template source or NVRTC)");
   app->add_flag("--json", ls->json, "A JSON array instead of the table");
-  subs->emplace_back(app, [ls] { return RunLs(*ls); });
+  AddRemoteFlags(app, &remote_ls->remote, /*required=*/false);
+  subs->emplace_back(app, [ls, remote_ls] {
+    if (remote_ls->remote.url.empty()) return RunLs(*ls);
+    remote_ls->selection = {ls->template_id, ls->dtype, ls->device_model};
+    remote_ls->json = ls->json;
+    return RunCacheRemoteLs(*remote_ls);
+  });
 
   auto show = std::make_shared<ShowArgs>();
   app = cache->add_subcommand(
@@ -509,10 +536,14 @@ void AddReadCommands(CLI::App* cache, Subcommands* subs) {
   app = cache->add_subcommand(
       "stats", "Entries per device model and template, stale entries, failed trials, size");
   AddDbFlags(app, &stats->db, &stats->nvrtc_version);
-  subs->emplace_back(app, [stats] { return RunStats(*stats); });
+  auto remote_stats = std::make_shared<CacheRemoteLsArgs>();
+  AddRemoteFlags(app, &remote_stats->remote, /*required=*/false);
+  subs->emplace_back(app, [stats, remote_stats] {
+    return remote_stats->remote.url.empty() ? RunStats(*stats) : RunCacheRemoteStats(*remote_stats);
+  });
 }
 
-// export, import and prune: the store's entries in and out.
+// export, import, prune, push and pull: the store's entries in and out.
 void AddTransferCommands(CLI::App* cache, Subcommands* subs) {
   auto exp = std::make_shared<CacheExportArgs>();
   CLI::App* app = cache->add_subcommand(
@@ -545,6 +576,9 @@ void AddTransferCommands(CLI::App* cache, Subcommands* subs) {
                 "Take entries tuned with another NVRTC version (they are stale here)");
   app->add_flag("--allow-other-device", imp->allow_other_device,
                 "Take entries for device models this store has not seen");
+  app->add_flag("--publish", imp->publish,
+                "Also publish the imported entries to the fleet's shared tier (--remote)");
+  AddRemoteFlags(app, &imp->remote, /*required=*/false);
   subs->emplace_back(app, [imp] { return RunCacheImport(*imp); });
 
   auto prune = std::make_shared<CachePruneArgs>();
@@ -556,6 +590,26 @@ void AddTransferCommands(CLI::App* cache, Subcommands* subs) {
                   "Remove entries created longer ago than this: 30d, 2w, 12h, 90m");
   app->add_flag("--dry-run", prune->dry_run, "Say what would go; change nothing");
   subs->emplace_back(app, [prune] { return RunCachePrune(*prune); });
+
+  auto push = std::make_shared<CachePushArgs>();
+  app = cache->add_subcommand(
+      "push", "Publish the store's entries (with their trials) to the fleet's shared tier; per "
+              "key a faster entry there stays");
+  AddDbFlags(app, &push->db, nullptr);
+  AddRemoteFlags(app, &push->remote, /*required=*/true);
+  AddSelectionFlags(app, &push->selection);
+  subs->emplace_back(app, [push] { return RunCachePush(*push); });
+
+  auto pull = std::make_shared<CachePullArgs>();
+  app = cache->add_subcommand(
+      "pull", "Import the fleet's shared tier into the store (keep-faster), each record checked "
+              "as ktuned checks one; refused records are listed (exit 1)");
+  AddDbFlags(app, &pull->db, &pull->nvrtc_version);
+  AddRemoteFlags(app, &pull->remote, /*required=*/true);
+  AddSelectionFlags(app, &pull->selection);
+  app->add_option("--templates", pull->templates_dir,
+                  "Templates folder the records are checked against (default: shipped)");
+  subs->emplace_back(app, [pull] { return RunCachePull(*pull); });
 }
 
 // diff and report: two stores side by side, one store as HTML pages.

@@ -313,6 +313,34 @@ TuneJobFlags WithSpecSearch(const TuneJobFlags& flags, const TuningSpec& spec) {
   return out;
 }
 
+// One key: its fresh entry, else tuned. With `yield_to_lease`, a key another host is tuning
+// sets *passed_over instead (the caller comes back to it).
+KeyResult RunKey(TuneBackend& backend, const SpecKey& key, bool force, bool yield_to_lease,
+                 const JobProgressFn& progress, bool* passed_over) {
+  KeyResult result;
+  result.key = key;
+  std::optional<store::Entry> fresh;
+  if (!force) {
+    absl::StatusOr<std::optional<store::Entry>> found = backend.Fresh(key);
+    if (!found.ok()) {
+      result.error = std::string(found.status().message());
+      return result;
+    }
+    fresh = *std::move(found);
+  }
+  if (fresh) return FromEntry(key, *fresh, KeyState::kCached);
+  // A failing key is reported and the spec goes on with the next.
+  absl::StatusOr<TuneResult> tuned =
+      backend.Tune(key, progress, yield_to_lease);
+  if (tuned.ok()) return FromTuned(key, *tuned);
+  if (yield_to_lease && tuned.status().code() == absl::StatusCode::kAborted) {
+    *passed_over = true;
+    return result;
+  }
+  result.error = std::string(tuned.status().message());
+  return result;
+}
+
 }  // namespace
 
 int RunSpecTune(const SpecTuneArgs& given) {
@@ -348,37 +376,11 @@ int RunSpecTune(const SpecTuneArgs& given) {
                      : ("through " + args.daemon).c_str());
   }
   Display display(spec->model, static_cast<int64_t>(keys->size()), args.job.quiet);
-  // One key: fresh in the store, or tuned; a failing key is reported and the spec goes on.
-  auto one_key = [&](const SpecKey& key, const JobProgressFn& progress) {
-    KeyResult result;
-    result.key = key;
-    std::optional<store::Entry> fresh;
-    if (!args.force) {
-      absl::StatusOr<std::optional<store::Entry>> found = backend.Fresh(key);
-      if (!found.ok()) {
-        result.error = std::string(found.status().message());
-      } else {
-        fresh = *std::move(found);
-      }
-    }
-    if (fresh) return FromEntry(key, *fresh, KeyState::kCached);
-    if (!result.error.empty()) return result;
-    absl::StatusOr<TuneResult> tuned = backend.Tune(key, progress);
-    if (tuned.ok()) return FromTuned(key, *tuned);
-    result.error = std::string(tuned.status().message());
-    return result;
-  };
   std::vector<KeyResult> results(keys->size());
   const int workers = std::min<int>(backend.Parallelism(), static_cast<int>(keys->size()));
-  if (workers <= 1) {
-    for (size_t i = 0; i < keys->size(); ++i) {
-      display.StartKey((*keys)[i]);
-      results[i] = one_key((*keys)[i], [&](const JobProgress& p) { display.Job(p); });
-      display.KeyDone(results[i]);
-    }
-  } else {
-    // A thread per GPU takes the next key; the display shows finished keys only (several
-    // jobs' candidates at once would not read), in the order they finish.
+  if (workers > 1) {
+    // --gpus: a thread per GPU takes the next key; the display shows finished keys only
+    // (several jobs' candidates at once would not read), in the order they finish.
     absl::Mutex mu;
     size_t next = 0;
     std::vector<std::thread> threads;
@@ -392,7 +394,9 @@ int RunSpecTune(const SpecTuneArgs& given) {
             i = next++;
             display.StartKey((*keys)[i]);
           }
-          KeyResult r = one_key((*keys)[i], [](const JobProgress&) {});
+          bool passed_over = false;  // no fleet tier in this process: never set
+          KeyResult r = RunKey(backend, (*keys)[i], args.force, /*yield_to_lease=*/false,
+                               [](const JobProgress&) {}, &passed_over);
           absl::MutexLock lock(&mu);
           display.KeyDone(r);
           results[i] = std::move(r);
@@ -400,6 +404,29 @@ int RunSpecTune(const SpecTuneArgs& given) {
       });
     }
     for (std::thread& t : threads) t.join();
+  } else {
+    // Through a daemon with a fleet tier, several hosts running one spec divide its keys: a
+    // key another host is tuning now is passed over (its Tune ends ABORTED at once) and
+    // taken up again after the others, when its winner is usually in the shared tier.
+    std::vector<size_t> order(keys->size()), later;
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (bool first_pass : {true, false}) {
+      for (size_t i : order) {
+        const SpecKey& key = (*keys)[i];
+        display.StartKey(key);
+        bool passed_over = false;
+        KeyResult result = RunKey(backend, key, args.force, first_pass,
+                                  [&](const JobProgress& p) { display.Job(p); }, &passed_over);
+        if (passed_over) {
+          later.push_back(i);
+          continue;
+        }
+        display.KeyDone(result);
+        results[i] = std::move(result);
+      }
+      order = std::move(later);
+      later.clear();
+    }
   }
   display.Finish();
 

@@ -57,7 +57,8 @@ class LocalBackend : public TuneBackend {
     return std::move(hit->entry);
   }
 
-  absl::StatusOr<TuneResult> Tune(const SpecKey& key, const JobProgressFn& progress) override {
+  absl::StatusOr<TuneResult> Tune(const SpecKey& key, const JobProgressFn& progress,
+                                  bool /*yield_to_lease: no fleet tier here*/) override {
     while (true) {
       Gpu* gpu = TakeGpu();
       if (gpu == nullptr) return absl::UnavailableError("no GPU left: every worker was lost");
@@ -182,8 +183,10 @@ class DaemonBackend : public TuneBackend {
     return EntryFromArtifact(*a);
   }
 
-  absl::StatusOr<TuneResult> Tune(const SpecKey& key, const JobProgressFn& progress) override {
+  absl::StatusOr<TuneResult> Tune(const SpecKey& key, const JobProgressFn& progress,
+                                  bool yield_to_lease) override {
     client::TuneRequest request;
+    request.yield_to_lease = yield_to_lease;
     request.template_id = key.template_name;
     request.dtype = std::string(DTypeName(key.dtype));
     request.shape = key.shape;

@@ -50,7 +50,10 @@ class TuneBackend {
   virtual absl::StatusOr<std::optional<store::Entry>> Fresh(const SpecKey& key) = 0;
   // Tunes the key (a daemon re-tunes even a fresh one). Through a daemon the result holds
   // the winner only: no trials, no resumed count; seconds is the wall time of the call.
-  virtual absl::StatusOr<TuneResult> Tune(const SpecKey& key, const JobProgressFn& progress) = 0;
+  // `yield_to_lease`: a daemon with a fleet tier ends with kAborted at once when another
+  // host is tuning the key (the local backend has no fleet tier and ignores it).
+  virtual absl::StatusOr<TuneResult> Tune(const SpecKey& key, const JobProgressFn& progress,
+                                          bool yield_to_lease) = 0;
   // How many keys may be tuned at once (the local engine over --gpus: one per GPU); above 1,
   // Tune is thread-safe.
   virtual int Parallelism() const { return 1; }

@@ -126,7 +126,7 @@ int RunTune(const TuneArgs& args) {
   if (!backend.ok()) return FailOpen(spec.daemon, backend.status());
 
   const bool live = !job.quiet && ::isatty(STDERR_FILENO);
-  absl::StatusOr<TuneResult> result = (*backend)->Tune(key, ProgressLine(job.quiet, live));
+  absl::StatusOr<TuneResult> result = (*backend)->Tune(key, ProgressLine(job.quiet, live), false);
   if (live) std::fprintf(stderr, "\n");
   if (!result.ok()) return Fail(result.status());
   PrintWinner(*result, (*backend)->stored_in(), spec.daemon.empty());

@@ -40,6 +40,25 @@ bool SameToken(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+v1::FleetTierStats FleetProto(const fleet::FleetTier& tier) {
+  const fleet::FleetStats s = tier.stats();
+  v1::FleetTierStats p;
+  p.set_remote(tier.name());
+  p.set_host_id(tier.host_id());
+  p.set_degraded(s.degraded);
+  p.set_hits(s.hits);
+  p.set_misses(s.misses);
+  p.set_publishes(s.publishes);
+  p.set_kept_faster(s.kept_faster);
+  p.set_lease_waits(s.lease_waits);
+  p.set_takeovers(s.takeovers);
+  p.set_refused(s.refused);
+  p.set_errors(s.errors);
+  p.set_queued(s.queued);
+  p.set_dropped(s.dropped);
+  return p;
+}
+
 struct GpuSlot {
   std::unique_ptr<HealthCheckedGpu> gpu;
   v1::DeviceInfo info;
@@ -48,8 +67,10 @@ struct GpuSlot {
 
 KernelResolverOptions ResolverOptions(const ServerOptions& options,
                                       const std::vector<GpuSlot>& gpus,
-                                      std::string compile_only_reason, TuningQueue* queue) {
+                                      std::string compile_only_reason, TuningQueue* queue,
+                                      FleetSync* fleet) {
   KernelResolverOptions r;
+  r.fleet = fleet;
   r.store = options.store;
   r.compiler = options.compiler;
   r.queue = queue;
@@ -66,13 +87,13 @@ KernelResolverOptions ResolverOptions(const ServerOptions& options,
 class KtuneServiceImpl final : public v1::Ktune::CallbackService {
  public:
   KtuneServiceImpl(const ServerOptions& options, std::vector<GpuSlot>* gpus,
-                   std::string compile_only_reason, TuningQueue* queue)
+                   std::string compile_only_reason, TuningQueue* queue, FleetSync* fleet)
       : options_(options),
         gpus_(*gpus),
         compile_only_reason_(compile_only_reason),
         artifacts_(options.artifact_cache_bytes),
         resolver_(NewKernelResolver(
-            ResolverOptions(options, gpus_, std::move(compile_only_reason), queue))) {
+            ResolverOptions(options, gpus_, std::move(compile_only_reason), queue, fleet))) {
     vctx_.registry = options.registry;
     for (const GpuSlot& g : gpus_) vctx_.devices.push_back(g.info);
     vctx_.target = gpus_.empty() ? resolver_->Target(0) : options.compile_only_target;
@@ -143,7 +164,7 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
       }
     }
     absl::StatusOr<std::shared_ptr<TuningJob>> job =
-        resolver_->Tune(*q, TuneSearchSettings(*request));
+        resolver_->Tune(*q, TuneSearchSettings(*request), request->yield_to_lease());
     if (!job.ok()) {
       state->End(ToGrpcStatus(job.status()));
       return stream;
@@ -225,6 +246,7 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
       d->set_healthy(false);
       d->set_status(compile_only_reason_);
     }
+    if (options_.fleet != nullptr) *response->mutable_fleet() = FleetProto(*options_.fleet);
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -389,6 +411,7 @@ class ServerImpl final : public KtuneServer {
   std::vector<GpuSlot> gpus_;
   std::string compile_only_reason_;
   std::unique_ptr<CompilePool> pool_;
+  std::unique_ptr<FleetSync> fleet_;  // with options_.fleet; before the queue that uses it
   std::unique_ptr<TuningQueue> queue_;
   std::unique_ptr<KtuneServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -550,9 +573,10 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
   }
   std::vector<TuningEnv> envs;
   for (GpuSlot& g : s->gpus_) envs.push_back({o.registry, o.compiler, pool, g.gpu.get(), o.store});
-  s->queue_ = std::make_unique<TuningQueue>(std::move(envs), o.queue_capacity);
+  if (o.fleet != nullptr) s->fleet_ = std::make_unique<FleetSync>(o.fleet, o.store, o.registry);
+  s->queue_ = std::make_unique<TuningQueue>(std::move(envs), o.queue_capacity, s->fleet_.get());
   s->service_ = std::make_unique<KtuneServiceImpl>(o, &s->gpus_, s->compile_only_reason_,
-                                                   s->queue_.get());
+                                                   s->queue_.get(), s->fleet_.get());
   KTUNE_RETURN_IF_ERROR(Listen(s.get()));
   // SERVING compile-only (lookups work on any host) and while a GPU is healthy;
   // NOT_SERVING on a GPU host whose GPUs all fail (UpdateHealth follows them).

@@ -19,6 +19,7 @@
 #include "server/compile/compile_pool.h"
 #include "server/compile/compiler.h"
 #include "server/engine/engine.h"
+#include "server/fleet/fleet_tier.h"
 #include "server/gpu/gpu.h"
 #include "server/store/store.h"
 #include "server/templates/registry.h"
@@ -71,6 +72,10 @@ struct ServerOptions {
   std::string tls_client_ca_pem;
   // The target for DEFAULT compiles on a compile-only host whose store names no device.
   TargetInfo compile_only_target;
+  // The fleet's shared tier behind `store` (ktuned --remote); null: none. Must outlive the
+  // server. Lookups read through it, jobs run under its leases and publish their winners,
+  // GetDevices reports its counters; an outage never fails a call (fleet_tier.h).
+  fleet::FleetTier* fleet = nullptr;
 };
 
 class KtuneServer {

@@ -4,6 +4,12 @@
 //   ktuned [--config FILE] [--listen unix:///PATH | HOST:PORT] [--db FILE] [--templates DIR]
 //          [--worker EXE] [--token T] [--max-message-bytes N] [--queue N] [--reflection]
 //          [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--insecure]
+//          [--remote redis://HOST:PORT[/DB] | rediss://... [--remote-password-file FILE]
+//           [--remote-ca PEM] [--remote-lease-ms N] [--remote-timeout-ms N]]
+//
+// --remote: the fleet's shared tier on Redis behind the local store (server/fleet): lookups
+// read through it, tuning jobs take a fleet-wide lease per key and publish their winners.
+// Redis being down, slow or full never fails a call (degraded mode, one warning per outage).
 //
 // --config FILE: one `key = value` per line, keys the long flag names without dashes,
 // `#` comments, e.g. `listen = "127.0.0.1:50051"` (CLI11's TOML-like config format; an
@@ -30,9 +36,12 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "server/base/file.h"
 #include "server/base/paths.h"
 #include "server/engine/engine.h"
+#include "server/fleet/fleet_tier.h"
+#include "server/fleet/redis_url.h"
 #include "frontends/ktuned/ktune_server.h"
 #include "frontends/ktuned/listener_guard.h"
 #include "frontends/ktuned/tls_pairing.h"
@@ -85,6 +94,9 @@ struct Flags {
   bool insecure = false;
   bool token_given = false;  // --token appeared (on the command line or in --config)
   std::string tls_cert, tls_key, tls_client_ca;
+  std::string remote, remote_password_file, remote_ca, remote_host_id;
+  int64_t remote_lease_ms = absl::ToInt64Milliseconds(ktune::fleet::FleetOptions{}.lease_ttl);
+  int64_t remote_timeout_ms = absl::ToInt64Milliseconds(ktune::fleet::FleetOptions{}.timeout);
   bool tls() const { return !tls_cert.empty() || !tls_key.empty() || !tls_client_ca.empty(); }
 };
 
@@ -117,6 +129,21 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
   app.add_option("--tls-key", f->tls_key, "TLS server private key (PEM)");
   app.add_option("--tls-client-ca", f->tls_client_ca,
                  "Require client certificates signed by this CA (PEM): mutual TLS");
+  app.add_option("--remote", f->remote,
+                 "Fleet tier: redis://HOST:PORT[/DB] or rediss://HOST:PORT[/DB] (TLS)");
+  app.add_option("--remote-password-file", f->remote_password_file,
+                 "File holding the Redis password (AUTH); mode 0600");
+  app.add_option("--remote-ca", f->remote_ca,
+                 "rediss://: CA certificates (PEM) the Redis server's must chain to "
+                 "(default: the system's)");
+  app.add_option("--remote-lease-ms", f->remote_lease_ms,
+                 "Fleet lease on a key being tuned: expires this long after its holder dies")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--remote-timeout-ms", f->remote_timeout_ms,
+                 "Most one call to the fleet tier may take")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--remote-host-id", f->remote_host_id,
+                 "This daemon's name in the fleet's leases and records (default: HOSTNAME:PID)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -174,6 +201,49 @@ std::optional<int> ReadTls(const Flags& f, ktune::ServerOptions* options) {
     if (!s.ok()) return Fail("tls", s);
   }
   return std::nullopt;
+}
+
+// Opens the fleet tier that --remote names, if any. An exit status for a bad URL (2) or an
+// unreadable password or CA file (1); an unreachable server is not an error (degraded mode).
+std::optional<int> OpenFleet(const Flags& f, std::unique_ptr<ktune::fleet::FleetTier>* tier) {
+  if (f.remote.empty()) {
+    if (!f.remote_password_file.empty() || !f.remote_ca.empty()) {
+      return Usage("--remote-password-file and --remote-ca need --remote URL");
+    }
+    return std::nullopt;
+  }
+  if (absl::StatusOr<ktune::fleet::RedisUrl> url = ktune::fleet::ParseRedisUrl(f.remote, "--remote");
+      !url.ok()) {
+    return Usage(std::string(url.status().message()));
+  }
+  ktune::fleet::FleetOptions o;
+  o.host_id = f.remote_host_id;
+  o.lease_ttl = absl::Milliseconds(f.remote_lease_ms);
+  o.timeout = absl::Milliseconds(f.remote_timeout_ms);
+  o.log = [](const std::string& line) { std::fprintf(stderr, "ktuned: fleet: %s\n", line.c_str()); };
+  absl::StatusOr<std::unique_ptr<ktune::fleet::FleetTier>> opened =
+      ktune::fleet::OpenRedisFleet(f.remote, f.remote_password_file, f.remote_ca, std::move(o));
+  if (!opened.ok()) {
+    std::fprintf(stderr, "ktuned: %s\n", std::string(opened.status().message()).c_str());
+    return kExitFailed;
+  }
+  *tier = *std::move(opened);
+  return std::nullopt;
+}
+
+// The fleet tier's counters as one log line.
+void LogFleetStats(const ktune::fleet::FleetTier& tier) {
+  const ktune::fleet::FleetStats s = tier.stats();
+  std::fprintf(stderr,
+               "ktuned: fleet %s as %s: %lld hits, %lld misses, %lld published, %lld kept "
+               "faster, %lld lease waits, %lld takeovers, %lld refused, %lld errors, %lld "
+               "queued, %lld dropped%s\n",
+               tier.name().c_str(), tier.host_id().c_str(), static_cast<long long>(s.hits),
+               static_cast<long long>(s.misses), static_cast<long long>(s.publishes),
+               static_cast<long long>(s.kept_faster), static_cast<long long>(s.lease_waits),
+               static_cast<long long>(s.takeovers), static_cast<long long>(s.refused),
+               static_cast<long long>(s.errors), static_cast<long long>(s.queued),
+               static_cast<long long>(s.dropped), s.degraded ? " (out now)" : "");
 }
 
 // Opens the engine (server/engine/engine.h) over the flags' templates, store and worker,
@@ -264,13 +334,26 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // After the mask: the tier's publisher thread must not take SIGTERM's default action.
+  std::unique_ptr<ktune::fleet::FleetTier> fleet;
+  if (std::optional<int> code = OpenFleet(flags, &fleet)) return *code;
+  options.fleet = fleet.get();
+
   std::unique_ptr<ktune::Engine> engine;
   if (std::optional<int> code = OpenEngine(flags, &engine)) return *code;
   FillOptions(flags, *engine, &options);
   absl::StatusOr<std::unique_ptr<ktune::KtuneServer>> server =
       ktune::StartKtuneServer(std::move(options));
   if (!server.ok()) return Fail("server", server.status());
+  if (fleet != nullptr) {
+    std::fprintf(stderr, "ktuned: fleet tier %s as %s (lease %lld ms)\n", fleet->name().c_str(),
+                 fleet->host_id().c_str(), static_cast<long long>(flags.remote_lease_ms));
+  }
   Serve(flags, engine->db_path, **server, signals);
   server->reset();
+  if (fleet != nullptr) {
+    fleet->Flush(absl::Seconds(2));  // winners queued in an outage get one last chance
+    LogFleetStats(*fleet);
+  }
   return 0;
 }

@@ -89,6 +89,14 @@ class KernelResolverImpl final : public KernelResolver {
     }
     absl::StatusOr<store::Lookup> hit =
         options_.store->LookupEntry(key, q.tmpl->source_hash(), options_.compiler->Version());
+    const bool fresh = hit.ok() && !hit->stale;
+    if (options_.fleet != nullptr && !fresh &&
+        (hit.ok() || hit.status().code() == absl::StatusCode::kNotFound ||
+         hit.status().code() == absl::StatusCode::kDataLoss)) {
+      absl::StatusOr<store::Lookup> remote =
+          options_.fleet->Fetch(key, q.tmpl->source_hash(), options_.compiler->Version());
+      if (remote.ok()) return remote;
+    }
     if (hit.status().code() == absl::StatusCode::kNotFound) {
       return absl::NotFoundError(absl::StrCat("no entry for ", key.template_id, " ", key.dtype,
                                               " ", key.shape, " on ", key.device_model));
@@ -97,7 +105,8 @@ class KernelResolverImpl final : public KernelResolver {
   }
 
   absl::StatusOr<std::shared_ptr<TuningJob>> Tune(const KernelQuery& q,
-                                                  const SearchSettings& search) override {
+                                                  const SearchSettings& search,
+                                                  bool yield_to_lease) override {
     if (gpus_.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("tuning needs a GPU and this daemon has none usable: ",
@@ -108,6 +117,7 @@ class KernelResolverImpl final : public KernelResolver {
     r.dtype = q.dtype;
     r.shape = q.shape;
     r.search = search;
+    r.yield_to_lease = yield_to_lease;
     return options_.queue->Submit(r, q.gpu);
   }
 
@@ -139,7 +149,7 @@ class KernelResolverImpl final : public KernelResolver {
 
   // TUNE: the job's winner, when the job finishes.
   void TuneAndAnswer(const KernelQuery& q, ResolveCallback done) {
-    absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, SearchSettings{});
+    absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, SearchSettings{}, false);
     if (!job.ok()) return done(job.status());
     const int64_t job_id = (*job)->id();
     (*job)->OnDone([done = std::move(done), job_id](const absl::StatusOr<TuneResult>& r) {
@@ -151,7 +161,7 @@ class KernelResolverImpl final : public KernelResolver {
   // A FALLBACK's background tune; 0 when none was started (no GPU, a full queue).
   int64_t BackgroundTune(const KernelQuery& q) {
     if (gpus_.empty()) return 0;
-    absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, SearchSettings{});
+    absl::StatusOr<std::shared_ptr<TuningJob>> job = Tune(q, SearchSettings{}, false);
     return job.ok() ? (*job)->id() : 0;
   }
 

@@ -4,8 +4,14 @@
 // cubin, else the template's default config compiled now, while a tuning job runs in the
 // background. The answer says which.
 //
-// ktuned's GetKernel and Tune handlers call it; the fleet tier and the clients' in-process
-// caches are to go through the same semantics, so it speaks plain C++ values only.
+// With a fleet tier (KernelResolverOptions::fleet), "the stored entry" reads through: a key
+// the local store has no fresh entry for is looked up in the shared tier, and a verified
+// record there is written to the local store and answered as an exact hit (fleet_sync.h).
+// That read happens on the calling thread: it blocks for at most one Redis timeout
+// (ktuned --remote-timeout-ms), and not at all during an outage's retry period.
+//
+// ktuned's GetKernel and Tune handlers call it; the clients' in-process caches are to go
+// through the same semantics, so it speaks plain C++ values only.
 //
 // Thread-safe. Resolve calls `done` exactly once: on the calling thread for answers from the
 // store, on a GPU's queue thread for a TUNE job's result, on one of the resolver's own
@@ -33,6 +39,7 @@
 #include "server/templates/instance.h"
 #include "server/templates/shape.h"
 #include "server/templates/target.h"
+#include "server/tuning/fleet_sync.h"
 #include "server/tuning/kernel_query.h"
 #include "server/tuning/tuning_job_handle.h"
 #include "server/tuning/tuning_queue.h"
@@ -80,14 +87,22 @@ class KernelResolver {
   // kCancelled (the caller was gone by its turn), kUnavailable (after Stop).
   virtual void Resolve(const KernelQuery& query, KernelPolicy policy, ResolveCallback done) = 0;
 
-  // The stored entry for the query's exact key, fresh or stale. kNotFound naming the key
-  // (also on a compile-only host whose store names no single device model).
+  // The stored entry for the query's exact key, fresh or stale (the shared tier's when the
+  // local store has none fresh and the tier has one). kNotFound naming the key (also on a
+  // compile-only host whose store names no single device model).
   virtual absl::StatusOr<store::Lookup> Lookup(const KernelQuery& query) = 0;
 
   // Queues a tuning job for the query's key, or joins the identical one.
-  // kFailedPrecondition without a usable GPU; the queue's errors otherwise.
+  // kFailedPrecondition without a usable GPU; the queue's errors otherwise. With a fleet
+  // tier and `yield_to_lease`, the job ends with kAborted when another host is tuning the
+  // key (TuneRequest::yield_to_lease).
   virtual absl::StatusOr<std::shared_ptr<TuningJob>> Tune(const KernelQuery& query,
-                                                          const SearchSettings& search) = 0;
+                                                          const SearchSettings& search,
+                                                          bool yield_to_lease) = 0;
+  absl::StatusOr<std::shared_ptr<TuningJob>> Tune(const KernelQuery& query,
+                                                  const SearchSettings& search) {
+    return Tune(query, search, /*yield_to_lease=*/false);
+  }
 
   // For shutdown: every FALLBACK request still waiting is answered kUnavailable now, and
   // so is every later one; a compile already running finishes. Idempotent.
@@ -121,6 +136,8 @@ struct KernelResolverOptions {
   // Distinct FALLBACK compiles waiting for a thread (identical requests count once); past
   // it, kResourceExhausted.
   int fallback_queue = 64;
+  // The fleet's shared tier behind the store; null: none. Must outlive the resolver.
+  FleetSync* fleet = nullptr;
 };
 
 // REQUIRES: store and compiler set. On a compile-only host, reads the store's devices once.

@@ -40,6 +40,10 @@ struct TuneRequest {
   // tunes agree. 0 turns it off.
   int finalists = 3;
   int final_rounds = 3;
+  // With a fleet tier (fleet_sync.h): when another host holds the key's lease, end at once
+  // with kAborted instead of waiting for its winner (`ktune tune --spec` then tunes other
+  // keys and comes back to this one).
+  bool yield_to_lease = false;
 };
 
 struct TuneProgress {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/base/outcome.h"
+#include "server/tuning/fleet_sync.h"
 
 namespace ktune {
 namespace {
@@ -12,7 +13,8 @@ namespace {
 // daemon's, never the caller's).
 std::string DedupKey(const TuneRequest& r, int gpu) {
   return absl::StrCat(gpu, "|", r.template_name, "|", DTypeName(r.dtype), "|",
-                      ShapeString(r.shape), "|", SearchSettingsString(r.search));
+                      ShapeString(r.shape), "|", SearchSettingsString(r.search), "|",
+                      r.yield_to_lease);
 }
 
 JobProgress CopyProgress(int64_t job_id, const TuneProgress& p) {
@@ -32,8 +34,8 @@ JobProgress CopyProgress(int64_t job_id, const TuneProgress& p) {
 
 }  // namespace
 
-TuningQueue::TuningQueue(std::vector<TuningEnv> envs, int capacity)
-    : envs_(std::move(envs)), capacity_(capacity), queues_(envs_.size()) {
+TuningQueue::TuningQueue(std::vector<TuningEnv> envs, int capacity, FleetSync* fleet)
+    : envs_(std::move(envs)), capacity_(capacity), fleet_(fleet), queues_(envs_.size()) {
   for (int i = 0; i < static_cast<int>(envs_.size()); ++i) {
     workers_.emplace_back([this, i] { Work(i); });
   }
@@ -88,7 +90,13 @@ void TuningQueue::Work(int gpu) {
       absl::MutexLock lock(&mu_);
       return !stopping_;  // false cancels: the job stops and stays resumable
     };
-    absl::StatusOr<TuneResult> result = RunTuning(job->request(), envs_[gpu], progress);
+    auto run = [&] { return RunTuning(job->request(), envs_[gpu], progress); };
+    auto stopping = [this] {
+      absl::MutexLock lock(&mu_);
+      return stopping_;
+    };
+    absl::StatusOr<TuneResult> result =
+        fleet_ == nullptr ? run() : fleet_->RunLeased(job->request(), envs_[gpu], run, stopping);
     {
       // Off the active list first, so a request arriving after the result starts afresh
       // (and finds the stored entry) rather than joining a finished job.

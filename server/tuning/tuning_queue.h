@@ -26,12 +26,16 @@
 
 namespace ktune {
 
+class FleetSync;
+
 class TuningQueue {
  public:
   // `envs[i]` is GPU i's environment; each needs its own Gpu (the compiler, pool, registry
   // and store may be shared). They must outlive the queue. `capacity` bounds the jobs
-  // waiting (not running) over all GPUs.
-  TuningQueue(std::vector<TuningEnv> envs, int capacity);
+  // waiting (not running) over all GPUs. With `fleet` (which must outlive the queue), each
+  // job runs under its key's fleet-wide lease and its winner is published
+  // (FleetSync::RunLeased).
+  TuningQueue(std::vector<TuningEnv> envs, int capacity, FleetSync* fleet = nullptr);
   // Shuts down (see Shutdown).
   ~TuningQueue();
   TuningQueue(const TuningQueue&) = delete;
@@ -56,6 +60,7 @@ class TuningQueue {
 
   const std::vector<TuningEnv> envs_;
   const int capacity_;
+  FleetSync* const fleet_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

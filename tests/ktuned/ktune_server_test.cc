@@ -17,6 +17,7 @@
 #include "server/base/sha256.h"
 #include "server/store/store_testing.h"
 #include "tests/templates/template_fixture.h"
+#include "tests/testing/fake_remote_tier.h"
 #include "tests/testing/fakes.h"
 #include "tests/testing/status_matchers.h"
 
@@ -65,6 +66,7 @@ class KtuneServerTest : public ::testing::Test {
     o.compiler = &compiler_;
     o.compile_threads = 2;
     o.token = token_;
+    o.fleet = fleet_;
     o.gpu_factory = [this](int ordinal) -> absl::StatusOr<std::unique_ptr<Gpu>> {
       if (ordinal > 0) return absl::NotFoundError("no such GPU");
       auto gpu = std::make_unique<SizedFakeGpu>();
@@ -144,6 +146,7 @@ class KtuneServerTest : public ::testing::Test {
     return OkMeasurement(1000);
   };
   absl::Status gpu_status_;
+  fleet::FleetTier* fleet_ = nullptr;  // the test's, when it wants one
   int64_t memory_bytes_ = 0;
   SizedFakeGpu* gpu_ = nullptr;
   std::unique_ptr<KtuneServer> server_;
@@ -537,6 +540,44 @@ TEST_F(KtuneServerTest, EmptyStoreWithoutAGpuCompilesTheDefault) {
   ASSERT_TRUE(fb.status.ok()) << fb.status.error_message();
   EXPECT_EQ(fb.response.artifact().provenance(), v1::DEFAULT);
   EXPECT_EQ(fb.response.artifact().knobs().target(), "sm_90");
+}
+
+// With a fleet tier: winners are published, GetDevices reports the tier's counters, and an
+// outage fails no call (a miss is NOT_FOUND, as without a tier) and shows as degraded.
+TEST_F(KtuneServerTest, GetDevicesReportsTheFleetTierAndAnOutageFailsNothing) {
+  auto state = std::make_shared<testing::FakeTierState>();
+  fleet::FleetOptions fo;
+  fo.host_id = "daemon-1";
+  fo.log = [](const std::string&) {};
+  fleet::FleetTier tier(std::make_unique<testing::FakeRemoteTier>(state), fo);
+  fleet_ = &tier;
+  Start();
+  ASSERT_TRUE(Get(Req(1000, v1::TUNE)).status.ok());
+  auto devices = [this] {
+    grpc::ClientContext ctx;
+    v1::GetDevicesResponse r;
+    EXPECT_TRUE(stub_->GetDevices(&ctx, {}, &r).ok());
+    return r;
+  };
+  v1::GetDevicesResponse d = devices();
+  ASSERT_TRUE(d.has_fleet());
+  EXPECT_EQ(d.fleet().remote(), "fake://tier");
+  EXPECT_EQ(d.fleet().host_id(), "daemon-1");
+  EXPECT_EQ(d.fleet().publishes(), 1);
+  EXPECT_GE(d.fleet().misses(), 1);  // the TUNE's lookup, and the job's before it tunes
+  EXPECT_FALSE(d.fleet().degraded());
+  EXPECT_EQ(state->Records(), 1u);
+
+  state->SetDown(true);
+  const Reply miss = Get(Req(2000, v1::CACHE_ONLY));
+  EXPECT_EQ(miss.status.error_code(), grpc::StatusCode::NOT_FOUND) << miss.status.error_message();
+  EXPECT_TRUE(Get(Req(1000, v1::CACHE_ONLY)).status.ok());  // the local store serves
+  EXPECT_TRUE(Get(Req(3000, v1::TUNE)).status.ok());         // tunes alone
+  d = devices();
+  EXPECT_TRUE(d.fleet().degraded());
+  EXPECT_EQ(d.fleet().queued(), 1);
+  EXPECT_TRUE(server_->serving());
+  Stop();
 }
 
 }  // namespace

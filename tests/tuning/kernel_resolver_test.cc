@@ -13,6 +13,7 @@
 #include "server/compile/compile_pool.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/fakes.h"
+#include "tests/testing/resolve_testing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune {
@@ -68,13 +69,7 @@ class KernelResolverTest : public ::testing::Test {
     resolver_ = NewKernelResolver(std::move(o));
   }
 
-  KernelQuery Query(int64_t n) {
-    KernelQuery q;
-    q.tmpl = *registry_->Get("tiny");
-    q.shape = {{"n", n}};
-    q.reference = *BindReference(q.tmpl, q.dtype, q.shape, resolver_->Target(0));
-    return q;
-  }
+  KernelQuery Query(int64_t n) { return testing::TinyQuery(*registry_, *resolver_, n); }
 
   // A compile-only resolver over the gated compiler: one FALLBACK thread, `queue` waiting.
   void StartGated(int queue) {
@@ -104,16 +99,7 @@ class KernelResolverTest : public ::testing::Test {
 
   // Resolves and waits for the answer.
   absl::StatusOr<ResolvedKernel> Resolve(int64_t n, KernelPolicy policy) {
-    absl::Notification answered;
-    absl::StatusOr<ResolvedKernel> answer = absl::UnknownError("no answer");
-    resolver_->Resolve(Query(n), policy, [&](absl::StatusOr<ResolvedKernel> r) {
-      answer = std::move(r);
-      answered.Notify();
-    });
-    if (!answered.WaitForNotificationWithTimeout(absl::Seconds(20))) {
-      return absl::DeadlineExceededError("no answer in 20 s");
-    }
-    return answer;
+    return testing::ResolveAndWait(*resolver_, Query(n), policy);
   }
 
   static SearchSettings Exhaustive() {

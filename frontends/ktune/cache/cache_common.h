@@ -76,6 +76,51 @@ struct CacheExportArgs {
 };
 int RunCacheExport(const CacheExportArgs& args);
 
+// --remote URL, --remote-password-file FILE, --remote-ca FILE: the fleet's shared tier.
+struct RemoteFlags {
+  std::string url, password_file, ca;
+};
+
+// --template, --dtype, --device-model over the shared tier's records; empty: any.
+struct RemoteSelection {
+  std::string template_id, dtype, device_model;
+};
+
+// `ktune cache ls --remote` and `stats --remote` (cache/cache_remote.cc).
+struct CacheRemoteLsArgs {
+  RemoteFlags remote;
+  RemoteSelection selection;
+  bool json = false;
+};
+int RunCacheRemoteLs(const CacheRemoteLsArgs& args);
+int RunCacheRemoteStats(const CacheRemoteLsArgs& args);
+
+// `ktune cache push`: the local store's entries (with their trials and device rows) to the
+// shared tier, compare-and-set per key.
+struct CachePushArgs {
+  std::string db;
+  RemoteFlags remote;
+  RemoteSelection selection;
+};
+int RunCachePush(const CachePushArgs& args);
+
+// `ktune cache pull`: the shared tier's records for this build's NVRTC version, each checked
+// as ktuned checks one (server/tuning/remote_check.h), into the local store (keep-faster).
+// Exit 1 when a record was refused or did not decode (the others are imported).
+struct CachePullArgs {
+  std::string db;
+  std::string templates_dir;
+  std::string nvrtc_version;
+  RemoteFlags remote;
+  RemoteSelection selection;
+};
+int RunCachePull(const CachePullArgs& args);
+
+// Publishes `bundles` to the tier (the device rows from `devices` where their model is
+// there), printing one line per entry; counts into *stored and *kept.
+absl::Status PublishBundles(const RemoteFlags& remote, const std::vector<store::Device>& devices,
+                            const std::vector<store::EntryBundle>& bundles, int* stored, int* kept);
+
 struct CacheImportArgs {
   std::string db;
   std::string file;
@@ -85,6 +130,9 @@ struct CacheImportArgs {
   bool allow_nvrtc_mismatch = false;
   bool allow_other_device = false;
   bool dry_run = false;
+  // --publish: the imported entries also go to the shared tier --remote names.
+  bool publish = false;
+  RemoteFlags remote;
 };
 int RunCacheImport(const CacheImportArgs& args);
 

@@ -144,6 +144,11 @@ void PrintImportResults(const CacheImportArgs& args, const std::string& path,
 }  // namespace
 
 int RunCacheImport(const CacheImportArgs& args) {
+  if (args.publish != !args.remote.url.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        args.publish ? "--publish: needs --remote URL (the shared tier to publish to)"
+                     : "--remote: given without --publish; say --publish to publish the import"));
+  }
   absl::StatusOr<store::ConflictRule> rule = ParseConflictRule(args.on_conflict);
   if (!rule.ok()) return Fail(rule.status());
   absl::StatusOr<std::string> text = ReadFile(args.file);
@@ -188,6 +193,18 @@ int RunCacheImport(const CacheImportArgs& args) {
       (*store)->ImportEntries(file->devices, file->entries, *rule);
   if (!results.ok()) return Fail(results.status());
   PrintImportResults(args, path, *rule, *file, *results);
+  if (args.publish) {
+    int stored = 0, faster_there = 0;
+    if (absl::Status s = PublishBundles(args.remote, file->devices, file->entries, &stored,
+                                        &faster_there);
+        !s.ok()) {
+      std::fprintf(stderr, "ktune: --publish: %s (the import itself is done)\n",
+                   std::string(s.message()).c_str());
+      return kExitFailure;
+    }
+    std::printf("published to %s: %d stored, %d kept (as fast or faster there)\n",
+                args.remote.url.c_str(), stored, faster_there);
+  }
   return kExitOk;
 }
 
