@@ -341,6 +341,65 @@ KeyResult RunKey(TuneBackend& backend, const SpecKey& key, bool force, bool yiel
   return result;
 }
 
+// Every key, fresh or tuned, results in spec order: over the backend's GPUs at once (--gpus),
+// else one after the other.
+std::vector<KeyResult> TuneKeys(TuneBackend& backend, const std::vector<SpecKey>& keys,
+                                bool force, Display& display) {
+  std::vector<KeyResult> results(keys.size());
+  const int workers = std::min<int>(backend.Parallelism(), static_cast<int>(keys.size()));
+  if (workers > 1) {
+    // --gpus: a thread per GPU takes the next key; the display shows finished keys only
+    // (several jobs' candidates at once would not read), in the order they finish.
+    absl::Mutex mu;
+    size_t next = 0;
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&] {
+        while (true) {
+          size_t i;
+          {
+            absl::MutexLock lock(&mu);
+            if (next == keys.size()) return;
+            i = next++;
+            display.StartKey(keys[i]);
+          }
+          bool passed_over = false;  // no fleet tier in this process: never set
+          KeyResult r = RunKey(backend, keys[i], force, /*yield_to_lease=*/false,
+                               [](const JobProgress&) {}, &passed_over);
+          absl::MutexLock lock(&mu);
+          display.KeyDone(r);
+          results[i] = std::move(r);
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  } else {
+    // Through a daemon with a fleet tier, several hosts running one spec divide its keys: a
+    // key another host is tuning now is passed over (its Tune ends ABORTED at once) and
+    // taken up again after the others, when its winner is usually in the shared tier.
+    std::vector<size_t> order(keys.size()), later;
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (bool first_pass : {true, false}) {
+      for (size_t i : order) {
+        const SpecKey& key = keys[i];
+        display.StartKey(key);
+        bool passed_over = false;
+        KeyResult result = RunKey(backend, key, force, first_pass,
+                                  [&](const JobProgress& p) { display.Job(p); }, &passed_over);
+        if (passed_over) {
+          later.push_back(i);
+          continue;
+        }
+        display.KeyDone(result);
+        results[i] = std::move(result);
+      }
+      order = std::move(later);
+      later.clear();
+    }
+  }
+  return results;
+}
+
 }  // namespace
 
 int RunSpecTune(const SpecTuneArgs& given) {
@@ -376,58 +435,7 @@ int RunSpecTune(const SpecTuneArgs& given) {
                      : ("through " + args.daemon).c_str());
   }
   Display display(spec->model, static_cast<int64_t>(keys->size()), args.job.quiet);
-  std::vector<KeyResult> results(keys->size());
-  const int workers = std::min<int>(backend.Parallelism(), static_cast<int>(keys->size()));
-  if (workers > 1) {
-    // --gpus: a thread per GPU takes the next key; the display shows finished keys only
-    // (several jobs' candidates at once would not read), in the order they finish.
-    absl::Mutex mu;
-    size_t next = 0;
-    std::vector<std::thread> threads;
-    for (int w = 0; w < workers; ++w) {
-      threads.emplace_back([&] {
-        while (true) {
-          size_t i;
-          {
-            absl::MutexLock lock(&mu);
-            if (next == keys->size()) return;
-            i = next++;
-            display.StartKey((*keys)[i]);
-          }
-          bool passed_over = false;  // no fleet tier in this process: never set
-          KeyResult r = RunKey(backend, (*keys)[i], args.force, /*yield_to_lease=*/false,
-                               [](const JobProgress&) {}, &passed_over);
-          absl::MutexLock lock(&mu);
-          display.KeyDone(r);
-          results[i] = std::move(r);
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-  } else {
-    // Through a daemon with a fleet tier, several hosts running one spec divide its keys: a
-    // key another host is tuning now is passed over (its Tune ends ABORTED at once) and
-    // taken up again after the others, when its winner is usually in the shared tier.
-    std::vector<size_t> order(keys->size()), later;
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    for (bool first_pass : {true, false}) {
-      for (size_t i : order) {
-        const SpecKey& key = (*keys)[i];
-        display.StartKey(key);
-        bool passed_over = false;
-        KeyResult result = RunKey(backend, key, args.force, first_pass,
-                                  [&](const JobProgress& p) { display.Job(p); }, &passed_over);
-        if (passed_over) {
-          later.push_back(i);
-          continue;
-        }
-        display.KeyDone(result);
-        results[i] = std::move(result);
-      }
-      order = std::move(later);
-      later.clear();
-    }
-  }
+  std::vector<KeyResult> results = TuneKeys(backend, *keys, args.force, display);
   display.Finish();
 
   const Tally tally = Tally::Of(results);
