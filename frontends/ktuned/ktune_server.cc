@@ -572,9 +572,14 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
     pool = s->pool_.get();
   }
   std::vector<TuningEnv> envs;
-  for (GpuSlot& g : s->gpus_) envs.push_back({o.registry, o.compiler, pool, g.gpu.get(), o.store});
+  std::vector<std::string> models;
+  for (GpuSlot& g : s->gpus_) {
+    envs.push_back({o.registry, o.compiler, pool, g.gpu.get(), o.store});
+    models.push_back(g.model);
+  }
   if (o.fleet != nullptr) s->fleet_ = std::make_unique<FleetSync>(o.fleet, o.store, o.registry);
-  s->queue_ = std::make_unique<TuningQueue>(std::move(envs), o.queue_capacity, s->fleet_.get());
+  s->queue_ = std::make_unique<TuningQueue>(std::move(envs), o.queue_capacity, s->fleet_.get(),
+                                            std::move(models));
   s->service_ = std::make_unique<KtuneServiceImpl>(o, &s->gpus_, s->compile_only_reason_,
                                                    s->queue_.get(), s->fleet_.get());
   KTUNE_RETURN_IF_ERROR(Listen(s.get()));

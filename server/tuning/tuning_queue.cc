@@ -34,8 +34,14 @@ JobProgress CopyProgress(int64_t job_id, const TuneProgress& p) {
 
 }  // namespace
 
-TuningQueue::TuningQueue(std::vector<TuningEnv> envs, int capacity, FleetSync* fleet)
-    : envs_(std::move(envs)), capacity_(capacity), fleet_(fleet), queues_(envs_.size()) {
+TuningQueue::TuningQueue(std::vector<TuningEnv> envs, int capacity, FleetSync* fleet,
+                         std::vector<std::string> models)
+    : envs_(std::move(envs)),
+      models_(std::move(models)),
+      capacity_(capacity),
+      fleet_(fleet),
+      queues_(envs_.size()),
+      takes_none_(envs_.size(), false) {
   for (int i = 0; i < static_cast<int>(envs_.size()); ++i) {
     workers_.emplace_back([this, i] { Work(i); });
   }
@@ -72,18 +78,30 @@ int TuningQueue::queued() const {
   return n;
 }
 
+int TuningQueue::SourceFor(int gpu) const {
+  if (!queues_[gpu].empty()) return gpu;
+  if (models_.size() != queues_.size() || takes_none_[gpu]) return -1;
+  int source = -1;
+  for (int g = 0; g < static_cast<int>(queues_.size()); ++g) {
+    if (g == gpu || models_[g] != models_[gpu] || queues_[g].empty()) continue;
+    if (source < 0 || queues_[g].size() > queues_[source].size()) source = g;
+  }
+  return source;
+}
+
 void TuningQueue::Work(int gpu) {
   for (;;) {
     std::shared_ptr<TuningJob> job;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this, gpu]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queues_[gpu].empty();
+        return stopping_ || SourceFor(gpu) >= 0;
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      job = queues_[gpu].front();
-      queues_[gpu].pop_front();
+      const int source = SourceFor(gpu);
+      job = queues_[source].front();
+      queues_[source].pop_front();
     }
     auto progress = [this, &job](const TuneProgress& p) {
       job->Publish(CopyProgress(job->id(), p));
@@ -97,6 +115,18 @@ void TuningQueue::Work(int gpu) {
     };
     absl::StatusOr<TuneResult> result =
         fleet_ == nullptr ? run() : fleet_->RunLeased(job->request(), envs_[gpu], run, stopping);
+    {
+      absl::MutexLock lock(&mu_);
+      if (job->gpu() != gpu && result.status().code() == absl::StatusCode::kUnavailable &&
+          !stopping_) {
+        // This GPU cannot run jobs now: the one it took goes back, first in its own GPU's
+        // line (its trials so far are in the store: it resumes there).
+        takes_none_[gpu] = true;
+        queues_[job->gpu()].push_front(job);
+        continue;
+      }
+      if (job->gpu() == gpu && result.ok()) takes_none_[gpu] = false;
+    }
     {
       // Off the active list first, so a request arriving after the result starts afresh
       // (and finds the stored entry) rather than joining a finished job.

@@ -1,5 +1,8 @@
 // The daemon's tuning queue: one worker thread per GPU runs RunTuning jobs one at a time,
-// in submission order, from a bounded FIFO. An identical request (same GPU, template, dtype,
+// in submission order, from a bounded FIFO. A worker whose own FIFO is empty takes the oldest
+// job waiting for another GPU of the same device model: entries are keyed by the model, so
+// the job's winner is the same whichever of them measures it, and a burst of requests naming
+// GPU 0 spreads over all of that model's GPUs. An identical request (same GPU, template, dtype,
 // shape, strategy and budget) submitted while one is queued or running joins it: every
 // joiner gets the same job handle and the same result.
 //
@@ -35,7 +38,10 @@ class TuningQueue {
   // waiting (not running) over all GPUs. With `fleet` (which must outlive the queue), each
   // job runs under its key's fleet-wide lease and its winner is published
   // (FleetSync::RunLeased).
-  TuningQueue(std::vector<TuningEnv> envs, int capacity, FleetSync* fleet = nullptr);
+  // `models[i]` is GPU i's device model key (DeviceModelKey); empty: no GPU takes another's
+  // jobs.
+  TuningQueue(std::vector<TuningEnv> envs, int capacity, FleetSync* fleet = nullptr,
+              std::vector<std::string> models = {});
   // Shuts down (see Shutdown).
   ~TuningQueue();
   TuningQueue(const TuningQueue&) = delete;
@@ -57,14 +63,21 @@ class TuningQueue {
 
  private:
   void Work(int gpu);
+  // The queue `gpu`'s worker takes its next job from: its own when it has one, else the
+  // longest queue of another GPU of its model; -1 when none has a job.
+  int SourceFor(int gpu) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const std::vector<TuningEnv> envs_;
+  const std::vector<std::string> models_;
   const int capacity_;
   FleetSync* const fleet_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<std::deque<std::shared_ptr<TuningJob>>> queues_ ABSL_GUARDED_BY(mu_);
+  // GPUs that found themselves unusable running another GPU's job: they take only their
+  // own until one of those succeeds, so a sick GPU cannot fail its healthy peers' jobs.
+  std::vector<bool> takes_none_ ABSL_GUARDED_BY(mu_);
   // Queued or running jobs by dedup key.
   std::map<std::string, std::shared_ptr<TuningJob>> active_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> workers_;

@@ -47,6 +47,17 @@ class TuningQueueTest : public ::testing::Test {
         std::vector<TuningEnv>{{registry_.get(), &compiler_, pool_.get(), &gpu_, store_.get()}},
         capacity);
   }
+  // GPU 0 (gpu_) and GPU 1 (other_gpu_), of the device models `models`.
+  void StartTwoGpuQueue(std::vector<std::string> models) {
+    queue_ = std::make_unique<TuningQueue>(
+        std::vector<TuningEnv>{{registry_.get(), &compiler_, pool_.get(), &gpu_, store_.get()},
+                               {registry_.get(), &compiler_, pool_.get(), &other_gpu_,
+                                store_.get()}},
+        64, nullptr, std::move(models));
+  }
+  void WaitUntilStarted() {
+    while (!started_) absl::SleepFor(absl::Milliseconds(1));
+  }
   // A script that holds every measurement until gate_ is notified.
   void GateTheGpu() {
     gpu_.script = [this](const std::string&) {
@@ -61,6 +72,7 @@ class TuningQueueTest : public ::testing::Test {
   testing::FakeCompiler compiler_;
   std::unique_ptr<CompilePool> pool_;
   testing::FakeGpu gpu_;
+  testing::FakeGpu other_gpu_;  // GPU 1 where a test starts two
   TuneRequest request_;
   absl::Notification gate_;
   std::atomic<bool> started_{false};
@@ -166,6 +178,61 @@ TEST_F(TuningQueueTest, DifferentKeysRunOneAfterAnother) {
   EXPECT_EQ(rb.entry.key.shape, "n=2000");
   // FIFO: the first was stored first.
   EXPECT_LE(ra.entry.created_unix_ms, rb.entry.created_unix_ms);
+}
+
+// Two GPUs of one device model: while GPU 0 is busy, GPU 1 takes the job waiting for it.
+TEST_F(TuningQueueTest, AnIdleGpuOfTheSameModelTakesTheJobWaitingForAnother) {
+  GateTheGpu();
+  other_gpu_.script = [](const std::string&) { return OkMeasurement(900); };
+  StartTwoGpuQueue({"m", "m"});
+  ASSERT_OK_AND_ASSIGN(auto a, queue_->Submit(request_, 0));
+  WaitUntilStarted();
+  TuneRequest second = request_;
+  second.shape = {{"n", 2000}};
+  ASSERT_OK_AND_ASSIGN(auto b, queue_->Submit(second, 0));
+  ASSERT_OK_AND_ASSIGN(TuneResult rb, b->Wait(absl::Now() + absl::Seconds(20)));
+  EXPECT_EQ(rb.entry.key.shape, "n=2000");
+  EXPECT_GT(other_gpu_.measures, 0);
+  Release();
+  EXPECT_OK(a->Wait().status());
+}
+
+// Another model's GPU never takes the job.
+TEST_F(TuningQueueTest, AnotherModelsGpuLeavesTheJob) {
+  GateTheGpu();
+  other_gpu_.script = [](const std::string&) { return OkMeasurement(900); };
+  StartTwoGpuQueue({"m", "another"});
+  ASSERT_OK_AND_ASSIGN(auto a, queue_->Submit(request_, 0));
+  WaitUntilStarted();
+  TuneRequest second = request_;
+  second.shape = {{"n", 2000}};
+  ASSERT_OK_AND_ASSIGN(auto b, queue_->Submit(second, 0));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(queue_->queued(), 1);
+  Release();
+  EXPECT_OK(a->Wait().status());
+  EXPECT_OK(b->Wait().status());
+  EXPECT_EQ(other_gpu_.measures, 0);
+}
+
+// A GPU that finds itself unusable on a job it took gives the job back, and it runs where
+// it was asked for.
+TEST_F(TuningQueueTest, AnUnusableGpuGivesTheJobBack) {
+  GateTheGpu();
+  other_gpu_.info_status = absl::UnavailableError("GPU 1 fell off the bus");
+  StartTwoGpuQueue({"m", "m"});
+  ASSERT_OK_AND_ASSIGN(auto a, queue_->Submit(request_, 0));
+  WaitUntilStarted();
+  TuneRequest second = request_;
+  second.shape = {{"n", 2000}};
+  ASSERT_OK_AND_ASSIGN(auto b, queue_->Submit(second, 0));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(queue_->queued(), 1);  // taken by GPU 1, given back
+  Release();
+  EXPECT_OK(a->Wait().status());
+  ASSERT_OK_AND_ASSIGN(TuneResult rb, b->Wait());
+  EXPECT_EQ(rb.entry.key.shape, "n=2000");
+  EXPECT_EQ(other_gpu_.measures, 0);
 }
 
 TEST_F(TuningQueueTest, WaitDeadlineLeavesTheJobRunning) {
