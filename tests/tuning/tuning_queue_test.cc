@@ -58,6 +58,19 @@ class TuningQueueTest : public ::testing::Test {
   void WaitUntilStarted() {
     while (!started_) absl::SleepFor(absl::Milliseconds(1));
   }
+  // Two jobs asking for GPU 0: n=1000, running once GPU 0 measures (held by GateTheGpu), then
+  // n=2000 queued behind it. Null on an error (reported).
+  std::pair<std::shared_ptr<TuningJob>, std::shared_ptr<TuningJob>> TwoJobsForGpu0() {
+    absl::StatusOr<std::shared_ptr<TuningJob>> a = queue_->Submit(request_, 0);
+    EXPECT_TRUE(a.ok()) << a.status();
+    if (!a.ok()) return {};
+    WaitUntilStarted();
+    TuneRequest second = request_;
+    second.shape = {{"n", 2000}};
+    absl::StatusOr<std::shared_ptr<TuningJob>> b = queue_->Submit(second, 0);
+    EXPECT_TRUE(b.ok()) << b.status();
+    return {*a, b.ok() ? *b : nullptr};
+  }
   // A script that holds every measurement until gate_ is notified.
   void GateTheGpu() {
     gpu_.script = [this](const std::string&) {
@@ -185,11 +198,8 @@ TEST_F(TuningQueueTest, AnIdleGpuOfTheSameModelTakesTheJobWaitingForAnother) {
   GateTheGpu();
   other_gpu_.script = [](const std::string&) { return OkMeasurement(900); };
   StartTwoGpuQueue({"m", "m"});
-  ASSERT_OK_AND_ASSIGN(auto a, queue_->Submit(request_, 0));
-  WaitUntilStarted();
-  TuneRequest second = request_;
-  second.shape = {{"n", 2000}};
-  ASSERT_OK_AND_ASSIGN(auto b, queue_->Submit(second, 0));
+  auto [a, b] = TwoJobsForGpu0();
+  ASSERT_TRUE(a && b);
   ASSERT_OK_AND_ASSIGN(TuneResult rb, b->Wait(absl::Now() + absl::Seconds(20)));
   EXPECT_EQ(rb.entry.key.shape, "n=2000");
   EXPECT_GT(other_gpu_.measures, 0);
@@ -202,11 +212,8 @@ TEST_F(TuningQueueTest, AnotherModelsGpuLeavesTheJob) {
   GateTheGpu();
   other_gpu_.script = [](const std::string&) { return OkMeasurement(900); };
   StartTwoGpuQueue({"m", "another"});
-  ASSERT_OK_AND_ASSIGN(auto a, queue_->Submit(request_, 0));
-  WaitUntilStarted();
-  TuneRequest second = request_;
-  second.shape = {{"n", 2000}};
-  ASSERT_OK_AND_ASSIGN(auto b, queue_->Submit(second, 0));
+  auto [a, b] = TwoJobsForGpu0();
+  ASSERT_TRUE(a && b);
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(queue_->queued(), 1);
   Release();
@@ -221,11 +228,8 @@ TEST_F(TuningQueueTest, AnUnusableGpuGivesTheJobBack) {
   GateTheGpu();
   other_gpu_.info_status = absl::UnavailableError("GPU 1 fell off the bus");
   StartTwoGpuQueue({"m", "m"});
-  ASSERT_OK_AND_ASSIGN(auto a, queue_->Submit(request_, 0));
-  WaitUntilStarted();
-  TuneRequest second = request_;
-  second.shape = {{"n", 2000}};
-  ASSERT_OK_AND_ASSIGN(auto b, queue_->Submit(second, 0));
+  auto [a, b] = TwoJobsForGpu0();
+  ASSERT_TRUE(a && b);
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(queue_->queued(), 1);  // taken by GPU 1, given back
   Release();
