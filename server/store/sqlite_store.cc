@@ -6,6 +6,8 @@
 // only the writer connection and reads take write_mu_ too: an in-memory database is
 // private to its connection, and the shared-cache alternative has no WAL (readers would
 // get SQLITE_LOCKED during writes), so a second connection would buy nothing.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -28,6 +30,8 @@
 #include "server/store/schema.h"
 #include "server/store/sqlite_db.h"
 #include "server/store/store.h"
+
+#include <sys/stat.h>
 
 namespace ktune::store {
 namespace {
@@ -903,6 +907,13 @@ absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
   const bool in_memory = path == ":memory:";
   if (in_memory && options.read_only) {
     return absl::InvalidArgumentError("a read-only store needs a file, not :memory:");
+  }
+  // SQLite would open a FIFO and block until a writer came (`ktune cache ls --db FIFO` hung
+  // for good), and a folder or a device is never a store: only a regular file, or none yet.
+  struct stat st;
+  if (!in_memory && ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is not a ktune store: not a regular file"));
   }
   KTUNE_ASSIGN_OR_RETURN(
       std::unique_ptr<Db> db,

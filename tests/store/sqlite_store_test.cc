@@ -596,6 +596,25 @@ TEST(SqliteStore, NewerSchemaVersionIsRefusedAndUntouched) {
   EXPECT_THAT(ReadSchemaVersion(path), ::ktune::testing::IsOkAndHolds(99));
 }
 
+// A FIFO (SQLite would block on it until a writer came) or a folder as the store: refused
+// at once, naming it, whether opened to write or to read.
+TEST(SqliteStore, AFifoOrAFolderIsNotAStore) {
+  TempDir dir;
+  const std::string fifo = dir.File("fifo.db");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string folder = dir.File("folder.db");
+  ASSERT_EQ(::mkdir(folder.c_str(), 0700), 0);
+  StoreOptions read_only;
+  read_only.read_only = true;
+  for (const std::string& path : {fifo, folder}) {
+    EXPECT_THAT(OpenSqliteStore(path),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         ::testing::AllOf(HasSubstr(path), HasSubstr("not a regular file"))));
+    EXPECT_THAT(OpenSqliteStore(path, read_only),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not a regular file")));
+  }
+}
+
 TEST(SqliteStore, ForeignSqliteFileIsNotAKtuneStore) {
   TempDir dir;
   const std::string path = dir.File("other.db");
