@@ -162,10 +162,71 @@ absl::Status BindTolerance(const KernelTemplate& t, DType dtype, const Shape& sh
   return absl::OkStatus();
 }
 
+// The active launches' blocks into inst->launches (names and args too) and
+// inst->max_threads; a reason when the config is not a candidate, "" otherwise.
+absl::StatusOr<std::string> BindBlocks(const KernelTemplate& t, const Launches& launches,
+                                       DType dtype, const Config& config, const TargetInfo& target,
+                                       const Scope& scope, Instance* inst_ptr) {
+  Instance& inst = *inst_ptr;
+  for (const v1::Launch& l : launches) {
+    KTUNE_ASSIGN_OR_RETURN(int64_t active, t.Evaluate(l.when(), scope, /*if_empty=*/1));
+    if (!active) continue;
+    BoundLaunch b;
+    b.name_expression = NameExpression(l.kernel(), dtype, config);
+    KTUNE_ASSIGN_OR_RETURN(b.block[0], t.Evaluate(l.block().x(), scope, 1));
+    KTUNE_ASSIGN_OR_RETURN(b.block[1], t.Evaluate(l.block().y(), scope, 1));
+    KTUNE_ASSIGN_OR_RETURN(b.block[2], t.Evaluate(l.block().z(), scope, 1));
+    b.args.assign(l.args().begin(), l.args().end());
+    int64_t threads = 1;
+    for (int64_t d : b.block) {
+      if (d < 1) return absl::StrCat(b.name_expression, ": block dimension ", d);
+      threads *= d;  // each d <= 1024 after the check below, so no overflow
+      if (threads > target.max_threads_per_block) {
+        return absl::StrCat(b.name_expression, ": block of more than ",
+                            target.max_threads_per_block, " threads");
+      }
+    }
+    inst.max_threads = std::max(inst.max_threads, threads);
+    inst.launches.push_back(std::move(b));
+  }
+  return std::string();
+}
+
+// The grids and dynamic shared memory of the launches BindBlocks bound, checked against
+// CUDA's and the target's limits; a reason when the config is not a candidate, "" otherwise.
+absl::StatusOr<std::string> BindGrids(const KernelTemplate& t, const Launches& launches,
+                                      const Scope& scope, const TargetInfo& target,
+                                      Instance* inst_ptr) {
+  Instance& inst = *inst_ptr;
+  int li = 0;
+  for (const v1::Launch& l : launches) {
+    KTUNE_ASSIGN_OR_RETURN(int64_t active, t.Evaluate(l.when(), scope, 1));
+    if (!active) continue;
+    BoundLaunch& b = inst.launches[li++];
+    KTUNE_ASSIGN_OR_RETURN(b.grid[0], t.Evaluate(l.grid().x(), scope, 1));
+    KTUNE_ASSIGN_OR_RETURN(b.grid[1], t.Evaluate(l.grid().y(), scope, 1));
+    KTUNE_ASSIGN_OR_RETURN(b.grid[2], t.Evaluate(l.grid().z(), scope, 1));
+    KTUNE_ASSIGN_OR_RETURN(b.shared_bytes, t.Evaluate(l.shared_bytes(), scope, 0));
+    // CUDA's grid limits: x up to 2^31 - 1, y and z up to 65535.
+    const int64_t limits[3] = {std::numeric_limits<int32_t>::max(), 65535, 65535};
+    for (int i = 0; i < 3; ++i) {
+      if (b.grid[i] < 1 || b.grid[i] > limits[i]) {
+        return absl::StrCat(b.name_expression, ": grid dimension ", i, " is ", b.grid[i]);
+      }
+    }
+    if (b.shared_bytes < 0 || b.shared_bytes > target.max_shared_per_block) {
+      return absl::StrCat(b.name_expression, ": ", b.shared_bytes,
+                          " bytes of dynamic shared memory");
+    }
+  }
+
+  return std::string();
+}
+
 absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tmpl,
-                                        const Launches& launches, DType dtype,
-                                        const Shape& shape, const Config& config,
-                                        const TargetInfo& target, bool is_reference) {
+                                        const Launches& launches, DType dtype, const Shape& shape,
+                                        const Config& config, const TargetInfo& target,
+                                        bool is_reference) {
   const KernelTemplate& t = *tmpl;
   const v1::TemplateManifest& m = t.manifest();
   BindResult result;
@@ -182,27 +243,9 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
   Scope scope = BaseScope(dtype, shape, config, target);
 
   // Blocks first: KTUNE_MAX_THREADS is derived from them and other expressions may use it.
-  for (const v1::Launch& l : launches) {
-    KTUNE_ASSIGN_OR_RETURN(int64_t active, t.Evaluate(l.when(), scope, /*if_empty=*/1));
-    if (!active) continue;
-    BoundLaunch b;
-    b.name_expression = NameExpression(l.kernel(), dtype, config);
-    KTUNE_ASSIGN_OR_RETURN(b.block[0], t.Evaluate(l.block().x(), scope, 1));
-    KTUNE_ASSIGN_OR_RETURN(b.block[1], t.Evaluate(l.block().y(), scope, 1));
-    KTUNE_ASSIGN_OR_RETURN(b.block[2], t.Evaluate(l.block().z(), scope, 1));
-    b.args.assign(l.args().begin(), l.args().end());
-    int64_t threads = 1;
-    for (int64_t d : b.block) {
-      if (d < 1) return reject(absl::StrCat(b.name_expression, ": block dimension ", d));
-      threads *= d;  // each d <= 1024 after the check below, so no overflow
-      if (threads > target.max_threads_per_block) {
-        return reject(absl::StrCat(b.name_expression, ": block of more than ",
-                                   target.max_threads_per_block, " threads"));
-      }
-    }
-    inst.max_threads = std::max(inst.max_threads, threads);
-    inst.launches.push_back(std::move(b));
-  }
+  KTUNE_ASSIGN_OR_RETURN(std::string block_why,
+                         BindBlocks(t, launches, dtype, config, target, scope, &inst));
+  if (!block_why.empty()) return reject(std::move(block_why));
   if (inst.launches.empty()) return reject("no launch is active for this config");
   scope.values["KTUNE_MAX_THREADS"] = inst.max_threads;
   if (config.knobs.min_blocks * inst.max_threads > target.max_threads_per_sm) {
@@ -217,27 +260,8 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
     if (!ok) return reject(absl::StrCat("constraint '", m.constraints(i), "'"));
   }
 
-  int li = 0;
-  for (const v1::Launch& l : launches) {
-    KTUNE_ASSIGN_OR_RETURN(int64_t active, t.Evaluate(l.when(), scope, 1));
-    if (!active) continue;
-    BoundLaunch& b = inst.launches[li++];
-    KTUNE_ASSIGN_OR_RETURN(b.grid[0], t.Evaluate(l.grid().x(), scope, 1));
-    KTUNE_ASSIGN_OR_RETURN(b.grid[1], t.Evaluate(l.grid().y(), scope, 1));
-    KTUNE_ASSIGN_OR_RETURN(b.grid[2], t.Evaluate(l.grid().z(), scope, 1));
-    KTUNE_ASSIGN_OR_RETURN(b.shared_bytes, t.Evaluate(l.shared_bytes(), scope, 0));
-    // CUDA's grid limits: x up to 2^31 - 1, y and z up to 65535.
-    const int64_t limits[3] = {std::numeric_limits<int32_t>::max(), 65535, 65535};
-    for (int i = 0; i < 3; ++i) {
-      if (b.grid[i] < 1 || b.grid[i] > limits[i]) {
-        return reject(absl::StrCat(b.name_expression, ": grid dimension ", i, " is ", b.grid[i]));
-      }
-    }
-    if (b.shared_bytes < 0 || b.shared_bytes > target.max_shared_per_block) {
-      return reject(absl::StrCat(b.name_expression, ": ", b.shared_bytes,
-                                 " bytes of dynamic shared memory"));
-    }
-  }
+  KTUNE_ASSIGN_OR_RETURN(std::string grid_why, BindGrids(t, launches, scope, target, &inst));
+  if (!grid_why.empty()) return reject(std::move(grid_why));
 
   KTUNE_ASSIGN_OR_RETURN(std::string why, BindArgs(t, dtype, scope, &inst));
   if (!why.empty()) return reject(std::move(why));

@@ -225,6 +225,67 @@ absl::StatusOr<TuningSpec> LoadTuningSpec(const std::string& path) {
   return ParseTuningSpec(*text, path);
 }
 
+// Entry `i` of `spec` against its template: every dim known and present with its values in
+// the manifest's bounds, every dtype supported, and the template's own request check on the
+// entry's extreme shapes. kInvalidArgument "FILE:LINE: entries[i].field: reason".
+absl::Status CheckEntryAgainst(const KernelTemplate& tmpl, const TuningSpec& spec,
+                               const SpecEntry& e, size_t i) {
+  const v1::TemplateManifest& m = tmpl.manifest();
+
+  // Dims first, each against the manifest, so the message points at the dim's line.
+  std::set<std::string> manifest_dims;
+  for (const v1::Dim& d : m.dims()) manifest_dims.insert(d.name());
+  for (const SpecDim& d : e.dims) {
+    if (!manifest_dims.count(d.name)) {
+      return KeyError(spec, e, i, "dims",
+                      absl::StrCat("unknown dim '", d.name, "'; template ", e.template_name,
+                                   " has ", absl::StrJoin(manifest_dims, ", ")),
+                      d.line);
+    }
+  }
+  for (const v1::Dim& md : m.dims()) {
+    auto it = std::find_if(e.dims.begin(), e.dims.end(),
+                           [&](const SpecDim& d) { return d.name == md.name(); });
+    if (it == e.dims.end()) {
+      return KeyError(spec, e, i, "dims",
+                      absl::StrCat("missing dim '", md.name(), "' of template ", e.template_name));
+    }
+    const int64_t max = md.max() != 0 ? md.max() : std::numeric_limits<int32_t>::max();
+    for (int64_t v : it->values) {
+      if (v < md.min() || v > max) {
+        return KeyError(spec, e, i, "dims",
+                        absl::StrCat("dim '", md.name(), "' = ", v, " is outside [", md.min(), ", ",
+                                     max, "] of template ", e.template_name),
+                        it->line);
+      }
+    }
+  }
+  for (DType t : e.dtypes) {
+    if (!tmpl.SupportsDType(t)) {
+      return KeyError(spec, e, i, "dtypes",
+                      absl::StrCat("template ", e.template_name, " has no dtype ", DTypeName(t),
+                                   "; it has ", absl::StrJoin(m.dtypes(), ", ")));
+    }
+  }
+  // The template's own check too, so a spec never lets through what a request would not.
+  // Its rules bound each dim on its own, so the shapes of every dim's smallest and of
+  // every dim's largest value stand for all the keys (checked here once, not per key).
+  Shape lowest, highest;
+  for (const SpecDim& d : e.dims) {
+    const auto [lo, hi] = std::minmax_element(d.values.begin(), d.values.end());
+    lowest[d.name] = *lo;
+    highest[d.name] = *hi;
+  }
+  for (DType t : e.dtypes) {
+    for (const Shape* shape : {&lowest, &highest}) {
+      if (absl::Status s = ValidateRequest(tmpl, t, *shape); !s.ok()) {
+        return KeyError(spec, e, i, "dims", s.message());
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<SpecKey>> ExpandTuningSpec(const TuningSpec& spec,
                                                       const TemplateRegistry& registry) {
   std::vector<SpecKey> keys;
@@ -233,59 +294,7 @@ absl::StatusOr<std::vector<SpecKey>> ExpandTuningSpec(const TuningSpec& spec,
     const SpecEntry& e = spec.entries[i];
     absl::StatusOr<std::shared_ptr<const KernelTemplate>> tmpl = registry.Get(e.template_name);
     if (!tmpl.ok()) return KeyError(spec, e, i, "template", tmpl.status().message());
-    const v1::TemplateManifest& m = (*tmpl)->manifest();
-
-    // Dims first, each against the manifest, so the message points at the dim's line.
-    std::set<std::string> manifest_dims;
-    for (const v1::Dim& d : m.dims()) manifest_dims.insert(d.name());
-    for (const SpecDim& d : e.dims) {
-      if (!manifest_dims.count(d.name)) {
-        return KeyError(spec, e, i, "dims",
-                        absl::StrCat("unknown dim '", d.name, "'; template ", e.template_name,
-                                     " has ", absl::StrJoin(manifest_dims, ", ")),
-                        d.line);
-      }
-    }
-    for (const v1::Dim& md : m.dims()) {
-      auto it = std::find_if(e.dims.begin(), e.dims.end(),
-                             [&](const SpecDim& d) { return d.name == md.name(); });
-      if (it == e.dims.end()) {
-        return KeyError(spec, e, i, "dims",
-                        absl::StrCat("missing dim '", md.name(), "' of template ", e.template_name));
-      }
-      const int64_t max = md.max() != 0 ? md.max() : std::numeric_limits<int32_t>::max();
-      for (int64_t v : it->values) {
-        if (v < md.min() || v > max) {
-          return KeyError(spec, e, i, "dims",
-                          absl::StrCat("dim '", md.name(), "' = ", v, " is outside [", md.min(),
-                                       ", ", max, "] of template ", e.template_name),
-                          it->line);
-        }
-      }
-    }
-    for (DType t : e.dtypes) {
-      if (!(*tmpl)->SupportsDType(t)) {
-        return KeyError(spec, e, i, "dtypes",
-                        absl::StrCat("template ", e.template_name, " has no dtype ", DTypeName(t),
-                                     "; it has ", absl::StrJoin(m.dtypes(), ", ")));
-      }
-    }
-    // The template's own check too, so a spec never lets through what a request would not.
-    // Its rules bound each dim on its own, so the shapes of every dim's smallest and of
-    // every dim's largest value stand for all the keys (checked here once, not per key).
-    Shape lowest, highest;
-    for (const SpecDim& d : e.dims) {
-      const auto [lo, hi] = std::minmax_element(d.values.begin(), d.values.end());
-      lowest[d.name] = *lo;
-      highest[d.name] = *hi;
-    }
-    for (DType t : e.dtypes) {
-      for (const Shape* shape : {&lowest, &highest}) {
-        if (absl::Status s = ValidateRequest(**tmpl, t, *shape); !s.ok()) {
-          return KeyError(spec, e, i, "dims", s.message());
-        }
-      }
-    }
+    if (absl::Status s = CheckEntryAgainst(**tmpl, spec, e, i); !s.ok()) return s;
 
     // The cross product, first dim slowest: an odometer over the dims' value indices.
     int64_t count = 1;
