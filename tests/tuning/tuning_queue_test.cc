@@ -55,8 +55,11 @@ class TuningQueueTest : public ::testing::Test {
                                 store_.get()}},
         64, nullptr, std::move(models));
   }
+  // Bounded, so a job that never reaches the gate fails the test instead of hanging it.
   void WaitUntilStarted() {
-    while (!started_) absl::SleepFor(absl::Milliseconds(1));
+    absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (!started_ && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_TRUE(started_) << "no measurement reached the gate in 20 s";
   }
   // Two jobs asking for GPU 0: n=1000, running once GPU 0 measures (held by GateTheGpu), then
   // n=2000 queued behind it. Null on an error (reported).
@@ -70,6 +73,21 @@ class TuningQueueTest : public ::testing::Test {
     absl::StatusOr<std::shared_ptr<TuningJob>> b = queue_->Submit(second, 0);
     EXPECT_TRUE(b.ok()) << b.status();
     return {*a, b.ok() ? *b : nullptr};
+  }
+  // Both GPUs of a two-GPU queue: whichever measures first holds every measurement until
+  // gate_ is notified (job n=1000 stays running wherever it landed: GPU 1, idle, may take it
+  // before GPU 0 does); the other answers at once. `held_` says which GPU holds.
+  void GateWhicheverGpuMeasuresFirst() {
+    for (testing::FakeGpu* self : {&gpu_, &other_gpu_}) {
+      self->script = [this, self](const std::string&) {
+        testing::FakeGpu* none = nullptr;
+        held_.compare_exchange_strong(none, self);
+        if (held_.load() != self) return OkMeasurement(900);
+        started_ = true;
+        gate_.WaitForNotification();
+        return OkMeasurement(1000);
+      };
+    }
   }
   // A script that holds every measurement until gate_ is notified.
   void GateTheGpu() {
@@ -89,6 +107,7 @@ class TuningQueueTest : public ::testing::Test {
   TuneRequest request_;
   absl::Notification gate_;
   std::atomic<bool> started_{false};
+  std::atomic<testing::FakeGpu*> held_{nullptr};
   std::unique_ptr<TuningQueue> queue_;
 };
 
@@ -193,16 +212,17 @@ TEST_F(TuningQueueTest, DifferentKeysRunOneAfterAnother) {
   EXPECT_LE(ra.entry.created_unix_ms, rb.entry.created_unix_ms);
 }
 
-// Two GPUs of one device model: while GPU 0 is busy, GPU 1 takes the job waiting for it.
+// Two GPUs of one device model: while one is busy, the other takes the job waiting for it
+// (both jobs ask for GPU 0; the first may already have been taken by GPU 1).
 TEST_F(TuningQueueTest, AnIdleGpuOfTheSameModelTakesTheJobWaitingForAnother) {
-  GateTheGpu();
-  other_gpu_.script = [](const std::string&) { return OkMeasurement(900); };
+  GateWhicheverGpuMeasuresFirst();
   StartTwoGpuQueue({"m", "m"});
   auto [a, b] = TwoJobsForGpu0();
   ASSERT_TRUE(a && b);
   ASSERT_OK_AND_ASSIGN(TuneResult rb, b->Wait(absl::Now() + absl::Seconds(20)));
   EXPECT_EQ(rb.entry.key.shape, "n=2000");
-  EXPECT_GT(other_gpu_.measures, 0);
+  testing::FakeGpu* free_gpu = held_.load() == &gpu_ ? &other_gpu_ : &gpu_;
+  EXPECT_GT(free_gpu->measures, 0);
   Release();
   EXPECT_OK(a->Wait().status());
 }
