@@ -171,7 +171,7 @@ TEST_F(TuningQueueTest, FullQueueIsResourceExhausted) {
   GateTheGpu();
   StartQueue(1);
   ASSERT_OK_AND_ASSIGN(auto running, queue_->Submit(request_, 0));
-  while (!started_) absl::SleepFor(absl::Milliseconds(1));  // running, so not queued
+  WaitUntilStarted();  // running, so not queued
   TuneRequest second = request_;
   second.shape = {{"n", 2000}};
   ASSERT_OK_AND_ASSIGN(auto queued, queue_->Submit(second, 0));
@@ -281,7 +281,7 @@ TEST_F(TuningQueueTest, ShutdownCancelsAndLeavesTheJobResumable) {
   TuneRequest second = request_;
   second.shape = {{"n", 2000}};
   ASSERT_OK_AND_ASSIGN(auto queued, queue_->Submit(second, 0));
-  while (!started_) absl::SleepFor(absl::Milliseconds(1));
+  WaitUntilStarted();
   queue_->Shutdown();
   EXPECT_THAT(running->Wait(), StatusIs(absl::StatusCode::kCancelled, HasSubstr("after")));
   EXPECT_THAT(queued->Wait(), StatusIs(absl::StatusCode::kCancelled, HasSubstr("shutting down")));
