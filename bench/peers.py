@@ -138,6 +138,11 @@ CEIL_GOAL = 0.95              # fraction of the copy ceiling at prefill shapes
 GEMV_GOAL_US = 12.0           # gemv N=4096 K=4096 batch 1
 DEFAULT_ROWS = (1, 16, 256, 4096, 16384)
 QUICK_ROWS = (1, 4096)
+# --sizes odd|both: each row length (hidden, cols, inter, n) plus these. +1 is odd and +2 even
+# but no multiple of 4, so every row after the first starts mid-vector for every dtype (the
+# templates' edge paths).
+ODD_OFFSETS = (1, 2)
+ODD_GOAL = 0.90               # an odd length's GB/s over its aligned neighbour's (same rows)
 # gemm: Llama-3-8B's projections (n x k, nn.Linear's out x in features) at these m.
 GEMM_PROJS = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
               "down": (4096, 14336), "lm_head": (128256, 4096)}
@@ -178,6 +183,7 @@ class Op:
     name = ""
     template = ""
     scalars = {}
+    row_dim = None  # the dim that is a row's length: --sizes varies it
     atol, rtol = 1e-5, 1.6e-2  # the manifests' bf16 tolerance: about two bf16 ulps
     peers = ("eager", "compile")
 
@@ -192,6 +198,10 @@ class Op:
     def key_dtypes(self, args):
         """The dtypes the op runs at: --dtype's unless the op has its own (gemm)."""
         return [args.dtype]
+
+    def shape_for(self, s, dtype):
+        """The shape at this dtype (softmax's out_bytes is the dtype's size)."""
+        return s
 
     def tolerance(self, s, dtype):
         """(atol, rtol) of the check at this shape and dtype."""
@@ -282,6 +292,7 @@ class RowNorm(Op):
     """What the norms share: [tokens, hidden] rows at hidden 4096 and 8192 (plus the dims in
     `extra_dims`), one output `out`, a Triton peer."""
     extra_dims = {}
+    row_dim = "hidden"
     peers = ("eager", "compile", "triton")
 
     def shapes(self, rows):
@@ -376,6 +387,7 @@ class LayerNorm(RowNorm):
 class SiluAndMul(Op):
     name = template = "silu_and_mul"
     peers = ("eager", "compile")
+    row_dim = "inter"
 
     def shapes(self, rows):
         return [{"tokens": r, "inter": 14336} for r in rows]
@@ -577,9 +589,13 @@ class Softmax(Op):
     name = template = "softmax"
     atol = 1e-12  # the manifest's bf16 atol: probabilities are tiny, never near 0 by cancelling
     peers = ("eager", "compile", "triton")
+    row_dim = "cols"
 
     def shapes(self, rows):
         return [{"rows": r, "cols": c, "out_bytes": 2} for c in (32000, 128256) for r in rows]
+
+    def shape_for(self, s, dtype):
+        return {**s, "out_bytes": DTYPE_BYTES[dtype]}
 
     def label(self, s):
         return f"{s['rows']}x{s['cols']}"
@@ -678,12 +694,14 @@ class Elementwise(Op):
     # 2^-9 * 1.25 (+ the same for the sum) where ktune and torch.compile round once.
     atol = 1e-2
     peers = ("eager", "compile")
+    row_dim = "n"
 
     def shapes(self, rows):
         return [{"n": r * 8192} for r in rows]
 
     def label(self, s):
-        return f"n={s['n'] // 8192}*8192"
+        extra = s["n"] % 8192
+        return f"n={s['n'] // 8192}*8192" + (f"+{extra}" if extra else "")
 
     def rows(self, s):
         return s["n"] // 8192
@@ -1368,6 +1386,7 @@ def md(text, limit=400):
 
 def write_outputs(out_dir, meta, records, ops):
     os.makedirs(out_dir, exist_ok=True)
+    odd_size_goals(records)
     with open(os.path.join(out_dir, "peers.json"), "w") as f:
         json.dump({"meta": meta, "results": records}, f, indent=1, default=str)
     lines = [f"# ktune vs peers ({meta.get('dtype')}, {meta.get('device', '?')})", ""]
@@ -1381,7 +1400,9 @@ def write_outputs(out_dir, meta, records, ops):
               ". speed-up = best correct peer's time / ktune's. Goals: ceil = ktune >= "
               f"{CEIL_GOAL:.0%} of the copy ceiling at prefill shapes (rows >= {PREFILL_ROWS}); "
               "peer = ktune no slower than the best peer; 12us = gemv 4096x4096 batch 1 under "
-              f"{GEMV_GOAL_US:g} us. FAIL mismatch: outside atol + rtol * |ref| against torch in "
+              f"{GEMV_GOAL_US:g} us; odd = at a row length no multiple of 8 (--sizes both), "
+              f"ktune's GB/s >= {ODD_GOAL:.0%} of its GB/s at the aligned length beside it. "
+              "FAIL mismatch: outside atol + rtol * |ref| against torch in "
               "fp32 (details in the notes)." +
               (f" gemm: TFLOP/s = 2 m n k / time; its peer goal is a ratio to cuBLAS "
                f"(speed-up >= the key's: bf16 1.25x at m <= 128 on qkv and o, 1.0x at m <= "
@@ -1711,10 +1732,15 @@ def parse_args(argv):
                    help=f"time decode keys (gemm m <= {GRAPH_DECODE_M}) as CUDA-graph replays, "
                         "ktune's launches and the peer's call each captured once (default on)")
     p.add_argument("--only", default=None,
-                   help="keep only the shapes with these dims, e.g. cols=128256 or batch=8")
+                   help="keep only the shapes with these dims, e.g. cols=128256 or batch=8 "
+                        "(an op without the dim keeps its shapes)")
     p.add_argument("--quick", action="store_true",
                    help=f"rows {','.join(map(str, QUICK_ROWS))} and the first shape variant only")
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "f16"])
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
+    p.add_argument("--sizes", default="aligned", choices=["aligned", "odd", "both"],
+                   help="row lengths: as listed (multiples of 8), each plus "
+                        f"{' and '.join(map(str, ODD_OFFSETS))} (odd), or both side by side "
+                        f"(adds the goal odd: >= {ODD_GOAL:.0%} of the aligned GB/s)")
     p.add_argument("--peers", default=",".join(ALL_PEERS), help="which peers to time")
     p.add_argument("--budget", type=int, default=32,
                    help="candidates measured per key, drawn at random (0: exhaustive)")
@@ -1790,13 +1816,54 @@ def selected_shapes(op, args):
         shapes = op.shapes(args.rows)
         if args.quick:  # the first variant (hidden 4096, vocab 32000, ...) at the quick rows
             shapes = [s for s in shapes if op.variant(s) == op.variant(shapes[0])]
-    return [s for s in shapes if all(s.get(k) == v for k, v in args.only.items())]
+    # A dim the op does not have filters none of its shapes (--only hidden=4096,cols=32000
+    # cuts the norms and softmax at once).
+    shapes = [s for s in shapes if all(s.get(k, v) == v for k, v in args.only.items())]
+    return with_sizes(op, shapes, args.sizes)
+
+
+def with_sizes(op, shapes, sizes):
+    """--sizes: each shape as it is (aligned), its row length plus each of ODD_OFFSETS (odd),
+    or both, each aligned shape followed by its odd neighbours."""
+    if op.row_dim is None or sizes == "aligned":
+        return shapes
+    out = []
+    for s in shapes:
+        if sizes == "both":
+            out.append(s)
+        out += [{**s, op.row_dim: s[op.row_dim] + k} for k in ODD_OFFSETS]
+    return out
 
 
 def selected_keys(op, args):
     """[(dtype, shape)] in run order: each of the op's dtypes in turn, its shapes within."""
     shapes = selected_shapes(op, args)
-    return [(d, s) for d in op.key_dtypes(args) for s in shapes]
+    return [(d, op.shape_for(s, d)) for d in op.key_dtypes(args) for s in shapes]
+
+
+def odd_size_goals(records):
+    """The `odd` goal of every odd-length record whose aligned neighbour (its row length less
+    one of ODD_OFFSETS, a multiple of 8; the same dtype and other dims) also ran: ktune's GB/s
+    there >= ODD_GOAL of the neighbour's. Sets rec["odd_vs_aligned"] and the goal."""
+    by_key = {(r["op"], r.get("dtype"), json.dumps(r["shape"], sort_keys=True)): r
+              for r in records}
+    for r in records:
+        op = OPS.get(r["op"])
+        dim = op.row_dim if op else None
+        if dim is None or r["shape"][dim] % 8 == 0:
+            continue
+        for k in ODD_OFFSETS:
+            length = r["shape"][dim] - k
+            base = by_key.get((r["op"], r.get("dtype"),
+                               json.dumps({**r["shape"], dim: length}, sort_keys=True)))
+            if length % 8 or base is None:
+                continue
+            if ok_time(r["ktune"]) and ok_time(base["ktune"]):
+                ratio = r["ktune"]["gbps"] / base["ktune"]["gbps"]
+                r["odd_vs_aligned"] = ratio
+                r.setdefault("goals", {})["odd"] = \
+                    "ok" if ratio >= ODD_GOAL else f"MISS ({ratio:.2f}x of {dim}={length})"
+            break
 
 
 def versions():

@@ -73,9 +73,11 @@ __device__ __forceinline__ void AddRowVectors(const T* __restrict__ x_row, T* __
 ///                  where it is used; 1: this thread's C weight vectors are loaded before x
 ///                  and residual, so all three loads' latencies overlap (C more vectors of
 ///                  registers). 1 only with CACHE > 0.
-/// REQUIRES: hidden % VEC == 0; x, residual, weight, out aligned to VEC * sizeof(T) bytes;
-/// no two of x, residual, weight, out overlap (__restrict__); 1 <= hidden.
-template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W>
+///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden
+///                  (ktune/edges.cuh; weight read shifted).
+/// REQUIRES: hidden % VEC == 0 unless EDGE; x, residual, weight, out aligned to VEC *
+/// sizeof(T) bytes; no two of x, residual, weight, out overlap (__restrict__); 1 <= hidden.
+template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE>
 __global__ void KTUNE_LAUNCH_BOUNDS
     add_rmsnorm_kernel(const T* __restrict__ x, T* __restrict__ residual,
                        const T* __restrict__ weight, T* __restrict__ out, int tokens,
@@ -89,20 +91,36 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   if (row >= tokens) return;
 
   const long long row_start = row * hidden;
-  const T* __restrict__ x_row = x + row_start;
-  T* __restrict__ res_row = residual + row_start;
-  T* __restrict__ out_row = out + row_start;
-  const int num_vec = hidden / VEC;
+  // The vectors start `head` elements into the row (and into weight, where that is not
+  // aligned: EDGE reads it shifted).
+  const ktune::RowEdges<VEC, EDGE> edges(row_start, hidden);
+  const T* __restrict__ x_row = x + row_start + edges.head;
+  T* __restrict__ res_row = residual + row_start + edges.head;
+  T* __restrict__ out_row = out + row_start + edges.head;
+  const T* __restrict__ w_row = weight + edges.head;
+  const int num_vec = edges.num_vec;
+  // This thread's edge element of r = x + residual, rounded and stored like the vectors'.
+  float re = 0.f;
+  if constexpr (EDGE) {
+    if (edges.Has(t)) {
+      const long long i = row_start + edges.Column(t);
+      const T r = ktune::FromFloat<T>(ktune::ToFloat(x[i]) + ktune::ToFloat(residual[i]));
+      residual[i] = r;
+      re = ktune::ToFloat(r);
+    }
+  }
 
   float sumsq = 0.f;
+  float inv_rms;
   if constexpr (CACHE > 0) {
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c.
-    const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T> w(weight, t, num_vec);
+    const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE> w(w_row, t, num_vec);
     sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
+    if constexpr (EDGE) sumsq = fmaf(re, re, sumsq);
     Vec cache[CACHE];
     ktune_add_rmsnorm::AddRowVectors<CACHE, kThreadsPerRow>(x_row, res_row, t, num_vec, cache,
                                                             &sumsq);
-    const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+    inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
     ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
   } else {
     // Per thread: chunks of kU vectors (all 2 * kU loads of a chunk in flight), then the
@@ -110,8 +128,9 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     // in the first, so program order makes the new residual visible without a barrier.
     constexpr int kU = ktune_add_rmsnorm::kUncachedUnroll;
     constexpr int kChunk = kThreadsPerRow * kU;
-    using Weights = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T>;
-    using TailWeights = ktune::RowVectors<0, kU - 1, kThreadsPerRow, VEC, T>;
+    using Weights = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T, EDGE>;
+    using TailWeights = ktune::RowVectors<0, kU - 1, kThreadsPerRow, VEC, T, EDGE>;
+    if constexpr (EDGE) sumsq = re * re;
     int v = t;
 #pragma unroll 1
     for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
@@ -124,7 +143,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       ktune_add_rmsnorm::AddRowVectors<kU - 1, kThreadsPerRow>(x_row, res_row, v, num_vec, r,
                                                                &sumsq);
     }
-    const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+    inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
     v = t;
 #pragma unroll 1
     for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
@@ -133,12 +152,18 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       for (int u = 0; u < kU; ++u) {
         r[u] = ktune::LoadVector<VEC>(res_row + (v + u * kThreadsPerRow) * VEC);
       }
-      ktune::ScaleRowVectors(r, Weights(weight, v, num_vec), out_row, v, num_vec, inv_rms);
+      ktune::ScaleRowVectors(r, Weights(w_row, v, num_vec), out_row, v, num_vec, inv_rms);
     }
     if (v < num_vec) {
       Vec r[kU - 1];
       ktune::LoadRowVectors<kU - 1, kThreadsPerRow>(res_row, v, num_vec, r);
-      ktune::ScaleRowVectors(r, TailWeights(weight, v, num_vec), out_row, v, num_vec, inv_rms);
+      ktune::ScaleRowVectors(r, TailWeights(w_row, v, num_vec), out_row, v, num_vec, inv_rms);
+    }
+  }
+  if constexpr (EDGE) {
+    if (edges.Has(t)) {
+      const int col = edges.Column(t);
+      out[row_start + col] = ktune::FromFloat<T>(re * inv_rms * ktune::ToFloat(weight[col]));
     }
   }
 }

@@ -38,11 +38,11 @@ __device__ __forceinline__ float AddSquaredDeviations(const ktune::AlignedVector
 
 // out = (x - mean) * inv_std * w (+ b), elementwise, in this order (the reference's), for
 // the vector u of weight and bias (the bias read only when has_bias).
-template <int PREFETCH, int N, int STRIDE, int VEC, typename T>
+template <int PREFETCH, int N, int STRIDE, int VEC, typename T, int SHIFTED>
 __device__ __forceinline__ ktune::AlignedVector<T, VEC> Normalize(
     const ktune::AlignedVector<T, VEC>& xv,
-    const ktune::RowVectors<PREFETCH, N, STRIDE, VEC, T>& weight,
-    const ktune::RowVectors<PREFETCH, N, STRIDE, VEC, T>& bias, int u, int has_bias,
+    const ktune::RowVectors<PREFETCH, N, STRIDE, VEC, T, SHIFTED>& weight,
+    const ktune::RowVectors<PREFETCH, N, STRIDE, VEC, T, SHIFTED>& bias, int u, int has_bias,
     float mean, float inv_std) {
   float xf[VEC];
   float wf[VEC];
@@ -76,10 +76,12 @@ __device__ __forceinline__ ktune::AlignedVector<T, VEC> Normalize(
 ///                  bias vectors when has_bias) are loaded together with x, before the
 ///                  reductions, so the loads' latencies overlap (C or 2C more vectors of
 ///                  registers). 1 only with CACHE > 0.
+///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden
+///                  (ktune/edges.cuh; weight and bias read shifted).
 /// has_bias: 0 or 1, the same for the whole launch (bias is not read when 0).
-/// REQUIRES: hidden % VEC == 0; x, weight, bias, out aligned to VEC * sizeof(T) bytes; out
-/// overlaps none of the inputs (__restrict__); 1 <= hidden.
-template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W>
+/// REQUIRES: hidden % VEC == 0 unless EDGE; x, weight, bias, out aligned to VEC * sizeof(T)
+/// bytes; out overlaps none of the inputs (__restrict__); 1 <= hidden.
+template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE>
 __global__ void KTUNE_LAUNCH_BOUNDS
     layernorm_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                      const T* __restrict__ bias, T* __restrict__ out, int tokens, int hidden,
@@ -93,25 +95,35 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   if (row >= tokens) return;
 
   const long long row_start = row * hidden;
-  const T* __restrict__ x_row = x + row_start;
-  T* __restrict__ out_row = out + row_start;
-  const int num_vec = hidden / VEC;
+  // The vectors start `head` elements into the row (and into weight and bias, where that is
+  // not aligned: EDGE reads them shifted).
+  const ktune::RowEdges<VEC, EDGE> edges(row_start, hidden);
+  const T* __restrict__ x_row = x + row_start + edges.head;
+  T* __restrict__ out_row = out + row_start + edges.head;
+  const T* __restrict__ w_row = weight + edges.head;
+  const T* __restrict__ b_row = bias + edges.head;
+  const int num_vec = edges.num_vec;
   const float inv_hidden = 1.f / hidden;
+  const float xe = ktune::EdgeElement(edges, x + row_start, t);
 
+  float mean;
+  float inv_std;
   if constexpr (CACHE > 0) {
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c. All C
     // loads are issued before any is used; vectors past the row are zeros and skipped.
-    using Affine = ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T>;
-    const Affine w(weight, t, num_vec);
-    const Affine b(bias, t, num_vec, has_bias);
+    using Affine = ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE>;
+    const Affine w(w_row, t, num_vec);
+    const Affine b(b_row, t, num_vec, has_bias);
     Vec cache[CACHE];
     ktune::LoadRowVectors<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
     // Exactly 0.f (see RowVectors::ZeroAfterLoads): orders the prefetches with x's loads.
     float sum = w.ZeroAfterLoads(num_vec >> 31) + b.ZeroAfterLoads(num_vec >> 31);
+    if constexpr (EDGE) sum += xe;
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) sum = ktune_layernorm::AddSum(cache[c], sum);
-    const float mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
+    mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
     float sq = 0.f;
+    if (edges.Has(t)) sq = (xe - mean) * (xe - mean);
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
       if (t + c * kThreadsPerRow < num_vec) {
@@ -119,7 +131,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       }
     }
     if constexpr (!ROWS_PER_WARP) __syncthreads();  // BlockReduceSum's slots are reused
-    const float inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
+    inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
       const int idx = t + c * kThreadsPerRow;
@@ -134,8 +146,8 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     // this variant is for rows longer than any cache, where the checks are noise).
     constexpr int kU = ktune_layernorm::kUncachedUnroll;
     constexpr int kChunk = kThreadsPerRow * kU;
-    using Affine = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T>;
-    float sum = 0.f;
+    using Affine = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T, EDGE>;
+    float sum = EDGE ? xe : 0.f;
 #pragma unroll 1
     for (int v = t; v < num_vec; v += kChunk) {
       Vec xv[kU];
@@ -143,8 +155,9 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 #pragma unroll
       for (int u = 0; u < kU; ++u) sum = ktune_layernorm::AddSum(xv[u], sum);
     }
-    const float mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
+    mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
     float sq = 0.f;
+    if (edges.Has(t)) sq = (xe - mean) * (xe - mean);
 #pragma unroll 1
     for (int v = t; v < num_vec; v += kChunk) {
       Vec xv[kU];
@@ -157,13 +170,13 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       }
     }
     if constexpr (!ROWS_PER_WARP) __syncthreads();  // BlockReduceSum's slots are reused
-    const float inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
+    inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
 #pragma unroll 1
     for (int v = t; v < num_vec; v += kChunk) {
       Vec xv[kU];
       ktune::LoadRowVectors<kU, kThreadsPerRow>(x_row, v, num_vec, xv);
-      const Affine w(weight, v, num_vec);
-      const Affine b(bias, v, num_vec);
+      const Affine w(w_row, v, num_vec);
+      const Affine b(b_row, v, num_vec);
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int idx = v + u * kThreadsPerRow;
@@ -173,6 +186,14 @@ __global__ void KTUNE_LAUNCH_BOUNDS
                                                              inv_std));
         }
       }
+    }
+  }
+  if constexpr (EDGE) {
+    if (edges.Has(t)) {
+      const int col = edges.Column(t);
+      float o = (xe - mean) * inv_std * ktune::ToFloat(weight[col]);
+      if (has_bias) o += ktune::ToFloat(bias[col]);
+      out[row_start + col] = ktune::FromFloat<T>(o);
     }
   }
 }

@@ -27,10 +27,13 @@ static_assert(kUncachedUnroll >= 2, "kUncachedUnroll must be at least 2 (the tai
 ///                  where it is used; 1: this thread's C weight vectors are loaded together
 ///                  with x, before the reduction, so the two loads' latencies overlap (C more
 ///                  vectors of registers). 1 only with CACHE > 0.
-/// REQUIRES: hidden % VEC == 0 (so every row start is VEC-aligned); x, weight, out aligned to
-/// VEC * sizeof(T) bytes (cudaMalloc gives 256); out does not overlap x or weight
-/// (__restrict__); 1 <= hidden; tokens * hidden elements in x and out.
-template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W>
+///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden, the
+///                  row's unaligned head and tail elements one per thread beside the vectors,
+///                  weight read shifted (ktune/edges.cuh).
+/// REQUIRES: hidden % VEC == 0 unless EDGE; x, weight, out aligned to VEC * sizeof(T) bytes
+/// (cudaMalloc gives 256); out does not overlap x or weight (__restrict__); 1 <= hidden;
+/// tokens * hidden elements in x and out.
+template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE>
 __global__ void KTUNE_LAUNCH_BOUNDS
     rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out,
                    int tokens, int hidden, float eps) {
@@ -43,26 +46,34 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   if (row >= tokens) return;
 
   const long long row_start = row * hidden;
-  const T* __restrict__ x_row = x + row_start;
-  T* __restrict__ out_row = out + row_start;
-  const int num_vec = hidden / VEC;
+  // The vectors start `head` elements into the row (and into weight, where that is not
+  // aligned: EDGE reads it shifted).
+  const ktune::RowEdges<VEC, EDGE> edges(row_start, hidden);
+  const T* __restrict__ x_row = x + row_start + edges.head;
+  T* __restrict__ out_row = out + row_start + edges.head;
+  const T* __restrict__ w_row = weight + edges.head;
+  const int num_vec = edges.num_vec;
+  const float xe = ktune::EdgeElement(edges, x + row_start, t);
 
   float sumsq = 0.f;
+  float inv_rms;
   if constexpr (CACHE > 0) {
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c.
-    const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T> w(weight, t, num_vec);
+    const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE> w(w_row, t, num_vec);
     Vec cache[CACHE];
     ktune::LoadRowVectors<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
     sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
+    if constexpr (EDGE) sumsq = fmaf(xe, xe, sumsq);
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) sumsq = ktune::SumOfSquares(cache[c], sumsq);
-    const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+    inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
     ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
   } else {
     // Per thread: chunks of kU vectors with no bounds checks while a whole chunk is in the
     // row, then the fewer than kU left, all loads of a chunk in flight at once.
     constexpr int kU = ktune_rmsnorm::kUncachedUnroll;
     constexpr int kChunk = kThreadsPerRow * kU;
+    if constexpr (EDGE) sumsq = xe * xe;
     int v = t;
 #pragma unroll 1
     for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
@@ -80,7 +91,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 #pragma unroll
       for (int u = 0; u < kU - 1; ++u) sumsq = ktune::SumOfSquares(xv[u], sumsq);
     }
-    const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+    inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
     v = t;
 #pragma unroll 1
     for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
@@ -89,7 +100,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         xv[u] = ktune::LoadVector<VEC>(x_row + (v + u * kThreadsPerRow) * VEC);
-        wv[u] = ktune::LoadVector<VEC>(weight + (v + u * kThreadsPerRow) * VEC);
+        wv[u] = ktune::LoadVectorAt<VEC, EDGE>(w_row + (v + u * kThreadsPerRow) * VEC);
       }
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
@@ -100,9 +111,15 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     if (v < num_vec) {
       Vec xv[kU - 1];
       ktune::LoadRowVectors<kU - 1, kThreadsPerRow>(x_row, v, num_vec, xv);
-      ktune::ScaleRowVectors(xv, ktune::RowVectors<0, kU - 1, kThreadsPerRow, VEC, T>(
-                                     weight, v, num_vec),
+      ktune::ScaleRowVectors(xv, ktune::RowVectors<0, kU - 1, kThreadsPerRow, VEC, T, EDGE>(
+                                     w_row, v, num_vec),
                              out_row, v, num_vec, inv_rms);
+    }
+  }
+  if constexpr (EDGE) {
+    if (edges.Has(t)) {
+      const int col = edges.Column(t);
+      out[row_start + col] = ktune::FromFloat<T>(xe * inv_rms * ktune::ToFloat(weight[col]));
     }
   }
 }

@@ -5,6 +5,7 @@
 //
 // Device code only, compiled by NVRTC with -DKTUNE_MAX_THREADS=... -DKTUNE_MIN_BLOCKS=...
 #include "ktune/common.cuh"
+#include "ktune/edges.cuh"
 
 namespace ktune_silu_and_mul {
 
@@ -32,8 +33,9 @@ __device__ __forceinline__ ktune::AlignedVector<T, VEC> SiluMulVector(
 // One tile: output vectors first + u * BLOCK (u < UNROLL) of one row, those below num_vec.
 // All 2 * UNROLL loads are issued before the first use, so each thread keeps
 // 2 * UNROLL * VEC * sizeof(T) bytes in flight. A whole tile (every tile but a row's last
-// when BLOCK * UNROLL does not divide num_vec) takes no bounds checks.
-template <int BLOCK, int VEC, int UNROLL, typename T>
+// when BLOCK * UNROLL does not divide num_vec) takes no bounds checks. SHIFTED: gate and up
+// are read with LoadShiftedVector (x_row need not be VEC-aligned).
+template <int BLOCK, int VEC, int UNROLL, int SHIFTED, typename T>
 __device__ __forceinline__ void Tile(const T* __restrict__ x_row, T* __restrict__ out_row,
                                      int first, int num_vec, int inter) {
   using Vec = ktune::AlignedVector<T, VEC>;
@@ -44,8 +46,8 @@ __device__ __forceinline__ void Tile(const T* __restrict__ x_row, T* __restrict_
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int idx = (first + u * BLOCK) * VEC;
-      gate[u] = ktune::LoadVector<VEC>(x_row + idx);
-      up[u] = ktune::LoadVector<VEC>(x_row + inter + idx);
+      gate[u] = ktune::LoadVectorAt<VEC, SHIFTED>(x_row + idx);
+      up[u] = ktune::LoadVectorAt<VEC, SHIFTED>(x_row + inter + idx);
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
@@ -55,13 +57,35 @@ __device__ __forceinline__ void Tile(const T* __restrict__ x_row, T* __restrict_
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int v = first + u * BLOCK;
-      gate[u] = v < num_vec ? ktune::LoadVector<VEC>(x_row + v * VEC) : Vec{};
-      up[u] = v < num_vec ? ktune::LoadVector<VEC>(x_row + inter + v * VEC) : Vec{};
+      gate[u] = v < num_vec ? ktune::LoadVectorAt<VEC, SHIFTED>(x_row + v * VEC) : Vec{};
+      up[u] = v < num_vec ? ktune::LoadVectorAt<VEC, SHIFTED>(x_row + inter + v * VEC) : Vec{};
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int v = first + u * BLOCK;
       if (v < num_vec) ktune::StoreVector<VEC>(out_row + v * VEC, SiluMulVector(gate[u], up[u]));
+    }
+  }
+}
+
+// One row's tile `tile`: its vectors (Tile), and with tile 0 the row's edge elements
+// (ktune/edges.cuh). The vectors are cut in out's frame, so stores stay aligned; gate and
+// up start `inter` elements apart, so with EDGE at least one of them is read shifted (both
+// are, which costs no DRAM bytes: the second aligned load is the neighbour's first).
+template <int BLOCK, int VEC, int UNROLL, int EDGE, typename T>
+__device__ __forceinline__ void RowTile(const T* __restrict__ x, T* __restrict__ out,
+                                        long long row, int tile, int inter) {
+  const ktune::RowEdges<VEC, EDGE> edges(row * inter, inter);
+  const T* __restrict__ x_row = x + row * 2 * inter;
+  T* __restrict__ out_row = out + row * inter;
+  Tile<BLOCK, VEC, UNROLL, EDGE>(x_row + edges.head, out_row + edges.head,
+                                 tile * BLOCK * UNROLL + static_cast<int>(threadIdx.x),
+                                 edges.num_vec, inter);
+  if constexpr (EDGE) {
+    if (tile == 0 && edges.Has(threadIdx.x)) {
+      const int col = edges.Column(threadIdx.x);
+      out_row[col] =
+          ktune::FromFloat<T>(SiluMul(ktune::ToFloat(x_row[col]), ktune::ToFloat(x_row[inter + col])));
     }
   }
 }
@@ -79,10 +103,13 @@ __device__ __forceinline__ void Tile(const T* __restrict__ x_row, T* __restrict_
 ///   GRID_STRIDE: 0: one tile per block, grid = [tokens, tiles per row] (blockIdx.x is the
 ///                row, blockIdx.y the tile); 1: each block walks the tokens * tiles-per-row
 ///                tiles (row-major) with stride gridDim.x, grid.y = 1.
-/// REQUIRES: inter % VEC == 0 (so the up half and every row start are VEC-aligned); x and
-/// out aligned to VEC * sizeof(T) bytes; out does not overlap x; tokens * 2 * inter
-/// elements in x, tokens * inter in out.
-template <typename T, int BLOCK, int VEC_BYTES, int UNROLL, int GRID_STRIDE>
+///   EDGE:        0: inter % VEC == 0 (the up half and every row start VEC-aligned); 1: any
+///                inter: each row's vectors start at out's first aligned element, gate and
+///                up read shifted, the fewer than 2 * VEC elements around them one per
+///                thread of the row's tile 0 (ktune/edges.cuh).
+/// REQUIRES: inter % VEC == 0 unless EDGE; x and out aligned to VEC * sizeof(T) bytes; out
+/// does not overlap x; tokens * 2 * inter elements in x, tokens * inter in out.
+template <typename T, int BLOCK, int VEC_BYTES, int UNROLL, int GRID_STRIDE, int EDGE>
 __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
                                                         T* __restrict__ out, int tokens,
                                                         int inter) {
@@ -95,21 +122,19 @@ __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
   static_assert(GRID_STRIDE == 0 || GRID_STRIDE == 1, "GRID_STRIDE must be 0 or 1");
 
   constexpr int kTile = BLOCK * UNROLL;
-  const int num_vec = inter / VEC;
   if constexpr (GRID_STRIDE == 0) {
-    const long long row = blockIdx.x;
-    ktune_silu_and_mul::Tile<BLOCK, VEC, UNROLL>(x + row * 2 * inter, out + row * inter,
-                                                 blockIdx.y * kTile + threadIdx.x, num_vec,
-                                                 inter);
+    ktune_silu_and_mul::RowTile<BLOCK, VEC, UNROLL, EDGE>(x, out, blockIdx.x, blockIdx.y, inter);
   } else {
-    const int tiles_per_row = (num_vec + kTile - 1) / kTile;
+    // inter / VEC vectors bound every row's body (fewer where the row has edges), and a row
+    // of edges only still has tile 0.
+    int tiles_per_row = (inter / VEC + kTile - 1) / kTile;
+    if constexpr (EDGE) tiles_per_row = max(1, tiles_per_row);
     const long long tiles = static_cast<long long>(tokens) * tiles_per_row;
 #pragma unroll 1
     for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
       const long long row = id / tiles_per_row;
       const int tile = static_cast<int>(id - row * tiles_per_row);
-      ktune_silu_and_mul::Tile<BLOCK, VEC, UNROLL>(x + row * 2 * inter, out + row * inter,
-                                                   tile * kTile + threadIdx.x, num_vec, inter);
+      ktune_silu_and_mul::RowTile<BLOCK, VEC, UNROLL, EDGE>(x, out, row, tile, inter);
     }
   }
 }

@@ -17,6 +17,7 @@
 //
 // Device code only, compiled by NVRTC with -DKTUNE_MAX_THREADS=... -DKTUNE_MIN_BLOCKS=...
 #include "ktune/common.cuh"
+#include "ktune/edges.cuh"
 
 namespace ktune_softmax {
 
@@ -181,6 +182,33 @@ __device__ __forceinline__ void WriteVector(const ktune::AlignedVector<T, VEC>& 
   }
 }
 
+// Writes e^(v - max) / sum of one edge element (ktune/edges.cuh) at column col of the row.
+template <typename T>
+__device__ __forceinline__ void WriteElement(float v, float max_log2e, float inv_sum,
+                                             T* __restrict__ out_row,
+                                             float* __restrict__ out32_row, int col,
+                                             int write_f32) {
+  const float y = ExpShifted(v, max_log2e) * inv_sum;
+  if (write_f32) {
+    out32_row[col] = y;
+  } else {
+    out_row[col] = ktune::FromFloat<T>(y);
+  }
+}
+
+// The row's edge element that thread t takes (ktune::RowEdges), as a float; -inf, which
+// adds nothing to a max or a sum, where it takes none.
+template <typename T, int VEC, int EDGE>
+__device__ __forceinline__ float EdgeValue(const ktune::RowEdges<VEC, EDGE>& edges,
+                                           const T* __restrict__ row, int t) {
+  return edges.Has(t) ? ktune::ToFloat(row[edges.Column(t)]) : NegInf();
+}
+
+// The (max, sum) of the edge value from EdgeValue: empty for -inf.
+__device__ __forceinline__ MaxSum EdgeMaxSum(float v) {
+  return v == NegInf() ? MaxSum{NegInf(), 0.f} : MaxSum{v, 1.f};
+}
+
 // Loads the vectors begin + t + c * STRIDE (c < N) below end into v[c] (all loads issued
 // before any is used); the others are left undefined and never read.
 template <int N, int STRIDE, int VEC, typename T>
@@ -301,11 +329,14 @@ __device__ __forceinline__ float LoadPeerShared(const float* p, unsigned rank) {
 ///                  hits); C > 0: each thread keeps its C vectors of the row in registers:
 ///                  exact max, then the sum, then the output, one DRAM read. Needs cols <=
 ///                  threads_per_row * VEC * C.
+///   EDGE:          0: rows are whole aligned vectors (cols % VEC == 0); 1: any cols, the
+///                  row's unaligned head and tail elements taken one per thread beside the
+///                  vectors (ktune/edges.cuh).
 /// write_f32: 0: out (T) is written, out_f32 untouched; 1: out_f32 (float) is written, out
 /// untouched.
-/// REQUIRES: cols % VEC == 0; x, out, out_f32 aligned to 16 bytes; the outputs overlap
-/// nothing (__restrict__); 1 <= cols.
-template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE>
+/// REQUIRES: cols % VEC == 0 unless EDGE; x, out, out_f32 aligned to 16 bytes; the outputs
+/// overlap nothing (__restrict__); 1 <= cols.
+template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int EDGE>
 __global__ void KTUNE_LAUNCH_BOUNDS
     softmax_kernel(const T* __restrict__ x, T* __restrict__ out, float* __restrict__ out_f32,
                    int rows, int cols, int write_f32) {
@@ -328,27 +359,46 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const T* __restrict__ x_row = x + row_start;
   T* __restrict__ out_row = out + (write_f32 ? 0 : row_start);
   float* __restrict__ out32_row = out_f32 + (write_f32 ? row_start : 0);
-  const int num_vec = cols / VEC;
+  // The vectors start `head` elements into the row, in x and in either output alike.
+  const ktune::RowEdges<VEC, EDGE> edges(row_start, cols);
+  const int num_vec = edges.num_vec;
+  const T* __restrict__ x_body = x_row + edges.head;
+  T* __restrict__ out_body = out_row + edges.head;
+  float* __restrict__ out32_body = out32_row + edges.head;
+  const float xe = sm::EdgeValue(edges, x_row, t);
 
+  float m_log2e;
+  float inv_sum;
   if constexpr (CACHE > 0) {
     ktune::AlignedVector<T, VEC> cache[CACHE];
-    sm::LoadSlice<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
-    const float m = sm::RowMax<BLOCK, ROWS_PER_WARP>(
-        sm::SliceMax<T, VEC, CACHE, kThreadsPerRow>(cache, t, num_vec), slots_a);
-    const float m_log2e = m * sm::kLog2e;
-    const float s = sm::RowSum<BLOCK, ROWS_PER_WARP>(
-        sm::SliceSum<T, VEC, CACHE, kThreadsPerRow>(cache, t, num_vec, m_log2e), slots_b);
-    const float inv_sum = 1.f / s;
+    sm::LoadSlice<CACHE, kThreadsPerRow>(x_body, t, num_vec, cache);
+    float mine = sm::SliceMax<T, VEC, CACHE, kThreadsPerRow>(cache, t, num_vec);
+    if constexpr (EDGE) mine = fmaxf(mine, xe);  // (not folded for EDGE = 0: NaN rules)
+    const float m = sm::RowMax<BLOCK, ROWS_PER_WARP>(mine, slots_a);
+    m_log2e = m * sm::kLog2e;
+    float partial = sm::SliceSum<T, VEC, CACHE, kThreadsPerRow>(cache, t, num_vec, m_log2e);
+    if constexpr (EDGE) partial += sm::ExpShifted(xe, m_log2e);
+    inv_sum = 1.f / sm::RowSum<BLOCK, ROWS_PER_WARP>(partial, slots_b);
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
       const int idx = t + c * kThreadsPerRow;
-      if (idx < num_vec) sm::WriteVector(cache[c], m_log2e, inv_sum, out_row, out32_row, idx, write_f32);
+      if (idx < num_vec) {
+        sm::WriteVector(cache[c], m_log2e, inv_sum, out_body, out32_body, idx, write_f32);
+      }
     }
   } else {
-    const sm::MaxSum ms = sm::RowCombine<BLOCK, ROWS_PER_WARP>(
-        sm::OnlineSlice<kThreadsPerRow, VEC>(x_row, t, num_vec), slots_a, slots_b);
-    sm::WriteSlice<kThreadsPerRow, VEC>(x_row, t, num_vec, ms.m * sm::kLog2e, 1.f / ms.s,
-                                        out_row, out32_row, write_f32);
+    sm::MaxSum mine = sm::OnlineSlice<kThreadsPerRow, VEC>(x_body, t, num_vec);
+    if constexpr (EDGE) mine = sm::Combine(mine, sm::EdgeMaxSum(xe));
+    const sm::MaxSum ms = sm::RowCombine<BLOCK, ROWS_PER_WARP>(mine, slots_a, slots_b);
+    m_log2e = ms.m * sm::kLog2e;
+    inv_sum = 1.f / ms.s;
+    sm::WriteSlice<kThreadsPerRow, VEC>(x_body, t, num_vec, m_log2e, inv_sum, out_body,
+                                        out32_body, write_f32);
+  }
+  if constexpr (EDGE) {
+    if (edges.Has(t)) {
+      sm::WriteElement(xe, m_log2e, inv_sum, out_row, out32_row, edges.Column(t), write_f32);
+    }
   }
 }
 
@@ -357,9 +407,10 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 /// 1) * per), per = ceil(cols / VEC / SPLIT), in registers; the blocks' maxima, then their
 /// sums, are exchanged through distributed shared memory. One DRAM read of rows longer than
 /// one SM's registers hold. sm_90 and later.
-///   BLOCK, VEC, CACHE: as softmax_kernel's (one row per block); SPLIT: 2, 4 or 8 (the
-///   portable cluster sizes). Needs cols <= SPLIT * BLOCK * VEC * CACHE.
-template <typename T, int BLOCK, int VEC, int CACHE, int SPLIT>
+///   BLOCK, VEC, CACHE, EDGE: as softmax_kernel's (one row per block; block 0 of the
+///   cluster takes the edge elements); SPLIT: 2, 4 or 8 (the portable cluster sizes). Needs
+///   cols <= SPLIT * BLOCK * VEC * CACHE.
+template <typename T, int BLOCK, int VEC, int CACHE, int SPLIT, int EDGE>
 __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
     softmax_cluster_kernel(const T* __restrict__ x, T* __restrict__ out,
                            float* __restrict__ out_f32, int rows, int cols, int write_f32) {
@@ -382,23 +433,29 @@ __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
   const T* __restrict__ x_row = x + row_start;
   T* __restrict__ out_row = out + (write_f32 ? 0 : row_start);
   float* __restrict__ out32_row = out_f32 + (write_f32 ? row_start : 0);
-  const sm::Slice slice = sm::SliceOf<SPLIT>(cols / VEC, part);
+  const ktune::RowEdges<VEC, EDGE> edges(row_start, cols);
+  const sm::Slice slice = sm::SliceOf<SPLIT>(edges.num_vec, part);
   const int begin = slice.begin;
   const int end = slice.end;
   const int first = begin + static_cast<int>(threadIdx.x);
+  const bool takes_edge = part == 0 && edges.Has(threadIdx.x);
+  const float xe = takes_edge ? ktune::ToFloat(x_row[edges.Column(threadIdx.x)]) : sm::NegInf();
+  const T* __restrict__ x_body = x_row + edges.head;
 
   ktune::AlignedVector<T, VEC> cache[CACHE];
-  sm::LoadSlice<CACHE, BLOCK>(x_row, first, end, cache);
-  const float local_max =
-      sm::RowMax<BLOCK, 0>(sm::SliceMax<T, VEC, CACHE, BLOCK>(cache, first, end), slots_a);
+  sm::LoadSlice<CACHE, BLOCK>(x_body, first, end, cache);
+  float mine = sm::SliceMax<T, VEC, CACHE, BLOCK>(cache, first, end);
+  if constexpr (EDGE) mine = fmaxf(mine, xe);  // (not folded for EDGE = 0: NaN rules)
+  const float local_max = sm::RowMax<BLOCK, 0>(mine, slots_a);
   if (threadIdx.x == 0) block_max = local_max;
   sm::ClusterSync();
   float m = sm::NegInf();
 #pragma unroll
   for (int k = 0; k < SPLIT; ++k) m = fmaxf(m, sm::LoadPeerShared(&block_max, k));
   const float m_log2e = m * sm::kLog2e;
-  const float local_sum = sm::RowSum<BLOCK, 0>(
-      sm::SliceSum<T, VEC, CACHE, BLOCK>(cache, first, end, m_log2e), slots_b);
+  float partial = sm::SliceSum<T, VEC, CACHE, BLOCK>(cache, first, end, m_log2e);
+  if constexpr (EDGE) partial += sm::ExpShifted(xe, m_log2e);
+  const float local_sum = sm::RowSum<BLOCK, 0>(partial, slots_b);
   if (threadIdx.x == 0) block_sum = local_sum;
   sm::ClusterSync();
   float s = 0.f;
@@ -411,7 +468,16 @@ __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
 #pragma unroll
   for (int c = 0; c < CACHE; ++c) {
     const int idx = first + c * BLOCK;
-    if (idx < end) sm::WriteVector(cache[c], m_log2e, inv_sum, out_row, out32_row, idx, write_f32);
+    if (idx < end) {
+      sm::WriteVector(cache[c], m_log2e, inv_sum, out_row + edges.head,
+                      out32_row + edges.head, idx, write_f32);
+    }
+  }
+  if constexpr (EDGE) {
+    if (takes_edge) {
+      sm::WriteElement(xe, m_log2e, inv_sum, out_row, out32_row, edges.Column(threadIdx.x),
+                       write_f32);
+    }
   }
   sm::ClusterWait();
 #else
@@ -422,9 +488,10 @@ __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
 /// First of two launches with SPLIT blocks per row (grid = rows * SPLIT): block k finds the
 /// online (max, sum) of row vectors [k * per, (k + 1) * per), per = ceil(cols / VEC /
 /// SPLIT), and stores it at partial[2 * (row * SPLIT + k)] (max, then sum).
-///   BLOCK, VEC: as softmax_kernel's (one row per block); SPLIT: 2 to 32.
+///   BLOCK, VEC, EDGE: as softmax_kernel's (one row per block; block 0 of a row takes the
+///   edge elements); SPLIT: 2 to 32.
 /// REQUIRES: partial holds 2 * rows * SPLIT floats.
-template <typename T, int BLOCK, int VEC, int SPLIT>
+template <typename T, int BLOCK, int VEC, int SPLIT, int EDGE>
 __global__ void KTUNE_LAUNCH_BOUNDS
     softmax_partial_kernel(const T* __restrict__ x, float* __restrict__ partial, int rows,
                            int cols) {
@@ -439,12 +506,14 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const int part = static_cast<int>(blockIdx.x % SPLIT);
   if (row >= rows) return;
   const T* __restrict__ x_row = x + row * cols;
-  const sm::Slice slice = sm::SliceOf<SPLIT>(cols / VEC, part);
-  const int begin = slice.begin;
-  const int end = slice.end;
-  const sm::MaxSum ms = sm::RowCombine<BLOCK, 0>(
-      sm::OnlineSlice<BLOCK, VEC>(x_row, begin + static_cast<int>(threadIdx.x), end), slots_a,
-      slots_b);
+  const ktune::RowEdges<VEC, EDGE> edges(row * cols, cols);
+  const sm::Slice slice = sm::SliceOf<SPLIT>(edges.num_vec, part);
+  sm::MaxSum mine = sm::OnlineSlice<BLOCK, VEC>(
+      x_row + edges.head, slice.begin + static_cast<int>(threadIdx.x), slice.end);
+  if constexpr (EDGE) {
+    if (part == 0) mine = sm::Combine(mine, sm::EdgeMaxSum(sm::EdgeValue(edges, x_row, threadIdx.x)));
+  }
+  const sm::MaxSum ms = sm::RowCombine<BLOCK, 0>(mine, slots_a, slots_b);
   if (threadIdx.x == 0) {
     partial[2 * blockIdx.x] = ms.m;
     partial[2 * blockIdx.x + 1] = ms.s;
@@ -454,8 +523,9 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 /// Second of the two launches (same grid): every warp combines the row's SPLIT partials
 /// (one per lane), then block k writes row vectors [k * per, (k + 1) * per), re-reading x
 /// (an L2 hit when the launch's rows fit in L2, which is what this variant is for).
-///   As softmax_partial_kernel's; write_f32 as softmax_kernel's.
-template <typename T, int BLOCK, int VEC, int SPLIT>
+///   As softmax_partial_kernel's (block 0 of a row writes the edge elements); write_f32 as
+///   softmax_kernel's.
+template <typename T, int BLOCK, int VEC, int SPLIT, int EDGE>
 __global__ void KTUNE_LAUNCH_BOUNDS
     softmax_finish_kernel(const T* __restrict__ x, const float* __restrict__ partial,
                           T* __restrict__ out, float* __restrict__ out_f32, int rows, int cols,
@@ -476,12 +546,23 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const sm::MaxSum ms = sm::WarpCombine(mine);
 
   const long long row_start = row * cols;
-  const sm::Slice slice = sm::SliceOf<SPLIT>(cols / VEC, part);
-  const int begin = slice.begin;
-  const int end = slice.end;
-  sm::WriteSlice<BLOCK, VEC>(x + row_start, begin + static_cast<int>(threadIdx.x), end,
-                             ms.m * sm::kLog2e, 1.f / ms.s, out + (write_f32 ? 0 : row_start),
-                             out_f32 + (write_f32 ? row_start : 0), write_f32);
+  const ktune::RowEdges<VEC, EDGE> edges(row_start, cols);
+  const sm::Slice slice = sm::SliceOf<SPLIT>(edges.num_vec, part);
+  const T* __restrict__ x_row = x + row_start;
+  T* __restrict__ out_row = out + (write_f32 ? 0 : row_start);
+  float* __restrict__ out32_row = out_f32 + (write_f32 ? row_start : 0);
+  const float m_log2e = ms.m * sm::kLog2e;
+  const float inv_sum = 1.f / ms.s;
+  sm::WriteSlice<BLOCK, VEC>(x_row + edges.head, slice.begin + static_cast<int>(threadIdx.x),
+                             slice.end, m_log2e, inv_sum, out_row + edges.head,
+                             out32_row + edges.head, write_f32);
+  if constexpr (EDGE) {
+    if (part == 0 && edges.Has(threadIdx.x)) {
+      const int col = edges.Column(threadIdx.x);
+      sm::WriteElement(ktune::ToFloat(x_row[col]), m_log2e, inv_sum, out_row, out32_row, col,
+                       write_f32);
+    }
+  }
 }
 
 /// The reference: one row per block of 32 threads, in double: the max (exact), then each

@@ -55,7 +55,11 @@ HostReference AddRmsnormHostReference() {
                                   {{"tokens", 1}, {"hidden", 1000}},
                                   {{"tokens", 7}, {"hidden", 1000}},
                                   {{"tokens", 3}, {"hidden", 4096}},
-                                  {{"tokens", 2}, {"hidden", 8200}}})};
+                                  {{"tokens", 2}, {"hidden", 8200}},
+                                  // No multiple of 4 or 8: the edge paths (EDGE = 1).
+                                  {{"tokens", 5}, {"hidden", 1001}},
+                                  {{"tokens", 3}, {"hidden", 4102}},
+                                  {{"tokens", 2}, {"hidden", 8197}}})};
 }
 
 } // namespace ktune::testing

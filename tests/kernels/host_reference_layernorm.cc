@@ -67,7 +67,11 @@ HostReference LayernormHostReference() {
                       {{"tokens", 1}, {"hidden", 1000}, {"with_bias", 0}},
                       {{"tokens", 7}, {"hidden", 1000}, {"with_bias", 1}},
                       {{"tokens", 3}, {"hidden", 4096}, {"with_bias", 1}},
-                      {{"tokens", 2}, {"hidden", 4096}, {"with_bias", 0}}})};
+                      {{"tokens", 2}, {"hidden", 4096}, {"with_bias", 0}},
+                      // No multiple of 4 or 8: the edge paths (EDGE = 1).
+                      {{"tokens", 5}, {"hidden", 1001}, {"with_bias", 1}},
+                      {{"tokens", 3}, {"hidden", 4102}, {"with_bias", 0}},
+                      {{"tokens", 2}, {"hidden", 8197}, {"with_bias", 1}}})};
 }
 
 } // namespace ktune::testing

@@ -46,7 +46,11 @@ HostReference RmsnormHostReference() {
                                {{"tokens", 7}, {"hidden", 3}},
                                {{"tokens", 1}, {"hidden", 1000}},
                                {{"tokens", 7}, {"hidden", 1000}},
-                               {{"tokens", 3}, {"hidden", 4096}}})};
+                               {{"tokens", 3}, {"hidden", 4096}},
+                               // No multiple of 4 or 8: the edge paths (EDGE = 1).
+                               {{"tokens", 5}, {"hidden", 1001}},
+                               {{"tokens", 3}, {"hidden", 4102}},
+                               {{"tokens", 2}, {"hidden", 8197}}})};
 }
 
 } // namespace ktune::testing

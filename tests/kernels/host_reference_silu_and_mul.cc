@@ -39,7 +39,13 @@ HostReference SiluAndMulHostReference() {
                                   {{"tokens", 7}, {"inter", 3}},
                                   {{"tokens", 1}, {"inter", 1000}},
                                   {{"tokens", 7}, {"inter", 1000}},
-                                  {{"tokens", 3}, {"inter", 4096}}})};
+                                  {{"tokens", 3}, {"inter", 4096}},
+                                  // No multiple of 4 or 8: the edge paths (EDGE = 1); 1200
+                                  // rows of one tile are more tiles than one wave of blocks
+                                  // (the grid-stride variant).
+                                  {{"tokens", 5}, {"inter", 1001}},
+                                  {{"tokens", 3}, {"inter", 4102}},
+                                  {{"tokens", 1200}, {"inter", 1001}}})};
 }
 
 } // namespace ktune::testing

@@ -49,9 +49,11 @@ std::vector<Shape> SoftmaxShapes(DType dtype) {
   // cols 1 (every output is 1), 3, 1000, and 9000, past the 8 vectors per
   // thread of the default block where the default config (CACHE = 0, the online
   // variant) is valid.
+  // cols 1001, 4102 and 9003 are no multiple of 4 or 8: rows start at every alignment (the
+  // edge paths, EDGE = 1); 9003 over 2 rows also splits (cluster and two launches).
   const std::vector<std::pair<int64_t, int64_t>> sizes = {
-      {1, 1},    {7, 1},    {1, 3},    {7, 3},
-      {1, 1000}, {7, 1000}, {3, 4096}, {2, 9000}};
+      {1, 1},    {7, 1},    {1, 3},    {7, 3},    {1, 1000}, {7, 1000},
+      {3, 4096}, {2, 9000}, {5, 1001}, {3, 4102}, {2, 9003}};
   std::vector<Shape> shapes;
   for (const int64_t out_bytes : {DTypeSize(dtype), int64_t{4}}) {
     for (const auto &[rows, cols] : sizes) {

@@ -12,6 +12,25 @@ int64_t P(const Config &c, const char *name) {
   return it == c.params.end() ? 0 : it->second;
 }
 
+// The row norms' (rmsnorm, add_rmsnorm, layernorm) paths with edges (EDGE = 1: a row length
+// no multiple of VEC, weight and bias read shifted): the row read twice, cached, cached with
+// the weight prefetched, and a row per warp.
+std::vector<KernelVariant> RowNormEdgeVariants() {
+  return {{"edges, uncached",
+           [](const Config &c) {
+             return P(c, "EDGE") == 1 && P(c, "CACHE") == 0 && P(c, "ROWS_PER_WARP") == 0;
+           }},
+          {"edges, cached",
+           [](const Config &c) {
+             return P(c, "EDGE") == 1 && P(c, "CACHE") > 0 && P(c, "PREFETCH_W") == 0 &&
+                    P(c, "ROWS_PER_WARP") == 0;
+           }},
+          {"edges, weight prefetched",
+           [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "PREFETCH_W") == 1; }},
+          {"edges, row per warp",
+           [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "ROWS_PER_WARP") == 1; }}};
+}
+
 std::map<std::string, std::vector<KernelVariant>> AllVariants() {
   return {
       {"gemm",
@@ -41,7 +60,33 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
         {"cluster",
          [](const Config &c) { return P(c, "SPLIT") > 1 && P(c, "CACHE") > 0; }},
         {"two launches",
-         [](const Config &c) { return P(c, "SPLIT") > 1 && P(c, "CACHE") == 0; }}}},
+         [](const Config &c) { return P(c, "SPLIT") > 1 && P(c, "CACHE") == 0; }},
+        {"edges, online",
+         [](const Config &c) {
+           return P(c, "EDGE") == 1 && P(c, "SPLIT") == 1 && P(c, "CACHE") == 0 &&
+                  P(c, "ROWS_PER_WARP") == 0;
+         }},
+        {"edges, row cached in registers",
+         [](const Config &c) {
+           return P(c, "EDGE") == 1 && P(c, "SPLIT") == 1 && P(c, "CACHE") > 0 &&
+                  P(c, "ROWS_PER_WARP") == 0;
+         }},
+        {"edges, row per warp",
+         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "ROWS_PER_WARP") == 1; }},
+        {"edges, cluster",
+         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "SPLIT") > 1 && P(c, "CACHE") > 0; }},
+        {"edges, two launches",
+         [](const Config &c) {
+           return P(c, "EDGE") == 1 && P(c, "SPLIT") > 1 && P(c, "CACHE") == 0;
+         }}}},
+      {"rmsnorm", RowNormEdgeVariants()},
+      {"add_rmsnorm", RowNormEdgeVariants()},
+      {"layernorm", RowNormEdgeVariants()},
+      {"silu_and_mul",
+       {{"edges, tile per block",
+         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 0; }},
+        {"edges, grid-stride",
+         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 1; }}}},
   };
 }
 

@@ -174,12 +174,25 @@ TEST(KernelCaseTest,
   EXPECT_EQ(fits.config, DefaultConfig(*tmpl, target));
   EXPECT_EQ(fits.default_rejected_because, "");
 
-  ASSERT_OK_AND_ASSIGN(ChosenCandidate near,
+  // hidden 3 is no multiple of the default VEC: the request's default is the manifest's
+  // alternative with the edge path, which keeps VEC.
+  ASSERT_OK_AND_ASSIGN(ChosenCandidate edges,
                        ChooseCandidate(tmpl, DType::kF32,
                                        {{"tokens", 1}, {"hidden", 3}}, target));
-  EXPECT_THAT(near.default_rejected_because, HasSubstr("hidden % VEC"));
+  EXPECT_EQ(edges.default_rejected_because, "");
   Config expected = DefaultConfig(*tmpl, target);
-  expected.params["VEC"] = 1; // the one param that must change
+  expected.params["EDGE"] = 1;
+  EXPECT_EQ(ConfigString(edges.config), ConfigString(expected));
+
+  // A request default that is not of the wanted kind: the nearest valid config that is
+  // (here VEC = 1, the one param that must change to leave the edge path).
+  ASSERT_OK_AND_ASSIGN(
+      ChosenCandidate near,
+      ChooseCandidate(tmpl, DType::kF32, {{"tokens", 1}, {"hidden", 3}}, target,
+                      [](const Config &c) { return c.params.at("EDGE") == 0; }));
+  EXPECT_NE(near.default_rejected_because, "");
+  expected = DefaultConfig(*tmpl, target);
+  expected.params["VEC"] = 1;
   EXPECT_EQ(ConfigString(near.config), ConfigString(expected));
 }
 

@@ -207,9 +207,9 @@ TEST_F(CliCompileTest, CompilesRmsnormAndHitsTheCacheTheSecondTime) {
   EXPECT_THAT(first.err, IsEmpty());
   EXPECT_THAT(first.out, HasSubstr("template  rmsnorm bf16 hidden=4096,tokens=16\n"));
   EXPECT_THAT(first.out,
-              HasSubstr("config    BLOCK=256,CACHE=0,PREFETCH_W=0,ROWS_PER_WARP=0,VEC=4 "
+              HasSubstr("config    BLOCK=256,CACHE=0,EDGE=0,PREFETCH_W=0,ROWS_PER_WARP=0,VEC=4 "
                         "maxrreg=0 minb=1 fastmath=0 sm_90a\n"));
-  EXPECT_THAT(first.out, HasSubstr("kernel    rmsnorm_kernel<__nv_bfloat16, 256, 4, 0, 0, 0>\n"));
+  EXPECT_THAT(first.out, HasSubstr("kernel    rmsnorm_kernel<__nv_bfloat16, 256, 4, 0, 0, 0, 0>\n"));
   EXPECT_THAT(first.out, ContainsRegex("lowered   _Z[A-Za-z0-9_]+\n"));
   // ROWS_PER_WARP = 0: one row per block.
   EXPECT_THAT(first.out, HasSubstr("grid      [16, 1, 1]  block [256, 1, 1]"));
@@ -335,7 +335,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "ConfigRejectedByAConstraint",
             {"rmsnorm", "--dtype", "bf16", "--shape", "tokens=16,hidden=4100", "--param", "VEC=8"},
-            "constraint 'hidden % VEC == 0'"},
+            "constraint 'EDGE == (hidden % VEC != 0)'"},
         BadCase{
             "ConfigOverTheWidestAccess",
             {"rmsnorm", "--dtype", "f32", "--shape", "tokens=16,hidden=4096", "--param", "VEC=8"},

@@ -42,6 +42,18 @@ def peers(*args):
                           capture_output=True, text=True, timeout=60)
 
 
+def assert_plan(test, args, present, absent=()):
+    """The dry run with `args` succeeds, listing every key label of `present` and none of
+    `absent`; returns its result."""
+    r = peers(*args)
+    test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+    for label in present:
+        test.assertIn(f" {label} ", r.stdout)
+    for label in absent:
+        test.assertNotIn(f" {label} ", r.stdout)
+    return r
+
+
 class PeersPlanTest(unittest.TestCase):
     def test_every_op_binds_its_manifest(self):
         r = peers()
@@ -52,10 +64,12 @@ class PeersPlanTest(unittest.TestCase):
         self.assertIn("16384x128256", r.stdout)
 
     def test_only_keeps_the_matching_shapes(self):
-        r = peers("--ops", "softmax", "--rows", "16384", "--only", "cols=128256")
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("16384x128256", r.stdout)
-        self.assertNotIn("16384x32000", r.stdout)
+        assert_plan(self, ("--ops", "softmax", "--rows", "16384", "--only", "cols=128256"),
+                    ["16384x128256"], ["16384x32000"])
+        # A dim an op lacks leaves its shapes alone.
+        assert_plan(self, ("--ops", "softmax,rmsnorm", "--rows", "16", "--only",
+                           "hidden=8192,cols=32000"),
+                    ["16x32000", "16x8192"], ["16x128256", "16x4096"])
 
     def test_only_that_keeps_nothing_is_refused(self):
         r = peers("--ops", "softmax", "--only", "cols=12")
@@ -69,6 +83,46 @@ class PeersPlanTest(unittest.TestCase):
         r = peers("--launch-gap-us", "-5")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--launch-gap-us: must be >= 0, got -5", r.stderr)
+
+
+class OddSizesTest(unittest.TestCase):
+    """--sizes: odd row lengths beside the aligned ones, f32 included, and the odd goal."""
+
+    def test_both_lists_each_aligned_length_with_its_odd_neighbours(self):
+        r = assert_plan(self, ("--ops", "softmax,rmsnorm,silu_and_mul,elementwise", "--rows",
+                               "4096", "--sizes", "both", "--dtype", "f32"),
+                        ["4096x32000", "4096x32001", "4096x32002", "4096x4097", "4096x8194",
+                         "4096x14337", "n=4096*8192+1"])
+        # softmax in f32 writes f32: out_bytes follows the dtype
+        self.assertIn("'cols': 32001, 'out_bytes': 4", r.stdout)
+
+    def test_odd_leaves_out_the_aligned_lengths(self):
+        assert_plan(self, ("--ops", "layernorm", "--rows", "16", "--sizes", "odd"),
+                    ["16x4097", "16x4098"], ["16x4096"])
+
+    def test_odd_goal_against_the_aligned_neighbour(self):
+        p = peers_mod
+        op = p.OPS["softmax"]
+
+        def rec(cols, us):
+            r = p.new_record(op, {"rows": 4096, "cols": cols, "out_bytes": 2}, "bf16")
+            r["ktune"] = {"us": us, "check": {"ok": True}}
+            p.finish_record(r, op, 4000.0)
+            return r
+
+        aligned, odd, even, slow = rec(32000, 100.0), rec(32001, 101.0), rec(32002, 100.0), \
+            rec(128257, 50.0)
+        slow_base = rec(128256, 40.0)
+        p.odd_size_goals([aligned, odd, even, slow, slow_base])
+        self.assertEqual(odd["goals"]["odd"], "ok")
+        self.assertAlmostEqual(odd["odd_vs_aligned"], (32001 / 101.0) / (32000 / 100.0))
+        self.assertEqual(even["goals"]["odd"], "ok")
+        self.assertEqual(slow["goals"]["odd"], "MISS (0.80x of cols=128256)")
+        self.assertNotIn("odd", aligned["goals"])
+        # Without its aligned neighbour an odd key has no odd goal.
+        lone = rec(4097, 10.0)
+        p.odd_size_goals([lone])
+        self.assertNotIn("odd", lone["goals"])
 
 
 def gemm_lines(stdout):

@@ -143,7 +143,8 @@ TEST_F(ShippedManifestsTest, SoftmaxSplitLaunches) {
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get("softmax"));
   const Shape shape = {{"rows", 4}, {"cols", 128256}, {"out_bytes", 2}};
   Config config = DefaultConfig(*tmpl, target);
-  config.params = {{"BLOCK", 512}, {"VEC", 8}, {"ROWS_PER_WARP", 0}, {"CACHE", 0}, {"SPLIT", 16}};
+  config.params = {{"BLOCK", 512}, {"VEC", 8}, {"ROWS_PER_WARP", 0},
+                   {"CACHE", 0},   {"SPLIT", 16}, {"EDGE", 0}};
   ASSERT_OK_AND_ASSIGN(BindResult split, Bind(tmpl, DType::kBF16, shape, config, target));
   ASSERT_TRUE(split.instance) << split.rejected_because;
   ASSERT_EQ(split.instance->launches.size(), 2u);
@@ -153,12 +154,13 @@ TEST_F(ShippedManifestsTest, SoftmaxSplitLaunches) {
     EXPECT_EQ(reference.args[i].count, split.instance->args[i].count) << reference.args[i].name;
   }
 
-  config.params = {{"BLOCK", 1024}, {"VEC", 8}, {"ROWS_PER_WARP", 0}, {"CACHE", 2}, {"SPLIT", 8}};
+  config.params = {{"BLOCK", 1024}, {"VEC", 8}, {"ROWS_PER_WARP", 0},
+                   {"CACHE", 2},    {"SPLIT", 8}, {"EDGE", 0}};
   ASSERT_OK_AND_ASSIGN(BindResult cluster, Bind(tmpl, DType::kBF16, shape, config, target));
   ASSERT_TRUE(cluster.instance) << cluster.rejected_because;
   ASSERT_EQ(cluster.instance->launches.size(), 1u);
   EXPECT_THAT(cluster.instance->launches[0].name_expression,
-              HasSubstr("softmax_cluster_kernel<__nv_bfloat16, 1024, 8, 2, 8>"));
+              HasSubstr("softmax_cluster_kernel<__nv_bfloat16, 1024, 8, 2, 8, 0>"));
 }
 
 // gemv's tensor-core kernel: one launch of 16 * ROWS rows per block (and split-K's reduction

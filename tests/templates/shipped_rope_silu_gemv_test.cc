@@ -145,7 +145,8 @@ TEST_F(ShippedRopeSiluGemvTest, BadShapesAreRejectedNamingTheDim) {
 
 TEST_F(ShippedRopeSiluGemvTest, OddSizesPruneToWhatFits) {
   // An odd head_dim has no pairs to rotate: no point fits (rather than one that rotates
-  // head_dim - 1 elements). An odd inter is served, by one-element vectors only.
+  // head_dim - 1 elements). An odd inter is served, by one-element vectors without edges or
+  // by 8- and 16-byte vectors with them (EDGE = 1).
   const TargetInfo target = *TargetFromArch("sm_90");
   ASSERT_OK_AND_ASSIGN(
       SearchSpace odd,
@@ -158,8 +159,17 @@ TEST_F(ShippedRopeSiluGemvTest, OddSizesPruneToWhatFits) {
       SearchSpace odd_inter,
       EnumerateSearchSpace(Get("silu_and_mul"), DType::kBF16, {{"tokens", 4}, {"inter", 4097}},
                            target));
-  EXPECT_GT(odd_inter.configs.size(), 0u);
-  for (const Config& c : odd_inter.configs) EXPECT_EQ(c.params.at("VEC_BYTES"), 2);
+  int edges = 0;
+  for (const Config& c : odd_inter.configs) {
+    if (c.params.at("VEC_BYTES") == 2) {
+      EXPECT_EQ(c.params.at("EDGE"), 0);
+    } else {
+      EXPECT_EQ(c.params.at("EDGE"), 1);
+      EXPECT_GE(c.params.at("VEC_BYTES"), 8);
+      ++edges;
+    }
+  }
+  EXPECT_GT(edges, 0);
 }
 
 }  // namespace

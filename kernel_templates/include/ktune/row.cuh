@@ -9,11 +9,16 @@
 //
 // The layout every helper assumes: the row is hidden / VEC vectors; thread t of a row
 // (t < threads_per_row) owns the row vectors t, t + threads_per_row, t + 2 * threads_per_row,
-// ..., so each step u of a strided loop is one coalesced access by the row's threads.
+// ..., so each step u of a strided loop is one coalesced access by the row's threads. A row
+// that is no whole number of aligned vectors (EDGE = 1) has that layout over its body, and
+// its head and tail elements go one per thread (ktune/edges.cuh); the row-length vectors
+// (weight, bias) are then read shifted (SHIFTED = 1), since the body starts mid-vector in
+// them.
 #ifndef KTUNE_ROW_CUH_
 #define KTUNE_ROW_CUH_
 
 #include "ktune/common.cuh"
+#include "ktune/edges.cuh"
 
 namespace ktune {
 
@@ -66,15 +71,23 @@ __device__ __forceinline__ float RowSum(float partial) {
 /// zeros for the others (which add nothing to a sum). All N loads are issued before any is
 /// used, and every v[u] is defined on every path, so nothing stays live across an
 /// enclosing loop.
-/// REQUIRES: row is aligned to VEC * sizeof(T) bytes.
-template <int N, int STRIDE, int VEC, typename T>
+/// REQUIRES: row is aligned to VEC * sizeof(T) bytes, unless SHIFTED (LoadVectorAt).
+template <int N, int STRIDE, int SHIFTED = 0, int VEC, typename T>
 __device__ __forceinline__ void LoadRowVectors(const T* __restrict__ row, int first,
                                                int num_vec, AlignedVector<T, VEC> (&v)[N]) {
 #pragma unroll
   for (int u = 0; u < N; ++u) {
     const int idx = first + u * STRIDE;
-    v[u] = idx < num_vec ? LoadVector<VEC>(row + idx * VEC) : AlignedVector<T, VEC>{};
+    v[u] = idx < num_vec ? LoadVectorAt<VEC, SHIFTED>(row + idx * VEC) : AlignedVector<T, VEC>{};
   }
+}
+
+/// The row's edge element that thread t takes (RowEdges::Has), as a float; 0.f, which adds
+/// nothing to a sum, where it takes none.
+template <typename T, int VEC, int EDGE>
+__device__ __forceinline__ float EdgeElement(const RowEdges<VEC, EDGE>& edges,
+                                             const T* __restrict__ row, int t) {
+  return edges.Has(t) ? ToFloat(row[edges.Column(t)]) : 0.f;
 }
 
 /// A thread's vectors first + u * STRIDE (u < N) of a row-length vector that every row reads
@@ -83,10 +96,11 @@ __device__ __forceinline__ void LoadRowVectors(const T* __restrict__ row, int fi
 /// vectors of registers. PREFETCH == 0: only the address is kept, and At loads the vector
 /// where it is used (after the reduction; mostly an L1/L2 hit, since every row reads it).
 /// Either way At(u) returns the same values.
-/// REQUIRES: p is aligned to VEC * sizeof(T) bytes; At(u) only for first + u * STRIDE <
-/// num_vec; `load` false (a vector the kernel never reads, e.g. an absent bias) only if At
-/// is never called.
-template <int PREFETCH, int N, int STRIDE, int VEC, typename T>
+/// REQUIRES: p is aligned to VEC * sizeof(T) bytes, unless SHIFTED (1: p is anywhere in an
+/// array based on such a boundary; each vector is loaded by LoadShiftedVector); At(u) only
+/// for first + u * STRIDE < num_vec; `load` false (a vector the kernel never reads, e.g. an
+/// absent bias) only if At is never called.
+template <int PREFETCH, int N, int STRIDE, int VEC, typename T, int SHIFTED = 0>
 class RowVectors {
  public:
   static_assert(PREFETCH == 0 || PREFETCH == 1, "PREFETCH must be 0 or 1");
@@ -96,7 +110,7 @@ class RowVectors {
       : p_(p), first_(first) {
     if constexpr (PREFETCH) {
       if (load) {
-        LoadRowVectors<N, STRIDE>(p, first, num_vec, v_);
+        LoadRowVectors<N, STRIDE, SHIFTED>(p, first, num_vec, v_);
       } else {
 #pragma unroll
         for (int u = 0; u < N; ++u) v_[u] = AlignedVector<T, VEC>{};
@@ -126,7 +140,7 @@ class RowVectors {
     if constexpr (PREFETCH) {
       return v_[u];
     } else {
-      return LoadVector<VEC>(p_ + (first_ + u * STRIDE) * VEC);
+      return LoadVectorAt<VEC, SHIFTED>(p_ + (first_ + u * STRIDE) * VEC);
     }
   }
 
@@ -165,9 +179,9 @@ __device__ __forceinline__ AlignedVector<T, VEC> ScaleByRms(const AlignedVector<
 /// x already in registers (x[u] is row vector first + u * STRIDE), weight's vectors from w
 /// (built with the same first).
 /// REQUIRES: out_row aligned to VEC * sizeof(T) bytes.
-template <int N, int STRIDE, int VEC, typename T, int PREFETCH>
+template <int N, int STRIDE, int VEC, typename T, int PREFETCH, int SHIFTED>
 __device__ __forceinline__ void ScaleRowVectors(const AlignedVector<T, VEC> (&x)[N],
-                                                const RowVectors<PREFETCH, N, STRIDE, VEC, T>& w,
+                                                const RowVectors<PREFETCH, N, STRIDE, VEC, T, SHIFTED>& w,
                                                 T* __restrict__ out_row, int first,
                                                 int num_vec, float inv_rms) {
 #pragma unroll

@@ -1,0 +1,122 @@
+// Rows whose start is not vector-aligned: the row-wise templates (softmax, rmsnorm,
+// add_rmsnorm, layernorm, silu_and_mul) and elementwise keep their 16-byte accesses on any
+// row length. A row of `len` elements that starts at linear element `start` of arrays based
+// on 16-byte boundaries is cut into
+//   the head: elements [0, head) before the first VEC-aligned element,
+//   the body: num_vec whole aligned vectors from element head,
+//   the tail: the fewer than VEC elements after the body.
+// Head and tail together are fewer than 2 * VEC <= 16 elements, so the first `count`
+// threads of the row take one edge element each, in scalar accesses, beside their body
+// vectors. Arrays indexed by the same linear element (x and out of a row-major matrix) share
+// the cut; an array indexed by column only (a weight or bias read by every row) is not
+// aligned where the body starts, and its body vectors come through LoadShiftedVector (two
+// aligned loads and a funnel shift, both mostly L1 hits since every row reads them).
+//
+// EDGE == 0 compiles to the aligned-only code (head = 0, count = 0 are constants), so a
+// shape whose row length is a multiple of VEC loses nothing; the manifests pin EDGE to
+// whether the row length is. Kernels put their edge code under `if constexpr (EDGE)`, not
+// only under Has(): a branch that folds to false still moved ptxas's instruction schedule
+// (seen in sm_90 SASS), and an EDGE = 0 candidate is meant to be the same machine code as
+// before edges existed.
+//
+// Device code only, under the rules of "ktune/common.cuh" (which it includes).
+#ifndef KTUNE_EDGES_CUH_
+#define KTUNE_EDGES_CUH_
+
+#include "ktune/common.cuh"
+
+namespace ktune {
+
+/// The cut of one row (see above).
+///   VEC:  elements per vector access.
+///   EDGE: 0: the caller guarantees start % VEC == 0 and len % VEC == 0 (no edges; the
+///         specialization below, whose head and count are compile-time zeros); 1: any.
+template <int VEC, int EDGE>
+struct RowEdges {
+  static_assert(EDGE == 1, "EDGE must be 0 or 1");
+
+  int head;     // edge elements before the body
+  int num_vec;  // whole aligned vectors in the body
+  int count;    // head + tail elements, < 2 * VEC
+
+  __device__ __forceinline__ RowEdges(long long start, int len) {
+    const int mis = static_cast<int>(start % VEC);
+    head = min(len, mis == 0 ? 0 : VEC - mis);
+    num_vec = (len - head) / VEC;
+    count = len - num_vec * VEC;
+  }
+
+  /// The row column of edge element e (e < count): the head's, then the tail's.
+  __device__ __forceinline__ int Column(int e) const { return e < head ? e : e + num_vec * VEC; }
+
+  /// Whether the row's thread t takes an edge element (element t, at Column(t)).
+  __device__ __forceinline__ bool Has(int t) const { return t < count; }
+};
+
+template <int VEC>
+struct RowEdges<VEC, 0> {
+  static constexpr int head = 0;
+  static constexpr int count = 0;
+  int num_vec;
+
+  __device__ __forceinline__ RowEdges(long long /*start*/, int len) : num_vec(len / VEC) {}
+  __device__ __forceinline__ int Column(int e) const { return e; }
+  __device__ __forceinline__ bool Has(int /*t*/) const { return false; }
+};
+
+/// The VEC elements at p, p not necessarily aligned to VEC * sizeof(T): the aligned vector
+/// holding p[0] and, where p is not aligned, the next one, shifted into place (runtime word
+/// selects and a 16-bit funnel shift: no local memory). An aligned p costs one load.
+/// REQUIRES: p[0 .. VEC - 1] are elements of one array based on a VEC * sizeof(T) boundary
+/// (so neither aligned load leaves the allocation).
+template <int VEC, typename T>
+__device__ __forceinline__ AlignedVector<T, VEC> LoadShiftedVector(const T* p) {
+  using V = AlignedVector<T, VEC>;
+  if constexpr (V::kBytes <= static_cast<int>(sizeof(T))) {
+    return LoadVector<VEC>(p);  // one element: always aligned
+  } else {
+    constexpr int kW = V::kWords;
+    const unsigned long long addr = reinterpret_cast<unsigned long long>(p);
+    const int off = static_cast<int>(addr % V::kBytes);  // a multiple of sizeof(T)
+    const V lo = *reinterpret_cast<const V*>(addr - off);
+    if (off == 0) return lo;
+    const V hi = *reinterpret_cast<const V*>(addr - off + V::kBytes);
+    unsigned int w[2 * kW];
+#pragma unroll
+    for (int i = 0; i < kW; ++i) {
+      w[i] = lo.words[i];
+      w[kW + i] = hi.words[i];
+    }
+    const int q = off / 4;       // whole words to skip
+    const bool half = off % 4;   // and a 16-bit element more
+    V out;
+#pragma unroll
+    for (int i = 0; i < kW; ++i) {
+      unsigned int a = w[i];
+      unsigned int b = w[i + 1];
+#pragma unroll
+      for (int c = 1; c < kW; ++c) {
+        if (q == c) {
+          a = w[i + c];
+          b = w[i + c + 1];
+        }
+      }
+      out.words[i] = half ? __funnelshift_r(a, b, 16) : a;
+    }
+    return out;
+  }
+}
+
+/// LoadVector where SHIFTED == 0 (p aligned), LoadShiftedVector where 1.
+template <int VEC, int SHIFTED, typename T>
+__device__ __forceinline__ AlignedVector<T, VEC> LoadVectorAt(const T* p) {
+  if constexpr (SHIFTED) {
+    return LoadShiftedVector<VEC>(p);
+  } else {
+    return LoadVector<VEC>(p);
+  }
+}
+
+}  // namespace ktune
+
+#endif  // KTUNE_EDGES_CUH_
