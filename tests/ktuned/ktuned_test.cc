@@ -84,6 +84,30 @@ TEST_F(KtunedTest, ServesOnAUnixSocketAndStopsOnSigterm) {
   EXPECT_THAT(d.Stderr(), HasSubstr("shutting down"));
 }
 
+// FALLBACK on an empty store at a row length no vector width divides (an odd vocabulary):
+// the default config through the edge path (EDGE = 1, VEC kept), compiled by NVRTC, where
+// the default once failed every such shape with FAILED_PRECONDITION.
+TEST_F(KtunedTest, FallbackServesAnOddRowLength) {
+  const std::string socket = dir_ + "/ktuned.sock";
+  Ktuned d(dir_, With({"--listen", "unix://" + socket}));
+  ASSERT_THAT(d.WaitServing(), HasSubstr(socket)) << d.Stderr();
+  client::ClientOptions options;
+  options.default_deadline = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<client::KtuneClient>> c =
+      client::Connect("unix://" + socket, options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<client::KernelArtifact> a = (*c)->GetKernel(
+      {"softmax", "bf16", {{"rows", 3}, {"cols", 32001}, {"out_bytes", 2}},
+       client::Policy::kFallback});
+  ASSERT_TRUE(a.ok()) << a.status() << "\n" << d.Stderr();
+  EXPECT_EQ(a->provenance, client::Provenance::kDefault);
+  EXPECT_EQ(a->params.at("EDGE"), 1);
+  EXPECT_GT(a->params.at("VEC"), 1);
+  EXPECT_EQ(a->cubin.substr(0, 4), "\x7f" "ELF");
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+}
+
 TEST_F(KtunedTest, ConfigFileSetsFlagsAndTheCommandLineWins) {
   const std::string from_file = dir_ + "/file.sock", from_flag = dir_ + "/flag.sock";
   ASSERT_TRUE(AtomicWriteFile(dir_ + "/ktuned.conf",
