@@ -90,6 +90,7 @@ struct Flags {
   int queue = 64;
   int fallback_queue = ktune::ServerOptions{}.fallback_queue;
   int64_t artifact_cache_mb = ktune::ServerOptions{}.artifact_cache_bytes >> 20;
+  std::string pch = "auto";
   bool reflection = false;
   bool insecure = false;
   bool token_given = false;  // --token appeared (on the command line or in --config)
@@ -118,6 +119,12 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
   app.add_option("--fallback-queue", f->fallback_queue,
                  "Most FALLBACK default compiles waiting (identical requests share one)")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--pch", f->pch,
+                 "NVRTC precompiled headers: auto (on from " +
+                     std::to_string(ktune::kAutoPchMinThreads) +
+                     " compile threads), on or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--artifact-cache-mb", f->artifact_cache_mb,
                  "Memory for answered artifacts (MiB of cubins; 0: every hit reads the store)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -254,9 +261,15 @@ std::optional<int> OpenEngine(const Flags& f, std::unique_ptr<ktune::Engine>* en
   o.db = f.db;
   o.worker = f.worker;
   o.exclusive_store = true;  // one ktuned per store file
+  absl::StatusOr<ktune::PchMode> pch = ktune::ParsePchMode("--pch", f.pch);
+  if (!pch.ok()) return Fail("flags", pch.status());
+  o.pch = *pch;
   absl::StatusOr<std::unique_ptr<ktune::Engine>> opened = ktune::OpenEngine(std::move(o));
   if (!opened.ok()) return Fail("engine", opened.status());
   *engine = *std::move(opened);
+  std::fprintf(stderr, "ktuned: %d compile threads, precompiled headers %s\n",
+               (*engine)->pool->threads(),
+               (*engine)->pch_dir ? ("in " + (*engine)->pch_dir->path()).c_str() : "off");
   for (const absl::Status& err : (*engine)->registry->errors()) {
     std::fprintf(stderr, "ktuned: template not loaded: %s\n", std::string(err.message()).c_str());
   }

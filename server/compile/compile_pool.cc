@@ -7,9 +7,12 @@
 namespace ktune {
 
 CompilePool::CompilePool(Compiler* compiler, int threads)
-    : compiler_(compiler),
-      threads_(threads > 0 ? threads
-                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
+    : compiler_(compiler), threads_(ThreadsFor(threads)) {}
+
+int CompilePool::ThreadsFor(int requested) {
+  return requested > 0 ? requested
+                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 std::future<absl::StatusOr<CompileResult>> CompilePool::Submit(CompileRequest request) {
   // std::function needs a copyable callable; the promise lives behind a shared_ptr.

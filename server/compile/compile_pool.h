@@ -17,8 +17,11 @@ namespace ktune {
 
 class CompilePool {
  public:
-  // `compiler` must outlive the pool. threads <= 0: one per core.
+  // `compiler` must outlive the pool. threads <= 0: one per core (ThreadsFor).
   CompilePool(Compiler* compiler, int threads);
+
+  // The threads a pool asked for `requested` runs: requested, or one per core for <= 0.
+  static int ThreadsFor(int requested);
   CompilePool(const CompilePool&) = delete;
   CompilePool& operator=(const CompilePool&) = delete;
 

@@ -181,7 +181,8 @@ absl::StatusOr<std::unique_ptr<Compiler>> NewNvrtcCompiler(const NvrtcOptions& o
   // runtime calls and launches): the same machine code for every shipped candidate, 7 %
   // faster per compile on a 2-core build machine and 17 % on the 16-core GPU host
   // (bench/RESULTS.md). Automatic PCH (--pch) helped the 16-core host more but slowed the
-  // 2-core machine and needs a folder of state, so it is not on by default.
+  // 2-core machine and needs a folder of state: the caller turns it on (options.pch_dir;
+  // the engine does where the compile pool has many threads).
   std::vector<std::string> fixed = {"-std=c++17", "-Xptxas=-v", "-minimal"};
   // The identity leaves out where things are (folders differ between hosts and installs)
   // and keeps what they are: the NVRTC build (the toolkit headers ship with it), the
@@ -197,6 +198,10 @@ absl::StatusOr<std::unique_ptr<Compiler>> NewNvrtcCompiler(const NvrtcOptions& o
   for (const std::string& o : options.extra_options) {
     fixed.push_back(o);
     identity.push_back(o);
+  }
+  if (!options.pch_dir.empty()) {
+    fixed.push_back("--pch");
+    fixed.push_back(absl::StrCat("--pch-dir=", options.pch_dir));
   }
   return std::unique_ptr<Compiler>(
       new NvrtcCompiler(std::move(fixed), absl::StrJoin(identity, "|")));

@@ -21,6 +21,10 @@ struct NvrtcOptions {
   std::string cuda_include_dir;
   // Options added to every compile, after ktune's own (-std=c++17, -Xptxas=-v, -minimal).
   std::vector<std::string> extra_options;
+  // NVRTC's automatic precompiled headers (--pch) kept in this existing folder; empty: off.
+  // The machine code is the same either way (compared kernel by kernel on the GPU host), so
+  // it is not part of Identity(): cubins cached with it and without it serve each other.
+  std::string pch_dir;
 };
 
 // kFailedPrecondition if no CUDA include folder is found; the message says where it looked.

@@ -47,7 +47,7 @@ absl::Status OpenStore(const std::string& db, bool exclusive, Engine& e) {
   return absl::OkStatus();
 }
 
-absl::Status OpenCompiler(const std::string& cache_dir, int threads, Engine& e) {
+absl::Status OpenCompiler(const std::string& cache_dir, int threads, PchMode pch, Engine& e) {
   if (cache_dir.empty()) {
     // The cubins a worker loads come from here: only from a folder that is ours alone.
     if (absl::Status s = MakePrivateDir(DefaultCacheDir()); !s.ok()) {
@@ -59,21 +59,36 @@ absl::Status OpenCompiler(const std::string& cache_dir, int threads, Engine& e) 
   absl::StatusOr<std::unique_ptr<CubinCache>> cache = CubinCache::Open(dir);
   if (!cache.ok()) return Naming(absl::StrCat("cubin cache ", dir), cache.status());
   e.cache = *std::move(cache);
+  const int pool_threads = CompilePool::ThreadsFor(threads);
+  if (pch == PchMode::kOn || (pch == PchMode::kAuto && pool_threads >= kAutoPchMinThreads)) {
+    absl::StatusOr<std::unique_ptr<ScratchDir>> dir = ScratchDir::Create("ktune-pch-");
+    if (!dir.ok()) return Naming("precompiled headers", dir.status());
+    e.pch_dir = *std::move(dir);
+  }
   absl::StatusOr<std::unique_ptr<Compiler>> compiler =
-      NewTemplateCompiler(*e.registry, e.cache.get());
+      NewTemplateCompiler(*e.registry, e.cache.get(), e.pch_dir ? e.pch_dir->path() : "");
   if (!compiler.ok()) return Naming("compiler", compiler.status());
   e.compiler = *std::move(compiler);
-  e.pool = std::make_unique<CompilePool>(e.compiler.get(), threads);
+  e.pool = std::make_unique<CompilePool>(e.compiler.get(), pool_threads);
   return absl::OkStatus();
 }
 
 }  // namespace
 
+absl::StatusOr<PchMode> ParsePchMode(const std::string& flag, const std::string& value) {
+  if (value == "auto") return PchMode::kAuto;
+  if (value == "on") return PchMode::kOn;
+  if (value == "off") return PchMode::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, ": '", value, "' is not auto, on or off"));
+}
+
 absl::StatusOr<std::unique_ptr<Engine>> OpenEngine(EngineOptions options) {
   auto e = std::make_unique<Engine>();
   KTUNE_ASSIGN_OR_RETURN(e->registry, OpenRegistry(options));
   KTUNE_RETURN_IF_ERROR(OpenStore(options.db, options.exclusive_store, *e));
-  KTUNE_RETURN_IF_ERROR(OpenCompiler(options.cache_dir, options.compile_threads, *e));
+  KTUNE_RETURN_IF_ERROR(
+      OpenCompiler(options.cache_dir, options.compile_threads, options.pch, *e));
   e->gpu_factory = [worker = options.worker.empty() ? DefaultWorkerPath() : options.worker](
                        int ordinal) {
     ProcessGpuOptions o;

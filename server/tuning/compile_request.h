@@ -19,9 +19,11 @@ namespace ktune {
 CompileRequest BuildCompileRequest(const Instance& instance);
 
 // An NVRTC compiler that can include the registry's shared headers, answering from
-// `cache` when it is not null (it must then outlive the compiler).
+// `cache` when it is not null (it must then outlive the compiler), with NVRTC's automatic
+// precompiled headers in `pch_dir` when that is not empty (NvrtcOptions::pch_dir).
 absl::StatusOr<std::unique_ptr<Compiler>> NewTemplateCompiler(const TemplateRegistry& registry,
-                                                              const CubinCache* cache);
+                                                              const CubinCache* cache,
+                                                              const std::string& pch_dir = "");
 
 }  // namespace ktune
 

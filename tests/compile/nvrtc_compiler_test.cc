@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/base/file.h"
+#include "server/base/scratch_dir.h"
 #include "server/compile/cache_key.h"
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
@@ -278,6 +280,29 @@ TEST_F(NvrtcCompilerTest, SameRequestGivesTheSameCubinAndKey) {
   // A second compiler made the same way has the same identity, so the same key.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Compiler> again, NewTemplateCompiler(*registry_, nullptr));
   EXPECT_EQ(again->Identity(), compiler_->Identity());
+}
+
+// Automatic precompiled headers change how fast NVRTC is, not what it makes: the same
+// kernels' machine code, the same identity (so the same cache keys), and the state in the
+// folder given.
+TEST_F(NvrtcCompilerTest, PrecompiledHeadersKeepTheCodeAndTheIdentity) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ScratchDir> pch, ScratchDir::Create("ktune-pch-test-"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Compiler> with_pch,
+                       NewTemplateCompiler(*registry_, nullptr, pch->path()));
+  EXPECT_EQ(with_pch->Identity(), compiler_->Identity());
+  ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_, "sm_90a"));
+  ASSERT_OK_AND_ASSIGN(CompileResult plain, compiler_->Compile(request));
+  for (int i = 0; i < 2; ++i) {  // the first creates the header state, the second uses it
+    ASSERT_OK_AND_ASSIGN(CompileResult r, with_pch->Compile(request));
+    ASSERT_TRUE(r.ok) << r.log;
+    EXPECT_EQ(r.key, plain.key);
+    ASSERT_OK_AND_ASSIGN(auto text, TextSections(r.cubin));
+    ASSERT_OK_AND_ASSIGN(auto plain_text, TextSections(plain.cubin));
+    EXPECT_FALSE(text.empty());
+    EXPECT_TRUE(text == plain_text) << "compile " << i;
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> state, ListDir(pch->path()));
+  EXPECT_FALSE(state.empty());
 }
 
 TEST_F(NvrtcCompilerTest, ConcurrentCompilesFromFourThreads) {

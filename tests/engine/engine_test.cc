@@ -62,7 +62,47 @@ TEST_F(EngineTest, OpensCompileOnlyWithoutAGpu) {
   // The GPU is reached only through the factory; with no worker program there is none.
   ASSERT_TRUE(engine.gpu_factory);
   absl::StatusOr<std::unique_ptr<Gpu>> gpu = engine.gpu_factory(0);
-  if (gpu.ok()) EXPECT_FALSE((*gpu)->Info().ok());
+  if (gpu.ok()) {
+    EXPECT_FALSE((*gpu)->Info().ok());
+  }
+}
+
+// Precompiled headers: auto turns them on from kAutoPchMinThreads compile threads (the
+// 16-core host's gain, the 2-core machine's loss), their state in a private scratch folder
+// that goes with the engine.
+TEST_F(EngineTest, PrecompiledHeadersFollowTheThreadsOrTheMode) {
+  EngineOptions o = Options();  // one thread
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> off, OpenEngine(std::move(o)));
+  EXPECT_EQ(off->pch_dir, nullptr);
+
+  o = Options();
+  o.compile_threads = kAutoPchMinThreads;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> many, OpenEngine(std::move(o)));
+  ASSERT_NE(many->pch_dir, nullptr);
+  EXPECT_EQ(many->pool->threads(), kAutoPchMinThreads);
+  many.reset();
+
+  o = Options();
+  o.pch = PchMode::kOn;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> on, OpenEngine(std::move(o)));
+  ASSERT_NE(on->pch_dir, nullptr);
+  const std::string dir = on->pch_dir->path();
+  struct stat st;
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  on.reset();
+  EXPECT_FALSE(IsDir(dir));
+
+  o = Options();
+  o.compile_threads = 64;
+  o.pch = PchMode::kOff;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> forced_off, OpenEngine(std::move(o)));
+  EXPECT_EQ(forced_off->pch_dir, nullptr);
+
+  EXPECT_THAT(ParsePchMode("--pch", "sometimes"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--pch: 'sometimes' is not auto, on or off")));
+  EXPECT_THAT(ParsePchMode("--pch", "on"), testing::IsOkAndHolds(PchMode::kOn));
 }
 
 TEST_F(EngineTest, UsesARegistryAlreadyLoaded) {

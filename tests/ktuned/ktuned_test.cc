@@ -136,6 +136,25 @@ TEST_F(KtunedTest, ConfigFileWithAnUnknownKeyIsUsage) {
   EXPECT_THAT(d.Stderr(), HasSubstr("lisen"));
 }
 
+// --pch: on keeps NVRTC's precompiled headers in a scratch folder that goes with the daemon
+// (auto: from 8 compile threads; this machine may have fewer); anything else is usage.
+TEST_F(KtunedTest, PrecompiledHeadersFlag) {
+  Ktuned bad(dir_, With({"--pch", "sometimes"}));
+  EXPECT_EQ(bad.Wait(absl::Seconds(10)), 2) << bad.Stderr();
+  EXPECT_THAT(bad.Stderr(), HasSubstr("--pch"));
+
+  Ktuned d(dir_, With({"--listen", "unix://" + dir_ + "/k.sock", "--pch", "on"}));
+  ASSERT_FALSE(d.WaitServing().empty()) << d.Stderr();
+  const std::string err = d.Stderr();
+  const size_t at = err.find("precompiled headers in ");
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string folder = err.substr(at + 23, err.find('\n', at) - at - 23);
+  EXPECT_TRUE(IsDir(folder)) << folder;
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+  EXPECT_FALSE(IsDir(folder)) << folder;
+}
+
 TEST_F(KtunedTest, TlsWithAUnixSocketIsUsage) {
   Ktuned d(dir_, With({"--listen", "unix://" + dir_ + "/k.sock", "--tls-cert", "c.pem", "--tls-key",
                        "k.pem"}));
