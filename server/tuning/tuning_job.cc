@@ -157,6 +157,28 @@ TrialMetrics DeriveMetrics(const CompileResult& compiled, int64_t dynamic_smem,
 
 namespace {
 
+// Timing in rounds (TuneRequest::timing_rounds): the screening timing caps samples and time;
+// the leaders promoted from it are the fastest third, within these bounds.
+constexpr int64_t kScreenMaxRepeats = 10;
+constexpr int64_t kScreenMinRepeats = 3;
+constexpr double kScreenTimeCapMs = 100;
+constexpr size_t kPromotedFraction = 3;  // the fastest 1 / kPromotedFraction of the ok trials
+constexpr size_t kMaxPromoted = 24;
+
+// `full` with its samples and time capped for screening (a field left 0, the worker's
+// default, gets the cap).
+v1::TimingOptions ScreeningTiming(const v1::TimingOptions& full) {
+  v1::TimingOptions t = full;
+  const auto cap = [](auto value, auto limit) {
+    return value > 0 ? std::min<decltype(limit)>(value, limit) : limit;
+  };
+  t.set_max_repeats(static_cast<int32_t>(cap(full.max_repeats(), kScreenMaxRepeats)));
+  t.set_min_repeats(static_cast<int32_t>(
+      cap(full.min_repeats(), std::min<int64_t>(kScreenMinRepeats, t.max_repeats()))));
+  t.set_time_cap_ms(cap(full.time_cap_ms(), kScreenTimeCapMs));
+  return t;
+}
+
 // A finalist's binary: compiled again (a cubin cache read when the compiler has one), so a
 // resumed job's candidates from an earlier run are as good as this run's.
 struct Finalist {
@@ -181,6 +203,7 @@ class TuningRun {
     KTUNE_RETURN_IF_ERROR(Search());
     KTUNE_ASSIGN_OR_RETURN(std::vector<store::Trial> trials, env_.store->ListTrials(job_.id));
     if (!best_) return Fail(NoCandidatePassed(trials));
+    if (TimingRounds()) KTUNE_RETURN_IF_ERROR(Promote(trials));
     KTUNE_ASSIGN_OR_RETURN(Finalist winner, FinalRound(trials));
     return Commit(std::move(winner), std::move(trials));
   }
@@ -225,6 +248,10 @@ class TuningRun {
   }
 
   bool Guided() const { return request_.search.strategy.empty() || request_.search.strategy == "guided"; }
+
+  bool TimingRounds() const {
+    return request_.timing_rounds && request_.search.strategy != "exhaustive";
+  }
 
   // The strategy's inputs; for guided, every candidate's features (bound for this shape)
   // and the warm start from neighbouring keys in the store.
@@ -357,7 +384,10 @@ class TuningRun {
       trial.log = compiled.log.substr(0, kMaxLogBytes);
     } else {
       KTUNE_ASSIGN_OR_RETURN(v1::KernelBinary binary, BuildKernelBinary(p.instance, compiled));
-      KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, env_.gpu->Measure(binary, request_.timing));
+      KTUNE_ASSIGN_OR_RETURN(
+          v1::Measurement m,
+          env_.gpu->Measure(binary, TimingRounds() ? ScreeningTiming(request_.timing)
+                                                   : request_.timing));
       std::optional<Outcome> outcome = ParseOutcome(m.outcome());
       trial.outcome = outcome.value_or(Outcome::kCrashed);
       trial.log = outcome ? m.detail()
@@ -422,6 +452,38 @@ class TuningRun {
       return absl::InternalError(absl::StrCat(ConfigString(t.config), " no longer compiles"));
     }
     return Finalist{t, std::move(built), {}};
+  }
+
+  // Timing in rounds: the fastest ok trials by their screening times, a third of them (at
+  // least 2 x finalists, at most kMaxPromoted), are timed again with the request's timing,
+  // and those times replace the screening ones in `trials` (the store keeps the screening
+  // trials). A leader whose full run is not ok leaves the race with that outcome.
+  absl::Status Promote(std::vector<store::Trial>& trials) {
+    std::vector<store::Trial*> ranked;
+    for (store::Trial& t : trials) {
+      if (t.outcome == Outcome::kOk) ranked.push_back(&t);
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const store::Trial* a, const store::Trial* b) { return Faster(*a, *b); });
+    const size_t wanted = std::max<size_t>(2 * std::max(request_.finalists, 1),
+                                           (ranked.size() + kPromotedFraction - 1) / kPromotedFraction);
+    const size_t count = std::min({ranked.size(), wanted, kMaxPromoted});
+    for (size_t i = 0; i < count; ++i) {
+      store::Trial& t = *ranked[i];
+      absl::StatusOr<Finalist> f = PrepareFinalist(t);
+      if (!f.ok()) return Fail(f.status());
+      absl::StatusOr<v1::Measurement> m = env_.gpu->Measure(f->built.binary, request_.timing);
+      if (!m.ok()) return Fail(m.status());
+      if (std::optional<Outcome> o = ParseOutcome(m->outcome()); o != Outcome::kOk) {
+        t.outcome = o.value_or(Outcome::kCrashed);
+        t.log = m->detail();
+        continue;
+      }
+      const Instance& inst = f->built.instance;
+      t.metrics = DeriveMetrics(f->built.compiled, DynamicSmem(inst), *m, inst.bytes, inst.flops,
+                                copy_gbps_);
+    }
+    return absl::OkStatus();
   }
 
   // The fastest few ok trials, each measured `final_rounds` more times, interleaved so that

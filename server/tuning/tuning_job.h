@@ -40,6 +40,13 @@ struct TuneRequest {
   // tunes agree. 0 turns it off.
   int finalists = 3;
   int final_rounds = 3;
+  // Timing in rounds (successive halving), for the guided and random strategies: every
+  // candidate is first timed briefly (at most 10 samples, 100 ms), then the fastest third
+  // of them (at least 2 x finalists, at most 24) again with `timing`, and the final round
+  // picks among those. A short screening costs most where the adaptive timing would run
+  // to its 200 samples: noisy few-microsecond kernels. Exhaustive times every candidate
+  // with `timing` (it is the reference the others are held to).
+  bool timing_rounds = true;
   // With a fleet tier (fleet_sync.h): when another host holds the key's lease, end at once
   // with kAborted instead of waiting for its winner (`ktune tune --spec` then tunes other
   // keys and comes back to this one).

@@ -138,6 +138,7 @@ class FakeGpu : public Gpu {
                                           const v1::TimingOptions& timing) override {
     ++measures;
     measured.push_back(candidate.launches(0).lowered_name());
+    timings.push_back(timing);  // before the script, which may read it
     return script(candidate.launches(0).lowered_name());
   }
 
@@ -146,6 +147,7 @@ class FakeGpu : public Gpu {
   int measures = 0;
   int ceiling_calls = 0;
   std::vector<std::string> measured;
+  std::vector<v1::TimingOptions> timings;  // of each Measure call, in order
 };
 
 }  // namespace ktune::testing

@@ -417,5 +417,67 @@ TEST_F(TuningJobTest, GuidedWarmStartsFromTheNearestStoredKey) {
   EXPECT_FALSE(order[1].config == winner);
 }
 
+// Timing in rounds: random over 30 candidates times each briefly (screening), then the
+// fastest third (10) again with the request's timing, then the final round's 3 x 3. The
+// exhaustive reference times every candidate with the request's timing.
+TEST_F(TuningJobTest, TimingRoundsScreenEveryCandidateThenTimeTheLeadersInFull) {
+  request_.search.strategy = "random";
+  request_.search.budget = 30;
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  ASSERT_EQ(r.trials.size(), 30u);
+  ASSERT_EQ(gpu_.timings.size(), 30u + 10u + 9u);
+  for (size_t i = 0; i < gpu_.timings.size(); ++i) {
+    const v1::TimingOptions& t = gpu_.timings[i];
+    if (i < 30) {
+      EXPECT_EQ(t.max_repeats(), 10) << i;
+      EXPECT_EQ(t.min_repeats(), 3) << i;
+      EXPECT_EQ(t.time_cap_ms(), 100) << i;
+    } else {
+      EXPECT_EQ(t.max_repeats(), 0) << i;  // the worker's full default
+    }
+  }
+
+  // A request's own timing is capped for screening, never raised.
+  request_.shape = {{"n", 2000}};
+  request_.timing.set_max_repeats(5);
+  request_.timing.set_min_repeats(4);
+  gpu_.timings.clear();
+  ASSERT_OK(RunTuning(request_, Env()).status());
+  EXPECT_EQ(gpu_.timings.front().max_repeats(), 5);
+  EXPECT_EQ(gpu_.timings.front().min_repeats(), 3);
+  EXPECT_EQ(gpu_.timings.back().max_repeats(), 5);
+  EXPECT_EQ(gpu_.timings.back().min_repeats(), 4);
+
+  for (const char* no_rounds : {"exhaustive", "random off"}) {
+    request_ = TuneRequest{};
+    request_.template_name = "tiny";
+    request_.dtype = DType::kF32;
+    request_.shape = {{"n", std::string(no_rounds) == "exhaustive" ? 3000 : 4000}};
+    request_.search.strategy = std::string(no_rounds) == "exhaustive" ? "exhaustive" : "random";
+    request_.search.budget = 12;
+    request_.timing_rounds = std::string(no_rounds) == "exhaustive";  // exhaustive ignores it
+    gpu_.timings.clear();
+    ASSERT_OK(RunTuning(request_, Env()).status());
+    ASSERT_EQ(gpu_.timings.size(), 12u + 9u) << no_rounds;  // no promotion
+    for (const v1::TimingOptions& t : gpu_.timings) EXPECT_EQ(t.max_repeats(), 0) << no_rounds;
+  }
+}
+
+// Six candidates (one param point's knob variants) that look fastest only in their brief
+// screening would take all three final-round places; timed again in full with the leading
+// third, they fall back, and the real best wins.
+TEST_F(TuningJobTest, TheLeadersFullTimingsDecideNotTheirScreening) {
+  gpu_.script = [this](const std::string& n) {
+    const bool screening = gpu_.timings.back().max_repeats() == 10;
+    if (NameInts(n) == std::vector<int64_t>{128, 2}) return OkMeasurement(screening ? 500.0 : 5000.0);
+    return Landscape(n);
+  };
+  request_.search.strategy = "random";
+  request_.search.budget = 108;
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  EXPECT_EQ(r.entry.config.params, (std::map<std::string, int64_t>{{"BLOCK", 256}, {"VEC", 4}}));
+  EXPECT_EQ(r.entry.metrics.time_ns, 1100);
+}
+
 }  // namespace
 }  // namespace ktune
