@@ -207,6 +207,22 @@ absl::Status CheckTensorMapArg(const KernelArtifact& a, size_t i) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArtifact& artifact) {
+  // The artifact's checks come first: a bad artifact is named before a missing driver.
+  KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<LoadedKernel> kernel, Prepare(artifact));
+  KTUNE_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
+  KTUNE_RETURN_IF_ERROR(kernel->LoadInto(artifact, *api));
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArtifact& artifact,
+                                                                 const CudaApi& api) {
+  KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<LoadedKernel> kernel, Prepare(artifact));
+  KTUNE_RETURN_IF_ERROR(kernel->LoadInto(artifact, api));
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Prepare(
+    const KernelArtifact& artifact) {
   KTUNE_RETURN_IF_ERROR(ValidateArtifact(artifact));
   std::unique_ptr<LoadedKernel> kernel(new LoadedKernel());
   kernel->args_ = artifact.args;
@@ -225,9 +241,12 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArt
     }
     KTUNE_ASSIGN_OR_RETURN(kernel->scalar_values_[i], ScalarBytes(artifact.args[i]));
   }
+  return kernel;
+}
 
-  KTUNE_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
-  if (!kernel->map_args_.empty() && api->TensorMapEncodeTiled == nullptr) {
+absl::Status LoadedKernel::LoadInto(const KernelArtifact& artifact, const CudaApi& cuda) {
+  const CudaApi* api = &cuda;
+  if (!map_args_.empty() && api->TensorMapEncodeTiled == nullptr) {
     return absl::UnavailableError(
         "the artifact takes a tensor map and this CUDA driver has no cuTensorMapEncodeTiled "
         "(CUDA 12.0 or later is needed)");
@@ -240,22 +259,20 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArt
         "(cuCtxSetCurrent, or any CUDA runtime call after cudaSetDevice) before "
         "LoadedKernel::Load");
   }
-  KTUNE_ASSIGN_OR_RETURN(kernel->module_, Cache().GetOrLoad<Module>(
-                                              api, context, artifact.cubin_sha256,
-                                              artifact.cubin));
+  KTUNE_ASSIGN_OR_RETURN(module_, Cache().GetOrLoad<Module>(api, context, artifact.cubin_sha256,
+                                                            artifact.cubin));
   for (const KernelLaunch& l : artifact.launches) {
     ResolvedLaunch r;
-    KTUNE_ASSIGN_OR_RETURN(r.function, kernel->module_->GetFunction(l.lowered_name,
-                                                                    l.shared_bytes));
+    KTUNE_ASSIGN_OR_RETURN(r.function, module_->GetFunction(l.lowered_name, l.shared_bytes));
     for (int d = 0; d < 3; ++d) {
       r.grid[d] = l.grid[d];
       r.block[d] = l.block[d];
     }
     r.shared_bytes = l.shared_bytes;
     r.args = l.args;
-    kernel->launches_.push_back(std::move(r));
+    launches_.push_back(std::move(r));
   }
-  return kernel;
+  return absl::OkStatus();
 }
 
 LoadedKernel::~LoadedKernel() = default;
