@@ -123,14 +123,13 @@ class KernelCacheImpl final : public KernelCache {
     for (size_t j = 0; j < requests.size(); ++j) {
       const absl::StatusOr<KernelArtifact>& a = (*answers)[j];
       const auto& [slot, before] = provisional[j];
-      if (!a.ok() || a->provenance != Provenance::kExact || a->stale ||
-          a->cubin_sha256 == before->cubin_sha256) {
-        continue;
-      }
+      if (!a.ok() || a->provenance != Provenance::kExact || a->stale) continue;
       const KernelKey key{requests[j].template_id, requests[j].dtype, requests[j].shape,
                           requests[j].gpu};
       absl::StatusOr<std::shared_ptr<const CachedKernel>> tuned =
-          Load(*a, key, before->kernel->context());
+          a->cubin_sha256 == before->cubin_sha256
+              ? Settled(*before, *a)  // the tuned config is the one held: no reload
+              : Load(*a, key, before->kernel->context());
       if (!tuned.ok()) continue;  // the provisional kernel keeps serving
       absl::MutexLock lock(&mu_);
       slot->current = *std::move(tuned);
@@ -216,6 +215,16 @@ class KernelCacheImpl final : public KernelCache {
     cached->cubin_sha256 = artifact.cubin_sha256;
     cached->params = artifact.params;
     return std::shared_ptr<const CachedKernel>(std::move(cached));
+  }
+
+  // `held` marked as `tuned`'s (exact, fresh), its loaded kernel kept: same cubin.
+  static std::shared_ptr<const CachedKernel> Settled(const CachedKernel& held,
+                                                     const KernelArtifact& tuned) {
+    auto settled = std::make_shared<CachedKernel>(held);
+    settled->provenance = tuned.provenance;
+    settled->stale = tuned.stale;
+    settled->params = tuned.params;
+    return settled;
   }
 
   void RefreshLoop() {

@@ -110,8 +110,9 @@ class KernelCache {
   virtual std::vector<absl::Status> Prefetch(const std::vector<KernelKey>& keys) = 0;
 
   // Runs one background check now (tests; a server after it knows a tune finished): asks
-  // ktuned for every provisional key and installs the tuned kernels it has. Returns how
-  // many kernels it replaced.
+  // ktuned for every provisional key and installs the tuned kernels it has (a tuned config
+  // that is the one held keeps its loaded kernel, now marked exact). Returns how many keys
+  // it settled that way.
   virtual int RefreshNow() = 0;
 };
 

@@ -14,85 +14,22 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "tests/client/fake_cuda_api.h"
 #include "tests/client/fake_ktune_service.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune::client {
 namespace {
 
+using ::ktune::testing::current_context;
+using ::ktune::testing::Driver;
+using ::ktune::testing::FakeApi;
 using ::ktune::testing::FakeKtuned;
+using ::ktune::testing::kContext;
 using ::ktune::testing::SetCubin;
 using ::ktune::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// The fake driver: one context per thread (none until pushed), modules and functions as
-// handles to interned names, launches recorded. Plain functions, as CudaApi wants.
-struct FakeDriver {
-  std::mutex mu;
-  std::deque<std::string> names;  // function handles point at these
-  std::vector<std::string> launched;
-  std::vector<void*> streams;
-  int modules_loaded = 0;
-  int modules_unloaded = 0;
-};
-FakeDriver& Driver() {
-  static FakeDriver* const driver = new FakeDriver();
-  return *driver;
-}
-void* const kContext = reinterpret_cast<void*>(0xC0);
-thread_local CuContext current_context = nullptr;
-
-CudaApi FakeApi() {
-  CudaApi api{};
-  api.Init = [](unsigned) { return kCudaSuccess; };
-  api.CtxGetCurrent = [](CuContext* c) {
-    *c = current_context;
-    return kCudaSuccess;
-  };
-  api.CtxPushCurrent = [](CuContext c) {
-    current_context = c;
-    return kCudaSuccess;
-  };
-  api.CtxPopCurrent = [](CuContext* c) {
-    *c = current_context;
-    current_context = nullptr;
-    return kCudaSuccess;
-  };
-  api.ModuleLoadData = [](CuModule* m, const void*) {
-    std::lock_guard<std::mutex> lock(Driver().mu);
-    *m = reinterpret_cast<CuModule>(static_cast<uintptr_t>(++Driver().modules_loaded));
-    return kCudaSuccess;
-  };
-  api.ModuleUnload = [](CuModule) {
-    std::lock_guard<std::mutex> lock(Driver().mu);
-    ++Driver().modules_unloaded;
-    return kCudaSuccess;
-  };
-  api.ModuleGetFunction = [](CuFunction* f, CuModule, const char* name) {
-    std::lock_guard<std::mutex> lock(Driver().mu);
-    Driver().names.emplace_back(name);
-    *f = &Driver().names.back();
-    return kCudaSuccess;
-  };
-  api.FuncSetAttribute = [](CuFunction, int, int) { return kCudaSuccess; };
-  api.LaunchKernel = [](CuFunction f, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        unsigned, unsigned, CuStream stream, void**, void**) {
-    std::lock_guard<std::mutex> lock(Driver().mu);
-    Driver().launched.push_back(*static_cast<std::string*>(f));
-    Driver().streams.push_back(stream);
-    return kCudaSuccess;
-  };
-  api.GetErrorName = [](CuResult, const char** name) {
-    *name = "CUDA_ERROR_FAKE";
-    return kCudaSuccess;
-  };
-  api.GetErrorString = [](CuResult, const char** text) {
-    *text = "fake";
-    return kCudaSuccess;
-  };
-  return api;
-}
 
 // An artifact of one launch of `kernel` over buffers x, out and a scalar n.
 v1::KernelArtifact Artifact(const std::string& kernel, v1::Provenance provenance, int64_t n) {
@@ -175,7 +112,9 @@ class KernelCacheTest : public ::testing::Test {
   }
   grpc::Status Poll(const v1::GetKernelRequest& r, v1::GetKernelResponse* response) {
     if (!tuned_) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no entry");
-    *response->mutable_artifact() = Artifact("k_tuned", v1::EXACT, r.shape().at("n"));
+    // The default config may win its tune: the same cubin, now exact.
+    *response->mutable_artifact() = Artifact(default_won_ ? "k_default" : "k_tuned", v1::EXACT,
+                                             r.shape().at("n"));
     return grpc::Status::OK;
   }
   std::unique_ptr<KernelCache> Cache(absl::Duration refresh = absl::InfiniteDuration()) {
@@ -195,6 +134,7 @@ class KernelCacheTest : public ::testing::Test {
   std::atomic<int> asks_{0};
   std::atomic<int> batches_{0};
   std::atomic<bool> tuned_{false};
+  std::atomic<bool> default_won_{false};
   std::vector<int> policies_;
 };
 
@@ -280,6 +220,23 @@ TEST_F(KernelCacheTest, RefreshNowReplacesOnlyWhatKtunedHasTuned) {
   EXPECT_EQ(cache->RefreshNow(), 1);
   EXPECT_EQ((*cache->Get(Key(1000)))->provenance, Provenance::kExact);
   EXPECT_EQ(cache->RefreshNow(), 0);
+}
+
+TEST_F(KernelCacheTest, ADefaultConfigThatWinsIsSettledWithoutAReload) {
+  Serve();
+  auto cache = Cache();
+  absl::StatusOr<std::shared_ptr<const CachedKernel>> first = cache->Get(Key(1000));
+  ASSERT_TRUE(first.ok());
+  const int loaded = Driver().modules_loaded;
+  tuned_ = true;
+  default_won_ = true;
+  EXPECT_EQ(cache->RefreshNow(), 1);
+  absl::StatusOr<std::shared_ptr<const CachedKernel>> now = cache->Get(Key(1000));
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ((*now)->provenance, Provenance::kExact);
+  EXPECT_EQ((*now)->kernel, (*first)->kernel);  // the same loaded module and functions
+  EXPECT_EQ(Driver().modules_loaded, loaded);
+  EXPECT_EQ(cache->RefreshNow(), 0);  // nothing provisional is left to ask about
 }
 
 TEST_F(KernelCacheTest, PrefetchAsksEveryMissingKeyInOneCall) {

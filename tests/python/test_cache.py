@@ -45,6 +45,7 @@ class FakeKtune(ktune_pb2_grpc.KtuneServicer):
         self.asks = 0
         self.batches = []
         self.tuned = False
+        self.default_won = False
         self.retry_once = None
         self.unimplemented = False
         self.lock = threading.Lock()
@@ -56,7 +57,8 @@ class FakeKtune(ktune_pb2_grpc.KtuneServicer):
         if r.policy == ktune_pb2.CACHE_ONLY:
             if not self.tuned:
                 return grpc.StatusCode.NOT_FOUND, f"no entry for tiny f32 n={n}", None
-            return grpc.StatusCode.OK, "", artifact("k_tuned", ktune_pb2.EXACT, n)
+            kernel = "k_default" if self.default_won else "k_tuned"  # same cubin, or not
+            return grpc.StatusCode.OK, "", artifact(kernel, ktune_pb2.EXACT, n)
         return grpc.StatusCode.OK, "", artifact("k_default", ktune_pb2.DEFAULT, n)
 
     def GetKernel(self, request, context):
@@ -255,6 +257,17 @@ class CacheTest(FakeDaemonTest):
         self.fake.tuned = True
         self.assertEqual(cache.refresh_now(), 1)
         self.assertEqual(cache.get("tiny", "f32", {"n": 1000}).provenance, "exact")
+        self.assertEqual(cache.refresh_now(), 0)
+
+    def test_a_default_config_that_wins_is_settled_without_a_reload(self):
+        cache = self.cache()
+        first = cache.get("tiny", "f32", {"n": 1000})
+        self.fake.tuned = self.fake.default_won = True
+        self.assertEqual(cache.refresh_now(), 1)
+        now = cache.get("tiny", "f32", {"n": 1000})
+        self.assertEqual(now.provenance, "exact")
+        self.assertIs(now.kernel, first.kernel)  # the same module and functions
+        self.assertEqual(self.driver.calls.count(("load",)), 1)
         self.assertEqual(cache.refresh_now(), 0)
 
     def test_prefetch_asks_every_missing_key_in_one_call(self):

@@ -215,7 +215,8 @@ class KernelCache:
 
     def refresh_now(self):
         """One background check now: asks ktuned (CACHE_ONLY, one call) for every provisional
-        kernel and installs the tuned ones it has. Returns how many it replaced; 0 when
+        kernel and installs the tuned ones it has (a tuned config that is the one held keeps
+        its loaded module, now marked exact). Returns how many keys it settled; 0 when
         ktuned cannot be reached (the provisional kernels keep serving)."""
         provisional = [(k, e) for k, e in list(self._entries.items()) if e.provisional]
         if not provisional:
@@ -229,11 +230,15 @@ class KernelCache:
         replaced = 0
         for (key, before), answer in zip(provisional, answers):
             if (isinstance(answer, _errors.Error) or answer.provenance != "exact"
-                    or answer.stale or answer.cubin_sha256 == before.artifact.cubin_sha256):
+                    or answer.stale):
                 continue
-            entry, error = self._load(key, answer, before.context)
-            if entry is None:
-                continue  # the provisional kernel keeps serving
+            if answer.cubin_sha256 == before.artifact.cubin_sha256:
+                # The tuned config is the one held: keep its module, now marked exact.
+                entry = CachedKernel(answer, before.kernel, before.context)
+            else:
+                entry, _ = self._load(key, answer, before.context)
+                if entry is None:
+                    continue  # the provisional kernel keeps serving
             with self._lock:
                 self._entries[key] = entry
             replaced += 1
