@@ -25,6 +25,8 @@ except ImportError:
 BUILD = os.environ.get("KTUNE_BUILD_DIR", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KTUNED = os.path.join(BUILD, "bin", "ktuned")
+# The source tree's templates, or the GPU-host bundle's (deploy/gpu-host/run.sh sets it).
+TEMPLATES = os.environ.get("KTUNE_TEMPLATES", os.path.join(ROOT, "kernel_templates"))
 
 
 def have_cuda_python():
@@ -49,7 +51,7 @@ class TorchOpsTest(unittest.TestCase):
         cls.target = "unix://" + os.path.join(cls.dir, "ktuned.sock")
         cls.daemon = subprocess.Popen(
             [KTUNED, "--listen", cls.target, "--db", os.path.join(cls.dir, "ktune.db"),
-             "--templates", os.path.join(ROOT, "kernel_templates"),
+             "--templates", TEMPLATES,
              "--worker", os.path.join(BUILD, "bin", "ktune-worker")],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(cls.dir, "ktuned.log"), "w"))
         deadline = time.monotonic() + 60
@@ -66,6 +68,10 @@ class TorchOpsTest(unittest.TestCase):
         cls.kt.cache().close()
         cls.daemon.terminate()
         cls.daemon.wait(30)
+        keep = os.environ.get("KTUNE_TEST_LOG_DIR")  # where the GPU host's run keeps logs
+        if keep:
+            shutil.copy(os.path.join(cls.dir, "ktuned.log"),
+                        os.path.join(keep, "ktuned-torch-ops.log"))
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def assertClose(self, got, ref, atol, rtol, what):
