@@ -17,9 +17,9 @@ constexpr int64_t kResultOverheadBytes = 8 << 10;
 absl::Status CheckKernelBatchSize(int size) {
   if (size == 0) return absl::InvalidArgumentError("requests: empty; give at least one key");
   if (size > v1::MAX_KERNELS_PER_CALL) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("requests: ", size, " keys; at most ", v1::MAX_KERNELS_PER_CALL,
-                     " per call (split them over several calls)"));
+    return absl::InvalidArgumentError(absl::StrCat("requests: ", size, " keys; at most ",
+                                                   v1::MAX_KERNELS_PER_CALL,
+                                                   " per call (split them over several calls)"));
   }
   return absl::OkStatus();
 }

@@ -329,7 +329,8 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     resolver_->Resolve(*query, ToPolicy(request.policy()),
                        [this, query, where, slot = std::move(slot), done = std::move(done)](
                            absl::StatusOr<ResolvedKernel> r) {
-                         absl::StatusOr<v1::GetKernelResponse> a = Answer(*query, slot, std::move(r));
+                         absl::StatusOr<v1::GetKernelResponse> a =
+                             Answer(*query, slot, std::move(r));
                          if (!a.ok()) a = Named(a.status(), where, ": ");
                          done(std::move(a));
                        });

@@ -68,8 +68,8 @@ inline client::CudaApi FakeApi() {
     return kCudaSuccess;
   };
   api.FuncSetAttribute = [](CuFunction, int, int) { return kCudaSuccess; };
-  api.LaunchKernel = [](CuFunction f, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        unsigned, unsigned, CuStream stream, void**, void**) {
+  api.LaunchKernel = [](CuFunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, CuStream stream, void**, void**) {
     std::lock_guard<std::mutex> lock(Driver().mu);
     Driver().launched.push_back(*static_cast<std::string*>(f));
     Driver().streams.push_back(stream);

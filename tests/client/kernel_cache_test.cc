@@ -86,9 +86,8 @@ class KernelCacheTest : public ::testing::Test {
       for (int i = 0; i < r.requests_size(); ++i) {
         const v1::GetKernelRequest& key = r.requests(i);
         v1::KernelResult* result = response->add_results();
-        grpc::Status s = key.policy() == v1::CACHE_ONLY
-                             ? Poll(key, result->mutable_response())
-                             : Answer(key, result->mutable_response());
+        grpc::Status s = key.policy() == v1::CACHE_ONLY ? Poll(key, result->mutable_response())
+                                                        : Answer(key, result->mutable_response());
         if (!s.ok()) {
           result->clear_response();
           result->set_code(s.error_code());
@@ -106,15 +105,16 @@ class KernelCacheTest : public ::testing::Test {
   }
   grpc::Status Answer(const v1::GetKernelRequest& r, v1::GetKernelResponse* response) {
     const int64_t n = r.shape().at("n");
-    if (n == 13) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "shape: dim 'n' = 13 is unlucky");
+    if (n == 13)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "shape: dim 'n' = 13 is unlucky");
     *response->mutable_artifact() = Artifact("k_default", v1::DEFAULT, n);
     return grpc::Status::OK;
   }
   grpc::Status Poll(const v1::GetKernelRequest& r, v1::GetKernelResponse* response) {
     if (!tuned_) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no entry");
     // The default config may win its tune: the same cubin, now exact.
-    *response->mutable_artifact() = Artifact(default_won_ ? "k_default" : "k_tuned", v1::EXACT,
-                                             r.shape().at("n"));
+    *response->mutable_artifact() =
+        Artifact(default_won_ ? "k_default" : "k_tuned", v1::EXACT, r.shape().at("n"));
     return grpc::Status::OK;
   }
   std::unique_ptr<KernelCache> Cache(absl::Duration refresh = absl::InfiniteDuration()) {
@@ -186,8 +186,9 @@ TEST_F(KernelCacheTest, TheTunedKernelReplacesTheFallbackInTheBackground) {
   auto cache = Cache(absl::Milliseconds(10));
   ASSERT_TRUE(cache->Get(Key(1000)).ok());
   ASSERT_TRUE(cache->Get(Key(2000)).ok());
-  ASSERT_TRUE(cache->Launch(Key(1000), nullptr, {reinterpret_cast<void*>(0x10),
-                                                 reinterpret_cast<void*>(0x20), nullptr})
+  ASSERT_TRUE(cache
+                  ->Launch(Key(1000), nullptr,
+                           {reinterpret_cast<void*>(0x10), reinterpret_cast<void*>(0x20), nullptr})
                   .ok());
   const int batches_before = batches_;
   tuned_ = true;
@@ -202,8 +203,9 @@ TEST_F(KernelCacheTest, TheTunedKernelReplacesTheFallbackInTheBackground) {
   EXPECT_EQ(now->provenance, Provenance::kExact);
   EXPECT_FALSE(now->provisional());
   EXPECT_EQ(now->kernel->context(), kContext);  // loaded into the cache's context
-  ASSERT_TRUE(cache->Launch(Key(1000), nullptr, {reinterpret_cast<void*>(0x10),
-                                                 reinterpret_cast<void*>(0x20), nullptr})
+  ASSERT_TRUE(cache
+                  ->Launch(Key(1000), nullptr,
+                           {reinterpret_cast<void*>(0x10), reinterpret_cast<void*>(0x20), nullptr})
                   .ok());
   EXPECT_THAT(Launched(), ElementsAre("k_default", "k_tuned"));
   EXPECT_GT(batches_, batches_before);
@@ -256,7 +258,8 @@ TEST_F(KernelCacheTest, PrefetchAsksEveryMissingKeyInOneCall) {
   EXPECT_EQ(asks_, 1);  // only the Get before
   // Prefetched keys are hits; the bad key's error is remembered, not asked again.
   ASSERT_TRUE(cache->Get(Key(3000)).ok());
-  EXPECT_THAT(cache->Get(Key(13)).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n=13")));
+  EXPECT_THAT(cache->Get(Key(13)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n=13")));
   EXPECT_EQ(asks_, 1);
   EXPECT_EQ(batches_, 1);
 }
@@ -278,7 +281,8 @@ TEST_F(KernelCacheTest, AMissingDaemonGivesAClearStatusAndIsNotAskedOnEveryCall)
     EXPECT_EQ(cache->Get(Key(1000)).status(), k.status());
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
-  EXPECT_THAT(cache->Launch(Key(1000), nullptr, {}), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("ktuned at")));
+  EXPECT_THAT(cache->Launch(Key(1000), nullptr, {}),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("ktuned at")));
   std::vector<absl::Status> statuses = cache->Prefetch({Key(1), Key(2)});
   EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("tiny f32 n=1")));
   EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("tiny f32 n=2")));
@@ -304,8 +308,8 @@ TEST_F(KernelCacheTest, NoCurrentContextIsFailedPrecondition) {
   Serve();
   auto cache = Cache();
   current_context = nullptr;
-  EXPECT_THAT(cache->Get(Key(1000)).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no current CUDA context")));
+  EXPECT_THAT(cache->Get(Key(1000)).status(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                       HasSubstr("no current CUDA context")));
 }
 
 TEST(KernelKeyTest, KeyStringNamesEveryPart) {

@@ -25,8 +25,8 @@ v1::GetKernelResponse WithCubin(size_t bytes) {
 }
 
 TEST(KernelBatchTest, SizeIsChecked) {
-  EXPECT_THAT(CheckKernelBatchSize(0), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                HasSubstr("requests: empty")));
+  EXPECT_THAT(CheckKernelBatchSize(0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("requests: empty")));
   EXPECT_TRUE(CheckKernelBatchSize(1).ok());
   EXPECT_TRUE(CheckKernelBatchSize(v1::MAX_KERNELS_PER_CALL).ok());
   EXPECT_THAT(CheckKernelBatchSize(v1::MAX_KERNELS_PER_CALL + 1),

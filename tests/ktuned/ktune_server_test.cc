@@ -611,7 +611,8 @@ TEST_F(KtuneServerTest, GetKernelsAnswersEachKeyWithItsOwnStatus) {
   const v1::KernelResult& hit = resp.results(0);
   EXPECT_EQ(hit.code(), grpc::StatusCode::OK) << hit.message();
   EXPECT_EQ(hit.response().artifact().provenance(), v1::EXACT);
-  EXPECT_EQ(hit.response().artifact().cubin_sha256(), Sha256Hex(hit.response().artifact().cubin()));
+  EXPECT_EQ(hit.response().artifact().cubin_sha256(),
+            Sha256Hex(hit.response().artifact().cubin()));
   EXPECT_EQ(resp.results(1).code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(resp.results(1).message(), HasSubstr("requests[1]: no entry for tiny f32 n=5000"));
   EXPECT_FALSE(resp.results(1).has_response());
@@ -625,7 +626,8 @@ TEST_F(KtuneServerTest, GetKernelsAnswersEachKeyWithItsOwnStatus) {
   EXPECT_EQ(resp.results(4).code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(resp.results(4).message(), HasSubstr("requests[4].shape: missing dim 'n'"));
   EXPECT_EQ(resp.results(5).code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_THAT(resp.results(5).message(), HasSubstr("requests[5].template_id: unknown template 'nope'"));
+  EXPECT_THAT(resp.results(5).message(),
+              HasSubstr("requests[5].template_id: unknown template 'nope'"));
   EXPECT_EQ(resp.results(6).code(), grpc::StatusCode::OK) << resp.results(6).message();
   EXPECT_EQ(resp.results(6).response().artifact().entry_id(), hit.response().artifact().entry_id());
   for (const v1::KernelResult& r : resp.results()) EXPECT_FALSE(r.retry());
@@ -640,7 +642,8 @@ TEST_F(KtuneServerTest, GetKernelsRefusesABatchItCannotTake) {
   grpc::Status empty = GetMany({}, &resp);
   EXPECT_EQ(empty.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(empty.error_message(), HasSubstr("requests: empty"));
-  std::vector<v1::GetKernelRequest> many(v1::MAX_KERNELS_PER_CALL + 1, Req(1000, v1::CACHE_ONLY));
+  std::vector<v1::GetKernelRequest> many(v1::MAX_KERNELS_PER_CALL + 1,
+                                         Req(1000, v1::CACHE_ONLY));
   grpc::Status too_many = GetMany(many, &resp);
   EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(too_many.error_message(), HasSubstr("requests: 257 keys; at most 256"));

@@ -88,8 +88,8 @@ class TorchOpsTest(unittest.TestCase):
             ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
                    * w.float())
             self.assertClose(out, ref, 1e-5, rtol, f"rms_norm {dtype}")
-            k = self.kt.cache().get("rmsnorm", {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype],
-                                    {"tokens": 8, "hidden": 4096}, 0)
+            name = {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype]
+            k = self.kt.cache().get("rmsnorm", name, {"tokens": 8, "hidden": 4096}, 0)
             self.assertIn(k.provenance, ("default", "nearest", "exact"))
 
     def test_fused_add_rms_norm_updates_the_residual(self):
@@ -180,7 +180,8 @@ class TorchOpsTest(unittest.TestCase):
             (lambda: torch.ops.ktune.rms_norm(x.cpu(), w, 1e-6), "x is on cpu"),
             (lambda: torch.ops.ktune.rms_norm(x, w[:100], 1e-6), "weight has 100"),
             (lambda: torch.ops.ktune.silu_and_mul(x[:, :7].contiguous()), "x's last dim is 7"),
-            (lambda: torch.ops.ktune.linear(x.float(), w.float()[None], None), "x is torch.float32"),
+            (lambda: torch.ops.ktune.linear(x.float(), w.float()[None], None),
+             "x is torch.float32"),
         ]
         for call, message in cases:
             with self.assertRaises((ValueError, TypeError, RuntimeError)) as e:
