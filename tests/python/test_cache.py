@@ -327,6 +327,18 @@ class CacheTest(FakeDaemonTest):
             cache.get("tiny", "f32", {"n": 1000})
         self.assertIn("no current CUDA context", str(e.exception))
 
+    def test_a_loader_that_breaks_fails_the_key_and_leaves_no_waiter_behind(self):
+        def broken(artifact, driver):
+            raise TypeError("Cannot convert int to cuuint32_t")
+        cache = self.cache(loader=broken)
+        for _ in range(2):  # the second get answers from memory, it does not wait
+            with self.assertRaises(ktune.FailedPreconditionError) as e:
+                cache.get("tiny", "f32", {"n": 1000})
+            self.assertIn("tiny f32 n=1000 gpu 0: TypeError: Cannot convert", str(e.exception))
+        out = cache.prefetch([("tiny", "f32", {"n": 2000})])
+        self.assertIsInstance(out[0], ktune.FailedPreconditionError)
+        self.assertEqual(self.fake.asks, 1)
+
     def test_bad_policy_is_refused(self):
         with self.assertRaises(ktune.InvalidArgumentError):
             ktune.KernelCache(self.client, policy="sometimes", refresh_s=None)

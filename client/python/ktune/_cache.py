@@ -194,6 +194,8 @@ class KernelCache:
                     timeout_s=self._timeout_s)
             except _errors.Error as e:
                 answers = [e] * len(mine)
+            except Exception as e:  # noqa: BLE001 - waiters must never wait on a dead fetch
+                answers = [_errors.InternalError(f"{type(e).__name__}: {e}")] * len(mine)
             for j, ((key, event), answer) in enumerate(zip(mine, answers)):
                 if isinstance(answer, _errors.Error):
                     message = answer.message
@@ -276,14 +278,17 @@ class KernelCache:
                 event.wait()
                 continue
             template, dtype, shape, gpu = key
+            entry, error = None, None
             try:
                 artifact = self.client.get_kernel(template, dtype, dict(shape),
                                                   policy=self.policy, gpu=gpu,
                                                   timeout_s=self._timeout_s)
+                entry, error = self._load(key, artifact, None)
             except _errors.Error as e:
-                self._end_fetch(key, event, error=_named(e, key))
-            else:
-                self._end_fetch(key, event, *self._load(key, artifact, None))
+                error = _named(e, key)
+            except Exception as e:  # noqa: BLE001 - waiters must never wait on a dead fetch
+                error = _errors.InternalError(f"{key_string(key)}: {type(e).__name__}: {e}")
+            self._end_fetch(key, event, entry, error)
             # The next turn returns the entry or raises the error just recorded.
 
     def _claim(self, keys):
@@ -336,8 +341,9 @@ class KernelCache:
                     kernel = self._loader(artifact, cu)
                 finally:
                     cu.cuCtxPopCurrent()
-        except (ImportError, RuntimeError, ValueError) as e:
-            return None, _errors.FailedPreconditionError(f"{key_string(key)}: {e}")
+        except Exception as e:  # noqa: BLE001 - any driver or binding failure
+            return None, _errors.FailedPreconditionError(
+                f"{key_string(key)}: {type(e).__name__}: {e}")
         return CachedKernel(artifact, kernel, context), None
 
     def _refresh_loop(self, period_s):
