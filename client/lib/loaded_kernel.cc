@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/lib/cuda_api.h"
@@ -74,6 +75,9 @@ struct LoadedKernel::Module {
 };
 
 namespace {
+
+// Args of the largest shipped launch (gemm's 10) with room: Launch keeps them on the stack.
+constexpr size_t kInlineArgs = 16;
 
 // The process-wide memo of loaded modules.
 class ModuleCache {
@@ -285,7 +289,8 @@ absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffer
                                                    " given; the kernel has ", args_.size(),
                                                    " args (nullptr for scalars)"));
   }
-  std::vector<CuDevicePtr> addresses(args_.size(), 0);
+  // Inline storage: a launch of up to kInlineArgs args allocates nothing on the heap.
+  absl::InlinedVector<CuDevicePtr, kInlineArgs> addresses(args_.size(), 0);
   for (size_t i = 0; i < args_.size(); ++i) {
     if (!args_[i].is_buffer) continue;
     if (buffers[i] == nullptr) {
@@ -329,7 +334,7 @@ absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffer
             t.l2_promotion, t.oob_fill),
         absl::StrCat("cuTensorMapEncodeTiled(", args_[i].name, ")")));
   }
-  std::vector<void*> params;
+  absl::InlinedVector<void*, kInlineArgs> params;
   for (size_t n = 0; n < launches_.size(); ++n) {
     const ResolvedLaunch& l = launches_[n];
     params.clear();

@@ -24,6 +24,10 @@ struct FakeDriver {
   std::deque<std::string> names;  // function handles point at these
   std::vector<std::string> launched;
   std::vector<void*> streams;
+  // Per launch, the first kFirstParams kernel parameters read as 64-bit values (a device
+  // address, or a scalar in its low bytes). REQUIRES: every kernel launched has that many.
+  static constexpr int kFirstParams = 3;
+  std::vector<std::vector<uint64_t>> params;
   int modules_loaded = 0;
   int modules_unloaded = 0;
 };
@@ -69,10 +73,15 @@ inline client::CudaApi FakeApi() {
   };
   api.FuncSetAttribute = [](CuFunction, int, int) { return kCudaSuccess; };
   api.LaunchKernel = [](CuFunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        unsigned, CuStream stream, void**, void**) {
+                        unsigned, CuStream stream, void** params, void**) {
     std::lock_guard<std::mutex> lock(Driver().mu);
     Driver().launched.push_back(*static_cast<std::string*>(f));
     Driver().streams.push_back(stream);
+    std::vector<uint64_t> values;
+    for (int i = 0; i < FakeDriver::kFirstParams; ++i) {
+      values.push_back(*static_cast<const uint64_t*>(params[i]));
+    }
+    Driver().params.push_back(std::move(values));
     return kCudaSuccess;
   };
   api.GetErrorName = [](CuResult, const char** name) {

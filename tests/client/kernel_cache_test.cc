@@ -158,6 +158,10 @@ TEST_F(KernelCacheTest, FirstCallAsksFallbackLaterCallsAreHits) {
   EXPECT_THAT(policies_, ElementsAre(v1::FALLBACK));
   EXPECT_THAT(Launched(), ElementsAre("k_default"));
   EXPECT_EQ(Driver().streams.back(), stream);
+  // The buffers as given, the scalar n packed once at load (i32 in the low bytes).
+  EXPECT_EQ(Driver().params.back()[0], 0x1000u);
+  EXPECT_EQ(Driver().params.back()[1], 0x2000u);
+  EXPECT_EQ(Driver().params.back()[2] & 0xffffffffu, 1000u);
   // Another shape is another key.
   ASSERT_TRUE(cache->Get(Key(2000)).ok());
   EXPECT_EQ(asks_, 2);
