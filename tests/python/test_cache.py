@@ -200,6 +200,8 @@ class CacheTest(FakeDaemonTest):
         self.assertEqual(k.context, CacheDriver.CONTEXT)
         for _ in range(100):
             self.assertIs(cache.get("tiny", "f32", {"n": 1000}), k)
+        self.assertIs(cache.peek(ktune.cache_key("tiny", "f32", {"n": 1000})), k)
+        self.assertIsNone(cache.peek(ktune.cache_key("tiny", "f32", {"n": 5})))  # not asked
         self.assertEqual(self.fake.asks, 1)
         self.assertEqual(self.driver.calls.count(("load",)), 1)
         k.launch({"x": 0x1000, "out": 0x2000}, "stream-1")

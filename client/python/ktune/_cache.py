@@ -167,6 +167,10 @@ class KernelCache:
         """The key's CachedKernel (see get_key)."""
         return self.get_key(cache_key(template, dtype, shape, gpu))
 
+    def peek(self, key):
+        """The CachedKernel of `key` if held now, else None; never asks or loads."""
+        return self._entries.get(key)
+
     def get_key(self, key):
         """The CachedKernel of `key` (from cache_key): from memory, or asked and loaded now.
         Raises the ktune.Error of the ask (its message naming the key), remembered for

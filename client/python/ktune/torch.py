@@ -42,6 +42,7 @@ import torch.nn.functional as F
 import ktune
 from ktune import _errors
 from ktune._cache import KernelCache
+from ktune._loaded import cuda_check
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError("ktune.torch needs torch >= 2.4 (torch.library.custom_op); this torch is "
@@ -153,14 +154,36 @@ def _stream(device, driver):
     return stream
 
 
+def _current_context(device):
+    """Makes `device`'s primary context (torch's) current on this thread when none is: a
+    thread that has made no CUDA runtime call yet has none, and the kernel must be loaded
+    into torch's context. The driver's own calls, so no synchronisation."""
+    cu = ktune.cuda_driver()
+    context = cuda_check(cu, cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if context is not None and int(context) != 0:
+        return
+    dev = cuda_check(cu, cu.cuDeviceGet(device.index), "cuDeviceGet")
+    context = cuda_check(cu, cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    cuda_check(cu, cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+
+
 def _entry(op, template, dtype, shape, device):
     """The cached kernel of the key, or None (warned) when the op must fall back to torch."""
     key = (template, _DTYPES[dtype], tuple(sorted(shape.items())), device.index)
+    c = cache()
+    entry = c.peek(key)
+    if entry is not None:
+        return entry
+    # First use of the key: load it into the device's context, current on this thread.
     try:
-        return cache().get_key(key)
+        with torch.cuda.device(device):
+            _current_context(device)
+            return c.get_key(key)
     except _errors.Error as e:
         _warn_once(op, e)
-        return None
+    except (ImportError, RuntimeError) as e:  # no cuda-python, or the driver refused
+        _warn_once(op, _errors.FailedPreconditionError(str(e)))
+    return None
 
 
 def _launch(entry, device, pointers, scalars=None):
