@@ -15,6 +15,8 @@ import time
 import unittest
 import warnings
 
+import ktune
+
 try:
     import torch
     HAVE_CUDA = torch.cuda.is_available() and hasattr(torch.library, "custom_op")
@@ -31,7 +33,6 @@ TEMPLATES = os.environ.get("KTUNE_TEMPLATES", os.path.join(ROOT, "kernel_templat
 
 def have_cuda_python():
     try:
-        import ktune
         ktune.cuda_driver()
         return True
     except ImportError:
@@ -142,6 +143,14 @@ class TorchOpsTest(unittest.TestCase):
         b = torch.rand(1024, device="cuda", dtype=torch.bfloat16)
         ref = x.float() @ w.float().T + b.float()
         self.assertClose(torch.ops.ktune.linear(x, w, b), ref, 0.5, 2e-2, "linear")
+
+    def test_prefetch_loads_every_key_in_one_call(self):
+        out = self.kt.prefetch([("rmsnorm", torch.bfloat16, {"tokens": 3, "hidden": 1024}),
+                                ("no_such_template", torch.bfloat16, {"n": 1})])
+        self.assertIsNone(out[0])
+        self.assertIsInstance(out[1], ktune.NotFoundError)
+        self.assertIsNotNone(self.kt.cache().peek(ktune.cache_key(
+            "rmsnorm", "bf16", {"tokens": 3, "hidden": 1024}, torch.cuda.current_device())))
 
     def test_cuda_graph_capture_and_replay(self):
         x = torch.rand(8, 4096, device="cuda", dtype=torch.bfloat16) - 0.5

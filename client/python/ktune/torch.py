@@ -95,9 +95,20 @@ def prefetch(keys):
     that key); warns once when ktuned cannot be reached."""
     normal = [(k[0], _DTYPES.get(k[1], k[1]), k[2], k[3] if len(k) > 3 else
                torch.cuda.current_device()) for k in keys]
-    out = cache().prefetch(normal)
+    out = [None] * len(normal)
+    for index in sorted({k[3] for k in normal}):  # each device's keys in its context
+        mine = [i for i, k in enumerate(normal) if k[3] == index]
+        device = torch.device("cuda", index)
+        try:
+            with torch.cuda.device(device):
+                _current_context(device)
+                answers = cache().prefetch([normal[i] for i in mine])
+        except (ImportError, RuntimeError) as e:  # no cuda-python, or the driver refused
+            answers = [_errors.FailedPreconditionError(str(e))] * len(mine)
+        for i, answer in zip(mine, answers):
+            out[i] = answer
     for error in out:
-        if isinstance(error, _errors.UnavailableError):
+        if isinstance(error, (_errors.UnavailableError, _errors.FailedPreconditionError)):
             _warn_once("prefetch", error)
             break
     return out
