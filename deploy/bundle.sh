@@ -12,8 +12,10 @@ KTUNE_BUILD_DIR="$build" bash deploy/build.sh
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/share/ktune" "$out/tests"
 programs=(ktune ktuned ktune-worker compile_bench search_retime)
+# The GPU tests that are programs of the build (python_torch_gpu_test runs python3: run.sh's
+# torch stage runs it from tests/python_gpu).
 gpu_tests=$(cd "$build" && ctest -N -L gpu --show-only=json-v1 |
-  python3 -c 'import json,sys,os; print("\n".join(sorted({os.path.basename(t["command"][0]) for t in json.load(sys.stdin)["tests"]})))')
+  python3 -c 'import json,sys,os; print("\n".join(sorted({os.path.basename(t["command"][0]) for t in json.load(sys.stdin)["tests"] if os.path.dirname(t["command"][0]) == os.path.abspath("bin")})))')
 for p in "${programs[@]}" $gpu_tests; do
   strip -o "$out/bin/$p" "$build/bin/$p"
 done
@@ -28,6 +30,7 @@ cp bench/peers.py "$out/bench/"  # run.sh's peers stage
 cp -r "$build/python" "$out/python"
 cp -r client/python/examples "$out/python/examples"
 cp -r tests/python "$out/tests/python"
+cp -r tests/python_gpu "$out/tests/python_gpu"
 echo "$gpu_tests" > "$out/gpu_tests.txt"
 
 # Shared libraries from Debian's gRPC/protobuf/abseil/SQLite/OpenSSL stack that the host

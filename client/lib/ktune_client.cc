@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdlib>
+#include <deque>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/lib/proto_convert.h"
 #include "ktune/v1/ktune.grpc.pb.h"
@@ -17,6 +20,9 @@
 
 namespace ktune::client {
 namespace {
+
+static_assert(kMaxKernelsPerCall == v1::MAX_KERNELS_PER_CALL,
+              "ktune_client.h's kMaxKernelsPerCall follows ktune.proto");
 
 class GrpcKtuneClient : public KtuneClient {
  public:
@@ -37,6 +43,50 @@ class GrpcKtuneClient : public KtuneClient {
     artifact.tuning_job_id = response.tuning_job_id();
     KTUNE_RETURN_IF_ERROR(VerifyArtifact(artifact));
     return artifact;
+  }
+
+  absl::StatusOr<std::vector<absl::StatusOr<KernelArtifact>>> GetKernels(
+      const std::vector<KernelRequest>& requests) override {
+    std::vector<absl::StatusOr<KernelArtifact>> results(
+        requests.size(), absl::InternalError("GetKernels: not answered"));
+    absl::Duration deadline = absl::ZeroDuration();
+    for (const KernelRequest& r : requests) deadline = std::max(deadline, r.deadline);
+    std::deque<size_t> pending;
+    for (size_t i = 0; i < requests.size(); ++i) pending.push_back(i);
+    while (!pending.empty()) {
+      std::vector<size_t> chunk;
+      while (!pending.empty() && chunk.size() < static_cast<size_t>(kMaxKernelsPerCall)) {
+        chunk.push_back(pending.front());
+        pending.pop_front();
+      }
+      v1::GetKernelsRequest request;
+      for (size_t i : chunk) *request.add_requests() = ToProto(requests[i]);
+      grpc::ClientContext context;
+      Prepare(context, deadline);
+      v1::GetKernelsResponse response;
+      const grpc::Status s = stub_->GetKernels(&context, request, &response);
+      if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+        // A daemon from before GetKernels: one call per key.
+        for (size_t i : chunk) results[i] = Renamed(GetKernel(requests[i]), i);
+        continue;
+      }
+      KTUNE_RETURN_IF_ERROR(Check("GetKernels", s));
+      if (response.results_size() != static_cast<int>(chunk.size())) {
+        return absl::InternalError(absl::StrCat("GetKernels: ", chunk.size(), " keys asked, ",
+                                                response.results_size(), " answered"));
+      }
+      bool answered = false;
+      std::vector<size_t> again;
+      for (size_t j = 0; j < chunk.size(); ++j) {
+        const v1::KernelResult& r = response.results(static_cast<int>(j));
+        results[chunk[j]] = Renamed(ResultFromProto(r), chunk[j], j);
+        answered = answered || r.code() == 0;
+        if (r.retry()) again.push_back(chunk[j]);
+      }
+      // Left for another call: asked again, unless this call answered none (no progress).
+      if (answered) pending.insert(pending.begin(), again.begin(), again.end());
+    }
+    return results;
   }
 
   absl::StatusOr<KernelArtifact> Tune(
@@ -109,6 +159,30 @@ class GrpcKtuneClient : public KtuneClient {
       // the insecure channel of a unix socket, ktuned's default.
       context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.bearer_token));
     }
+  }
+
+  static absl::StatusOr<KernelArtifact> ResultFromProto(const v1::KernelResult& r) {
+    if (r.code() != 0) {
+      return absl::Status(static_cast<absl::StatusCode>(r.code()), r.message());
+    }
+    KernelArtifact artifact = ArtifactFromProto(r.response().artifact());
+    artifact.tuning_job_id = r.response().tuning_job_id();
+    KTUNE_RETURN_IF_ERROR(VerifyArtifact(artifact));
+    return artifact;
+  }
+
+  // A key's error under its index in the caller's requests: the daemon's "requests[j]"
+  // (its index in one call) becomes "requests[i]"; a message without one gets it in front.
+  static absl::StatusOr<KernelArtifact> Renamed(absl::StatusOr<KernelArtifact> r, size_t i,
+                                                std::optional<size_t> j = std::nullopt) {
+    if (r.ok()) return r;
+    absl::string_view message = r.status().message();
+    const std::string theirs = j ? absl::StrCat("requests[", *j, "]") : "";
+    if (!theirs.empty() && absl::StartsWith(message, theirs)) {
+      message.remove_prefix(theirs.size());
+      return absl::Status(r.status().code(), absl::StrCat("requests[", i, "]", message));
+    }
+    return absl::Status(r.status().code(), absl::StrCat("requests[", i, "]: ", message));
   }
 
   // The daemon's status unchanged (same code and message), except that an unreachable

@@ -34,6 +34,9 @@ namespace ktune::client {
 // Named dims and their sizes, e.g. {tokens: 4096, hidden: 8192}.
 using Shape = std::map<std::string, int64_t>;
 
+// The most keys the daemon takes in one GetKernels call (ktune.proto's MAX_KERNELS_PER_CALL).
+inline constexpr int kMaxKernelsPerCall = 256;
+
 // What GetKernel does on a miss; see ktune.proto's Policy.
 enum class Policy { kUnspecified = 0, kCacheOnly = 1, kTune = 2, kFallback = 3 };
 // Where an artifact came from; see ktune.proto's Provenance.
@@ -257,6 +260,16 @@ class KtuneClient {
 
   // The artifact, its sha256 checked (kDataLoss otherwise).
   virtual absl::StatusOr<KernelArtifact> GetKernel(const KernelRequest& request) = 0;
+
+  // Many keys at once (the GetKernels RPC; split over several calls past the daemon's
+  // kMaxKernelsPerCall, and asked again for answers it left for another call): one result
+  // per request, in order, each what GetKernel would have returned (sha256 checked), its
+  // message naming the request's index here ("requests[3].shape: ..."). The call's deadline
+  // is the longest of the requests' (zero: the client's default). The outer status fails
+  // only when no key could be asked (kUnavailable naming the target, kUnauthenticated, a
+  // deadline). A daemon that predates GetKernels is asked key by key. No requests: none.
+  virtual absl::StatusOr<std::vector<absl::StatusOr<KernelArtifact>>> GetKernels(
+      const std::vector<KernelRequest>& requests) = 0;
 
   // Calls `on_progress` for each progress event, in order, on the calling thread, then
   // returns the final artifact (sha256 checked). `on_progress` returning false cancels the

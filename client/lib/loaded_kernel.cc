@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/lib/cuda_api.h"
@@ -74,6 +75,9 @@ struct LoadedKernel::Module {
 };
 
 namespace {
+
+// Args of the largest shipped launch (gemm's 10) with room: Launch keeps them on the stack.
+constexpr size_t kInlineArgs = 16;
 
 // The process-wide memo of loaded modules.
 class ModuleCache {
@@ -207,6 +211,22 @@ absl::Status CheckTensorMapArg(const KernelArtifact& a, size_t i) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArtifact& artifact) {
+  // The artifact's checks come first: a bad artifact is named before a missing driver.
+  KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<LoadedKernel> kernel, Prepare(artifact));
+  KTUNE_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
+  KTUNE_RETURN_IF_ERROR(kernel->LoadInto(artifact, *api));
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArtifact& artifact,
+                                                                 const CudaApi& api) {
+  KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<LoadedKernel> kernel, Prepare(artifact));
+  KTUNE_RETURN_IF_ERROR(kernel->LoadInto(artifact, api));
+  return kernel;
+}
+
+absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Prepare(
+    const KernelArtifact& artifact) {
   KTUNE_RETURN_IF_ERROR(ValidateArtifact(artifact));
   std::unique_ptr<LoadedKernel> kernel(new LoadedKernel());
   kernel->args_ = artifact.args;
@@ -225,9 +245,12 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArt
     }
     KTUNE_ASSIGN_OR_RETURN(kernel->scalar_values_[i], ScalarBytes(artifact.args[i]));
   }
+  return kernel;
+}
 
-  KTUNE_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
-  if (!kernel->map_args_.empty() && api->TensorMapEncodeTiled == nullptr) {
+absl::Status LoadedKernel::LoadInto(const KernelArtifact& artifact, const CudaApi& cuda) {
+  const CudaApi* api = &cuda;
+  if (!map_args_.empty() && api->TensorMapEncodeTiled == nullptr) {
     return absl::UnavailableError(
         "the artifact takes a tensor map and this CUDA driver has no cuTensorMapEncodeTiled "
         "(CUDA 12.0 or later is needed)");
@@ -240,22 +263,20 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArt
         "(cuCtxSetCurrent, or any CUDA runtime call after cudaSetDevice) before "
         "LoadedKernel::Load");
   }
-  KTUNE_ASSIGN_OR_RETURN(kernel->module_, Cache().GetOrLoad<Module>(
-                                              api, context, artifact.cubin_sha256,
-                                              artifact.cubin));
+  KTUNE_ASSIGN_OR_RETURN(module_, Cache().GetOrLoad<Module>(api, context, artifact.cubin_sha256,
+                                                            artifact.cubin));
   for (const KernelLaunch& l : artifact.launches) {
     ResolvedLaunch r;
-    KTUNE_ASSIGN_OR_RETURN(r.function, kernel->module_->GetFunction(l.lowered_name,
-                                                                    l.shared_bytes));
+    KTUNE_ASSIGN_OR_RETURN(r.function, module_->GetFunction(l.lowered_name, l.shared_bytes));
     for (int d = 0; d < 3; ++d) {
       r.grid[d] = l.grid[d];
       r.block[d] = l.block[d];
     }
     r.shared_bytes = l.shared_bytes;
     r.args = l.args;
-    kernel->launches_.push_back(std::move(r));
+    launches_.push_back(std::move(r));
   }
-  return kernel;
+  return absl::OkStatus();
 }
 
 LoadedKernel::~LoadedKernel() = default;
@@ -268,7 +289,8 @@ absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffer
                                                    " given; the kernel has ", args_.size(),
                                                    " args (nullptr for scalars)"));
   }
-  std::vector<CuDevicePtr> addresses(args_.size(), 0);
+  // Inline storage: a launch of up to kInlineArgs args allocates nothing on the heap.
+  absl::InlinedVector<CuDevicePtr, kInlineArgs> addresses(args_.size(), 0);
   for (size_t i = 0; i < args_.size(); ++i) {
     if (!args_[i].is_buffer) continue;
     if (buffers[i] == nullptr) {
@@ -312,7 +334,7 @@ absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffer
             t.l2_promotion, t.oob_fill),
         absl::StrCat("cuTensorMapEncodeTiled(", args_[i].name, ")")));
   }
-  std::vector<void*> params;
+  absl::InlinedVector<void*, kInlineArgs> params;
   for (size_t n = 0; n < launches_.size(); ++n) {
     const ResolvedLaunch& l = launches_[n];
     params.clear();

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/lib/cuda_api.h"
 #include "client/lib/ktune_client.h"
 
 namespace ktune::client {
@@ -39,6 +40,10 @@ class LoadedKernel {
   // kUnavailable without a driver, or for an artifact with a tensor map on a driver without
   // cuTensorMapEncodeTiled; kFailedPrecondition without a current context.
   static absl::StatusOr<std::unique_ptr<LoadedKernel>> Load(const KernelArtifact& artifact);
+  // The same through `api` (a fake in tests; LoadCudaApi()'s otherwise), which must outlive
+  // the kernel.
+  static absl::StatusOr<std::unique_ptr<LoadedKernel>> Load(const KernelArtifact& artifact,
+                                                            const CudaApi& api);
 
   ~LoadedKernel();
   LoadedKernel(const LoadedKernel&) = delete;
@@ -71,6 +76,10 @@ class LoadedKernel {
     std::vector<int32_t> args;
   };
   LoadedKernel() = default;
+  // The checks and packing that need no driver (the artifact, scalars, tensor maps).
+  static absl::StatusOr<std::unique_ptr<LoadedKernel>> Prepare(const KernelArtifact& artifact);
+  // The module into the current context and every launch's function, through `api`.
+  absl::Status LoadInto(const KernelArtifact& artifact, const CudaApi& api);
 
   std::shared_ptr<Module> module_;
   std::vector<ResolvedLaunch> launches_;

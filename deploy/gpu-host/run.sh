@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU host from the unpacked bundle (deploy/bundle.sh): every GPU test, then the
 # benchmarks, writing logs and the store under $OUT (default ./out), and a short table last.
-#   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile daemon spec (default: all)
+#   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile daemon spec torch
+#                       (default: all)
 #                       and, not in the default: gemm (tunes GEMM keys, repeatability, NVRTC
 #                       time; $GEMM_KEYS), peers (fills a 10-minute call; flags in $PEERS_ARGS)
 set -uo pipefail
@@ -13,7 +14,7 @@ export KTUNE_TEMPLATES="$here/share/ktune/kernel_templates"
 export KTUNE_SOURCE_DIR="$here"  # where tests find their test data
 export XDG_CACHE_HOME="$out/cache"
 export KTUNE_WORKER="$here/bin/ktune-worker"
-stages="${*:-tests rmsnorm elementwise repeat compile daemon spec}"
+stages="${*:-tests rmsnorm elementwise repeat compile daemon spec torch}"
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary="$out/summary.txt"
 : > "$summary"
@@ -116,6 +117,12 @@ SPEC
   "$here/bin/ktune" cache show 1 --db "$out/spec.db" > "$out/cache-show.txt" 2>&1
   "$here/bin/ktune" cache report --db "$out/spec.db" --out "$out/report" > "$out/cache-report.log" 2>&1
   echo "cache ls/stats/show/report: exit $?" >> "$summary"; cat "$out/cache-ls.txt" >> "$summary"
+fi
+if want torch; then
+  # ktune.torch's ops against torch's own, through a ktuned the test starts (FALLBACK).
+  KTUNE_BUILD_DIR="$here" KTUNE_TEST_LOG_DIR="$out" PYTHONPATH="$here/python" python3 -m unittest discover \
+    -s "$here/tests/python_gpu" -v > "$out/torch_ops.log" 2>&1
+  echo "torch ops: exit $? | $(tail -n 3 "$out/torch_ops.log" | tr '\n' '|')" >> "$summary"
 fi
 if want peers; then
   # bench/peers.py: ktuned tunes each op and shape, then the winner and its peers (torch

@@ -21,6 +21,7 @@
 #include "frontends/ktuned/artifact_cache.h"
 #include "frontends/ktuned/convert.h"
 #include "frontends/ktuned/health_checked_gpu.h"
+#include "frontends/ktuned/kernel_batch.h"
 #include "frontends/ktuned/reactors.h"
 #include "frontends/ktuned/request_validation.h"
 #include "frontends/ktuned/listener_guard.h"
@@ -108,38 +109,44 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
       once->Finish(ToGrpcStatus(s));
       return call;
     }
-    // A fresh exact hit is the same answer under every policy, so the cache serves them all.
-    // The counter is read before the store is: a commit in between tags what is read now
-    // with the older counter, so it is never served past that commit.
-    // No counter (the cache is off, or it could not be read): neither served nor kept.
-    CacheSlot slot;
-    if (artifacts_.enabled()) {
-      if (absl::StatusOr<int64_t> counter = resolver_->ChangeCounter(); counter.ok()) {
-        slot.generation = *counter;
-        slot.key = ArtifactCache::Key(request->template_id(), request->dtype(),
-                                      request->shape(), request->gpu());
-      }
-    }
-    if (slot.generation) {
-      if (std::shared_ptr<const v1::KernelArtifact> a = artifacts_.Get(slot.key, *slot.generation)) {
-        *response->mutable_artifact() = *a;
-        once->Finish(grpc::Status::OK);
-        return call;
-      }
-    }
-    absl::StatusOr<KernelQuery> q = ValidateGetKernel(*request, vctx_);
-    if (!q.ok()) {
-      once->Finish(ToGrpcStatus(q.status()));
+    ResolveKey(*request, "", [once] { return once->Claimed(); },
+               [once, response](absl::StatusOr<v1::GetKernelResponse> r) {
+                 if (!once->Claim()) return;
+                 if (!r.ok()) return once->reactor->Finish(ToGrpcStatus(r.status()));
+                 *response = *std::move(r);
+                 once->reactor->Finish(grpc::Status::OK);
+               });
+    return call;
+  }
+
+  grpc::ServerUnaryReactor* GetKernels(grpc::CallbackServerContext* ctx,
+                                       const v1::GetKernelsRequest* request,
+                                       v1::GetKernelsResponse* response) override {
+    auto* call = new UnaryCall(ctx);
+    std::shared_ptr<UnaryOnce> once = call->once();
+    absl::Status s = CheckToken(ctx);
+    if (s.ok()) s = CheckKernelBatchSize(request->requests_size());
+    if (!s.ok()) {
+      once->Finish(ToGrpcStatus(s));
       return call;
     }
-    // A call finished by its cancellation or deadline needs no compile any more.
-    q->abandoned = [once] { return once->Claimed(); };
-    auto query = std::make_shared<const KernelQuery>(*std::move(q));
-    resolver_->Resolve(*query, ToPolicy(request->policy()),
-                       [this, once, response, query, slot = std::move(slot)](
-                           absl::StatusOr<ResolvedKernel> r) {
-                         Answer(*once, response, *query, slot, std::move(r));
-                       });
+    // A copy: the call may be finished (its deadline) while keys are still being handed
+    // out, and its request freed with it.
+    const std::vector<v1::GetKernelRequest> keys(request->requests().begin(),
+                                                 request->requests().end());
+    auto batch = std::make_shared<KernelBatch>(
+        static_cast<int>(keys.size()), options_.max_message_bytes,
+        [once, response](v1::GetKernelsResponse r) {
+          if (!once->Claim()) return;
+          *response = std::move(r);
+          once->reactor->Finish(grpc::Status::OK);
+        });
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ResolveKey(keys[i], absl::StrCat("requests[", i, "]"), [once] { return once->Claimed(); },
+                 [batch, i](absl::StatusOr<v1::GetKernelResponse> r) {
+                   batch->Set(static_cast<int>(i), std::move(r));
+                 });
+    }
     return call;
   }
 
@@ -287,24 +294,72 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     return v1::EXACT;
   }
 
-  // Finishes a GetKernel call with the resolver's answer, unless the call was finished
-  // first (its deadline); keeps a cacheable artifact.
-  void Answer(UnaryOnce& once, v1::GetKernelResponse* response, const KernelQuery& q,
-              const CacheSlot& slot, absl::StatusOr<ResolvedKernel> r) {
-    if (!once.Claim()) return;
-    if (!r.ok()) return once.reactor->Finish(ToGrpcStatus(r.status()));
+  using KeyAnswer = std::function<void(absl::StatusOr<v1::GetKernelResponse>)>;
+
+  // Answers one GetKernel key: from the artifact cache, else validated and handed to the
+  // resolver. `done` is called once: at once for a hit or a bad key, else from the
+  // resolver's callback. `where` names the key in a batch ("requests[3]"; "" alone): a bad
+  // field becomes "requests[3].shape: ...", any other error "requests[3]: ...".
+  // `abandoned`: true once nobody waits for the answer (no compile is started then).
+  void ResolveKey(const v1::GetKernelRequest& request, const std::string& where,
+                  std::function<bool()> abandoned, KeyAnswer done) {
+    // A fresh exact hit is the same answer under every policy, so the cache serves them all.
+    // The counter is read before the store is: a commit in between tags what is read now
+    // with the older counter, so it is never served past that commit.
+    // No counter (the cache is off, or it could not be read): neither served nor kept.
+    CacheSlot slot;
+    if (artifacts_.enabled()) {
+      if (absl::StatusOr<int64_t> counter = resolver_->ChangeCounter(); counter.ok()) {
+        slot.generation = *counter;
+        slot.key = ArtifactCache::Key(request.template_id(), request.dtype(), request.shape(),
+                                      request.gpu());
+      }
+    }
+    if (slot.generation) {
+      if (std::shared_ptr<const v1::KernelArtifact> a = artifacts_.Get(slot.key, *slot.generation)) {
+        v1::GetKernelResponse response;
+        *response.mutable_artifact() = *a;
+        return done(std::move(response));
+      }
+    }
+    absl::StatusOr<KernelQuery> q = ValidateGetKernel(request, vctx_);
+    if (!q.ok()) return done(Named(q.status(), where, "."));
+    q->abandoned = std::move(abandoned);
+    auto query = std::make_shared<const KernelQuery>(*std::move(q));
+    resolver_->Resolve(*query, ToPolicy(request.policy()),
+                       [this, query, where, slot = std::move(slot), done = std::move(done)](
+                           absl::StatusOr<ResolvedKernel> r) {
+                         absl::StatusOr<v1::GetKernelResponse> a =
+                             Answer(*query, slot, std::move(r));
+                         if (!a.ok()) a = Named(a.status(), where, ": ");
+                         done(std::move(a));
+                       });
+  }
+
+  // `status` with its message behind `where` and `sep`; unchanged when `where` is empty.
+  static absl::Status Named(const absl::Status& status, const std::string& where,
+                            absl::string_view sep) {
+    if (where.empty()) return status;
+    return absl::Status(status.code(), absl::StrCat(where, sep, status.message()));
+  }
+
+  // The response for the resolver's answer; keeps a cacheable artifact.
+  absl::StatusOr<v1::GetKernelResponse> Answer(const KernelQuery& q, const CacheSlot& slot,
+                                               absl::StatusOr<ResolvedKernel> r) {
+    if (!r.ok()) return r.status();
     absl::StatusOr<v1::KernelArtifact> a =
         ToArtifact(r->entry, r->stale, r->bound ? *r->bound : q.reference, ProvenanceProto(r->provenance));
-    if (!a.ok()) return once.reactor->Finish(ToGrpcStatus(a.status()));
+    if (!a.ok()) return a.status();
+    v1::GetKernelResponse response;
     if (r->cacheable && slot.generation) {
       auto kept = std::make_shared<const v1::KernelArtifact>(*std::move(a));
       artifacts_.Put(slot.key, *slot.generation, kept);
-      *response->mutable_artifact() = *kept;
+      *response.mutable_artifact() = *kept;
     } else {
-      *response->mutable_artifact() = *std::move(a);
+      *response.mutable_artifact() = *std::move(a);
     }
-    response->set_tuning_job_id(r->tuning_job_id);
-    once.reactor->Finish(grpc::Status::OK);
+    response.set_tuning_job_id(r->tuning_job_id);
+    return response;
   }
 
   // Ends a Tune stream with its artifact as the last event, or with the error.

@@ -4,8 +4,9 @@
 // The handlers are thin and never block a reaction on tuning or compiling: they validate
 // and convert, ask the KernelResolver (server/tuning/kernel_resolver.h) which kernel to
 // answer with, and finish their reactors from its callback (at once for store lookups, from
-// the TuningQueue or the resolver's threads otherwise). A client deadline that passes first
-// gets DEADLINE_EXCEEDED while the job goes on.
+// the TuningQueue or the resolver's threads otherwise). GetKernels resolves each of its keys
+// the same way and answers once the last is in (kernel_batch.h). A client deadline that
+// passes first gets DEADLINE_EXCEEDED while the job goes on.
 //
 // Thread-safe. Shutdown() may be called from any thread (a signal-watching one, say).
 #ifndef KTUNE_SERVER_SERVICE_KTUNE_SERVER_H_

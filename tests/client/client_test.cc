@@ -549,6 +549,82 @@ TEST_F(ClientTest, ResponseAboveTheReceiveLimitIsResourceExhausted) {
   EXPECT_EQ(big.cubin.size(), size_t{2} << 20);
 }
 
+// GetKernels splits past kMaxKernelsPerCall, asks again for the answers the daemon left
+// for another call, and names each key's error by its index in the caller's requests.
+TEST_F(ClientTest, GetKernelsSplitsRetriesAndNamesKeysByTheirIndex) {
+  std::vector<int> batch_sizes;
+  int retried = 0;
+  daemon_.service().get_kernels = [&](grpc::ServerContext*, const v1::GetKernelsRequest& req,
+                                      v1::GetKernelsResponse* resp) {
+    batch_sizes.push_back(req.requests_size());
+    for (int i = 0; i < req.requests_size(); ++i) {
+      const int64_t tokens = req.requests(i).shape().at("tokens");
+      v1::KernelResult* r = resp->add_results();
+      if (tokens % 100 == 7) {
+        r->set_code(grpc::StatusCode::INVALID_ARGUMENT);
+        r->set_message("requests[" + std::to_string(i) + "].shape: dim 'tokens' is bad");
+      } else if (tokens == 3 && retried++ == 0) {
+        r->set_code(grpc::StatusCode::RESOURCE_EXHAUSTED);
+        r->set_message("requests[" + std::to_string(i) + "]: did not fit");
+        r->set_retry(true);
+      } else {
+        SetCubin(*r->mutable_response()->mutable_artifact(), "cubin " + std::to_string(tokens));
+        r->mutable_response()->set_tuning_job_id(tokens);
+      }
+    }
+    return grpc::Status::OK;
+  };
+  StartOrDie();
+  std::vector<KernelRequest> requests(300, Request());
+  for (int i = 0; i < 300; ++i) requests[i].shape["tokens"] = i;
+  ASSERT_OK_AND_ASSIGN(auto results, NewClient()->GetKernels(requests));
+  ASSERT_EQ(results.size(), 300u);
+  EXPECT_THAT(batch_sizes, ElementsAre(256, 45));  // 44 left over, then the retried key first
+  for (int i = 0; i < 300; ++i) {
+    if (i % 100 == 7) {
+      EXPECT_THAT(results[i].status(),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr("requests[" + std::to_string(i) + "].shape: dim 'tokens'")));
+      continue;
+    }
+    ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
+    EXPECT_EQ(results[i]->cubin, "cubin " + std::to_string(i));
+    EXPECT_EQ(results[i]->tuning_job_id, i);
+  }
+  EXPECT_EQ(retried, 2);
+  ASSERT_OK_AND_ASSIGN(auto none, NewClient()->GetKernels({}));
+  EXPECT_TRUE(none.empty());
+}
+
+TEST_F(ClientTest, GetKernelsOfADaemonWithoutItAsksKeyByKey) {
+  int asked = 0;
+  daemon_.service().get_kernel = [&](grpc::ServerContext*, const v1::GetKernelRequest& req,
+                                     v1::GetKernelResponse* resp) {
+    ++asked;
+    if (req.shape().at("tokens") == 2) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no entry");
+    }
+    SetCubin(*resp->mutable_artifact(), "cubin");
+    return grpc::Status::OK;
+  };  // and no get_kernels: UNIMPLEMENTED
+  StartOrDie();
+  std::vector<KernelRequest> requests(3, Request());
+  for (int i = 0; i < 3; ++i) requests[i].shape["tokens"] = i;
+  ASSERT_OK_AND_ASSIGN(auto results, NewClient()->GetKernels(requests));
+  EXPECT_EQ(asked, 3);
+  EXPECT_TRUE(results[0].ok());
+  EXPECT_TRUE(results[1].ok());
+  EXPECT_THAT(results[2].status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("requests[2]: no entry")));
+}
+
+TEST_F(ClientTest, GetKernelsWithoutADaemonFailsTheCallNamingTheTarget) {
+  auto client = NewClient();
+  EXPECT_THAT(client->GetKernels({Request()}),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("GetKernels: ktuned at " + daemon_.target())));
+}
+
 TEST_F(ClientTest, MissingDaemonFailsOnFirstCallNamingTheTarget) {
   // Not started: nothing listens on the socket.
   auto client = NewClient();

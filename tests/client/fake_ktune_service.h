@@ -27,6 +27,9 @@ class FakeKtuneService final : public v1::Ktune::Service {
   std::function<grpc::Status(grpc::ServerContext*, const v1::GetKernelRequest&,
                              v1::GetKernelResponse*)>
       get_kernel;
+  std::function<grpc::Status(grpc::ServerContext*, const v1::GetKernelsRequest&,
+                             v1::GetKernelsResponse*)>
+      get_kernels;
   std::function<grpc::Status(grpc::ServerContext*, const v1::TuneRequest&,
                              grpc::ServerWriter<v1::TuneEvent>*)>
       tune;
@@ -43,6 +46,11 @@ class FakeKtuneService final : public v1::Ktune::Service {
                          v1::GetKernelResponse* response) override {
     Record(context);
     return get_kernel ? get_kernel(context, *request, response) : Unimplemented();
+  }
+  grpc::Status GetKernels(grpc::ServerContext* context, const v1::GetKernelsRequest* request,
+                          v1::GetKernelsResponse* response) override {
+    Record(context);
+    return get_kernels ? get_kernels(context, *request, response) : Unimplemented();
   }
   grpc::Status Tune(grpc::ServerContext* context, const v1::TuneRequest* request,
                     grpc::ServerWriter<v1::TuneEvent>* writer) override {

@@ -1,7 +1,8 @@
 // LoadedKernel on a real GPU: a two-launch kernel compiled here with NVRTC (the second
 // launch wants 64 KiB of dynamic shared memory, so the attribute must be raised), served by
 // the fake ktuned as an artifact, fetched with GetKernel, loaded into a context this test
-// made current, launched, and its output checked. Skips without a driver or GPU.
+// made current, launched, and its output checked; and KernelCache swapping in a tuned cubin
+// from its background thread. Skips without a driver or GPU.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,8 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/lib/kernel_cache.h"
 #include "client/lib/ktune_client.h"
 #include "client/lib/loaded_kernel.h"
+#include "server/base/status_macros.h"
 #include "server/compile/nvrtc_compiler.h"
 #include "server/worker/driver.h"
 #include "tests/client/fake_ktune_service.h"
@@ -55,14 +59,8 @@ class LoadedKernelGpuTest : public ::testing::Test {
                        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, context_.device()));
     ASSERT_OK(KTUNE_CU(driver_, DeviceGetAttribute, &minor,
                        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, context_.device()));
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Compiler> compiler, NewNvrtcCompiler(NvrtcOptions{}));
-    CompileRequest request;
-    request.source = kSource;
-    request.source_name = "loaded_kernel_gpu_test.cu";
-    request.name_expressions = {"scale<0>", absl::StrCat("add_one_via_smem<", kSmemFloats, ">")};
-    request.options = {absl::StrCat("--gpu-architecture=sm_", major, minor)};
-    ASSERT_OK_AND_ASSIGN(CompileResult compiled, compiler->Compile(request));
-    ASSERT_TRUE(compiled.ok) << compiled.log;
+    arch_ = absl::StrCat("--gpu-architecture=sm_", major, minor);
+    ASSERT_OK_AND_ASSIGN(CompileResult compiled, Compile(kSource));
 
     ::ktune::testing::SetCubin(artifact_, compiled.cubin);
     const unsigned blocks = (kN + 255) / 256;
@@ -100,6 +98,19 @@ class LoadedKernelGpuTest : public ::testing::Test {
     n32->set_scalar_type("i32");
     n32->set_int_value(kN);
     artifact_.set_template_id("gpu_test");
+  }
+
+  // kSource's two kernels (or another source's of the same names) compiled for this GPU.
+  absl::StatusOr<CompileResult> Compile(const std::string& source) {
+    KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Compiler> compiler, NewNvrtcCompiler(NvrtcOptions{}));
+    CompileRequest request;
+    request.source = source;
+    request.source_name = "loaded_kernel_gpu_test.cu";
+    request.name_expressions = {"scale<0>", absl::StrCat("add_one_via_smem<", kSmemFloats, ">")};
+    request.options = {arch_};
+    KTUNE_ASSIGN_OR_RETURN(CompileResult compiled, compiler->Compile(request));
+    if (!compiled.ok) return absl::InternalError(compiled.log);
+    return compiled;
   }
 
   // The artifact as GetKernel returns it from the fake daemon.
@@ -148,6 +159,7 @@ class LoadedKernelGpuTest : public ::testing::Test {
 
   Driver* driver_ = nullptr;
   PrimaryContext context_;
+  std::string arch_;  // --gpu-architecture=sm_XY of this GPU
   v1::KernelArtifact artifact_;
 };
 
@@ -183,6 +195,50 @@ TEST_F(LoadedKernelGpuTest, BadNamesAndBuffers) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'y'")));
   EXPECT_THAT(kernel->Launch(nullptr, std::vector<void*>{nullptr, nullptr}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("5 args")));
+}
+
+// KernelCache on the GPU: FALLBACK's kernel first, then a tuned one (another cubin of the
+// same kernels) that the background thread loads into this test's context, both computing.
+TEST_F(LoadedKernelGpuTest, KernelCacheSwapsInTheTunedKernelInTheBackground) {
+  artifact_.set_provenance(v1::DEFAULT);
+  v1::KernelArtifact tuned = artifact_;
+  ASSERT_OK_AND_ASSIGN(CompileResult other,
+                       Compile(std::string(kSource) + "__global__ void tuned_marker() {}\n"));
+  ::ktune::testing::SetCubin(tuned, other.cubin);
+  tuned.set_provenance(v1::EXACT);
+  ASSERT_NE(tuned.cubin_sha256(), artifact_.cubin_sha256());
+  ::ktune::testing::FakeKtuned daemon;
+  daemon.service().get_kernel = [&](grpc::ServerContext*, const v1::GetKernelRequest&,
+                                    v1::GetKernelResponse* resp) {
+    *resp->mutable_artifact() = artifact_;
+    return grpc::Status::OK;
+  };
+  daemon.service().get_kernels = [&](grpc::ServerContext*, const v1::GetKernelsRequest& req,
+                                     v1::GetKernelsResponse* resp) {
+    for (int i = 0; i < req.requests_size(); ++i) {
+      *resp->add_results()->mutable_response()->mutable_artifact() = tuned;
+    }
+    return grpc::Status::OK;
+  };
+  ASSERT_TRUE(daemon.Start());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<KtuneClient> client, Connect(daemon.target(), {}));
+  KernelCacheOptions options;
+  options.refresh_period = absl::Milliseconds(10);
+  std::unique_ptr<KernelCache> cache = NewKernelCache(std::move(client), options);
+  const KernelKey key{"gpu_test", "f32", {{"n", kN}}, 0};
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CachedKernel> first, cache->Get(key));
+  EXPECT_EQ(first->provenance, Provenance::kDefault);
+  RunAndCheck(*first->kernel, /*by_name=*/false);
+  std::shared_ptr<const CachedKernel> now = first;
+  for (int i = 0; i < 1000 && now->provenance != Provenance::kExact; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_OK_AND_ASSIGN(now, cache->Get(key));
+  }
+  ASSERT_EQ(now->provenance, Provenance::kExact);
+  EXPECT_EQ(now->cubin_sha256, tuned.cubin_sha256());
+  EXPECT_EQ(now->kernel->context(), static_cast<void*>(context_.context()));
+  RunAndCheck(*now->kernel, /*by_name=*/false);
+  RunAndCheck(*first->kernel, /*by_name=*/true);  // still valid for whoever holds it
 }
 
 TEST_F(LoadedKernelGpuTest, NoCurrentContextIsFailedPrecondition) {

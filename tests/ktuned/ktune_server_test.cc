@@ -127,6 +127,24 @@ class KtuneServerTest : public ::testing::Test {
     v1::ListTemplatesResponse resp;
     return stub_->ListTemplates(&ctx, {}, &resp).ok() && resp.templates_size() == 1;
   }
+  // Every candidate takes `each` on the fake GPU.
+  void SlowCandidates(absl::Duration each) {
+    script_ = [each](const std::string&) {
+      absl::SleepFor(each);
+      return OkMeasurement(1000);
+    };
+  }
+  // GetKernels over `keys`, and its status.
+  grpc::Status GetMany(const std::vector<v1::GetKernelRequest>& keys,
+                       v1::GetKernelsResponse* response,
+                       absl::Duration deadline = absl::Seconds(20)) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    Authorize(&ctx, token_);
+    v1::GetKernelsRequest req;
+    for (const v1::GetKernelRequest& k : keys) *req.add_requests() = k;
+    return stub_->GetKernels(&ctx, req, response);
+  }
   // Polls CACHE_ONLY until it hits (a background job finished) or 10 s pass.
   Reply WaitForHit(int64_t n) {
     Reply r;
@@ -298,10 +316,7 @@ TEST_F(KtuneServerTest, FallbackFromANeighbour) {
 }
 
 TEST_F(KtuneServerTest, ConcurrentIdenticalTunesShareOneJob) {
-  script_ = [](const std::string&) {
-    absl::SleepFor(absl::Milliseconds(1));
-    return OkMeasurement(1000);
-  };
+  SlowCandidates(absl::Milliseconds(1));
   Start();
   std::vector<Reply> replies(20);
   std::vector<std::thread> threads;
@@ -445,10 +460,7 @@ TEST_F(KtuneServerTest, RestartKeepsEntries) {
 }
 
 TEST_F(KtuneServerTest, TuneStreamsProgressThenTheArtifact) {
-  script_ = [](const std::string&) {
-    absl::SleepFor(absl::Milliseconds(2));
-    return OkMeasurement(1000);
-  };
+  SlowCandidates(absl::Milliseconds(2));
   Start();
   v1::TuneRequest req;
   req.set_template_id("tiny");
@@ -485,10 +497,7 @@ TEST_F(KtuneServerTest, TuneStreamsProgressThenTheArtifact) {
 }
 
 TEST_F(KtuneServerTest, DeadlinePassesWhileTheJobGoesOn) {
-  script_ = [](const std::string&) {
-    absl::SleepFor(absl::Milliseconds(3));
-    return OkMeasurement(1000);
-  };
+  SlowCandidates(absl::Milliseconds(3));
   Start();
   const absl::Time start = absl::Now();
   Reply r = Get(Req(1000, v1::TUNE), absl::Milliseconds(50));
@@ -578,6 +587,92 @@ TEST_F(KtuneServerTest, GetDevicesReportsTheFleetTierAndAnOutageFailsNothing) {
   EXPECT_EQ(d.fleet().queued(), 1);
   EXPECT_TRUE(server_->serving());
   Stop();
+}
+
+// GetKernels answers each key as GetKernel would, in order, with its own status: a bad or
+// missing key fails alone, naming its index and field.
+TEST_F(KtuneServerTest, GetKernelsAnswersEachKeyWithItsOwnStatus) {
+  Start();
+  ASSERT_TRUE(Get(Req(1000, v1::TUNE)).status.ok());
+  v1::GetKernelRequest bad_dtype = Req(1000, v1::CACHE_ONLY);
+  bad_dtype.set_dtype("f64");
+  v1::GetKernelRequest missing_dim = Req(1000, v1::FALLBACK);
+  missing_dim.clear_shape();
+  (*missing_dim.mutable_shape())["m"] = 3;
+  v1::GetKernelRequest unknown = Req(1000, v1::CACHE_ONLY);
+  unknown.set_template_id("nope");
+  const std::vector<v1::GetKernelRequest> keys = {
+      Req(1000, v1::CACHE_ONLY), Req(5000, v1::CACHE_ONLY), bad_dtype, Req(2000, v1::FALLBACK),
+      missing_dim, unknown, Req(1000, v1::FALLBACK)};
+  v1::GetKernelsResponse resp;
+  grpc::Status s = GetMany(keys, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.results_size(), 7);
+  const v1::KernelResult& hit = resp.results(0);
+  EXPECT_EQ(hit.code(), grpc::StatusCode::OK) << hit.message();
+  EXPECT_EQ(hit.response().artifact().provenance(), v1::EXACT);
+  EXPECT_EQ(hit.response().artifact().cubin_sha256(),
+            Sha256Hex(hit.response().artifact().cubin()));
+  EXPECT_EQ(resp.results(1).code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(resp.results(1).message(), HasSubstr("requests[1]: no entry for tiny f32 n=5000"));
+  EXPECT_FALSE(resp.results(1).has_response());
+  EXPECT_EQ(resp.results(2).code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(resp.results(2).message(), HasSubstr("requests[2].dtype: unknown 'f64'"));
+  const v1::KernelResult& fb = resp.results(3);
+  ASSERT_EQ(fb.code(), grpc::StatusCode::OK) << fb.message();
+  EXPECT_EQ(fb.response().artifact().provenance(), v1::NEAREST);
+  EXPECT_EQ(fb.response().artifact().args(0).count(), 2000);
+  EXPECT_GT(fb.response().tuning_job_id(), 0);
+  EXPECT_EQ(resp.results(4).code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(resp.results(4).message(), HasSubstr("requests[4].shape: missing dim 'n'"));
+  EXPECT_EQ(resp.results(5).code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(resp.results(5).message(),
+              HasSubstr("requests[5].template_id: unknown template 'nope'"));
+  EXPECT_EQ(resp.results(6).code(), grpc::StatusCode::OK) << resp.results(6).message();
+  EXPECT_EQ(resp.results(6).response().artifact().entry_id(), hit.response().artifact().entry_id());
+  for (const v1::KernelResult& r : resp.results()) EXPECT_FALSE(r.retry());
+  // The FALLBACK key's background job lands as it would from GetKernel.
+  EXPECT_TRUE(WaitForHit(2000).status.ok());
+}
+
+TEST_F(KtuneServerTest, GetKernelsRefusesABatchItCannotTake) {
+  token_ = "s3cret";
+  Start();
+  v1::GetKernelsResponse resp;
+  grpc::Status empty = GetMany({}, &resp);
+  EXPECT_EQ(empty.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(empty.error_message(), HasSubstr("requests: empty"));
+  std::vector<v1::GetKernelRequest> many(v1::MAX_KERNELS_PER_CALL + 1,
+                                         Req(1000, v1::CACHE_ONLY));
+  grpc::Status too_many = GetMany(many, &resp);
+  EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_many.error_message(), HasSubstr("requests: 257 keys; at most 256"));
+  many.pop_back();
+  grpc::Status full = GetMany(many, &resp);
+  ASSERT_TRUE(full.ok()) << full.error_message();
+  ASSERT_EQ(resp.results_size(), v1::MAX_KERNELS_PER_CALL);
+  EXPECT_EQ(resp.results(255).code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(resp.results(255).message(), HasSubstr("requests[255]: "));
+  {
+    grpc::ClientContext ctx;  // no token
+    v1::GetKernelsRequest req;
+    *req.add_requests() = Req(1000, v1::CACHE_ONLY);
+    EXPECT_EQ(stub_->GetKernels(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_EQ(gpu_->problems, 0);
+}
+
+// A batch whose TUNE key outlasts the caller's deadline fails as a whole with
+// DEADLINE_EXCEEDED; the job goes on.
+TEST_F(KtuneServerTest, GetKernelsDeadlinePassesWhileTheJobGoesOn) {
+  SlowCandidates(absl::Milliseconds(3));
+  Start();
+  v1::GetKernelsResponse resp;
+  grpc::Status s = GetMany({Req(1000, v1::CACHE_ONLY), Req(1000, v1::TUNE)}, &resp,
+                           absl::Milliseconds(50));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_TRUE(WaitForHit(1000).status.ok());
 }
 
 }  // namespace

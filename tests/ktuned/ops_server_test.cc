@@ -38,29 +38,15 @@ class FlakyFakeGpu : public testing::FakeGpu {
   }
 };
 
-class OpsServerTest : public ::testing::Test {
+class OpsServerTest : public testing::TinyServerTest {
  protected:
-  void SetUp() override {
-    dir_ = testing::NewTempDir();
-    auto registry = LoadTemplateRegistry(testing::TestTemplatesDir());
-    ASSERT_TRUE(registry.ok()) << registry.status();
-    registry_ = *std::move(registry);
-    auto store = store::OpenSqliteStore(dir_ + "/ktune.db");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
-  }
   void TearDown() override {
     if (server_) server_->Shutdown();
     server_.reset();
   }
 
   ServerOptions Options(const std::string& listen, bool with_gpu) {
-    ServerOptions o;
-    o.listen = listen;
-    o.registry = registry_.get();
-    o.store = store_.get();
-    o.compiler = &compiler_;
-    o.compile_threads = 2;
+    ServerOptions o = BaseOptions(listen);
     if (with_gpu) {
       o.gpu_factory = [this](int ordinal) -> absl::StatusOr<std::unique_ptr<Gpu>> {
         if (ordinal > 0) return absl::NotFoundError("no such GPU");
@@ -92,10 +78,6 @@ class OpsServerTest : public ::testing::Test {
     return absl::OkStatus();
   }
 
-  std::string dir_;
-  std::unique_ptr<TemplateRegistry> registry_;
-  std::unique_ptr<store::Store> store_;
-  testing::FakeCompiler compiler_;
   FlakyFakeGpu* gpu_ = nullptr;
   std::unique_ptr<KtuneServer> server_;
 };

@@ -1,5 +1,6 @@
-// Helpers for the operator-side tests of ktuned: a throwaway CA (tests/testing/test_certs.h)
-// and gRPC health checking without the generated health stubs (Debian's gRPC ships no
+// Helpers for the operator-side tests of ktuned: a fixture with the test template "tiny", a
+// SQLite store and a FakeCompiler to serve; a throwaway CA (tests/testing/test_certs.h); and
+// gRPC health checking without the generated health stubs (Debian's gRPC ships no
 // grpc/health/v1 headers).
 //
 // Not thread-safe; one test at a time.
@@ -8,6 +9,7 @@
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <future>
@@ -15,10 +17,44 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "frontends/ktuned/ktune_server.h"
 #include "server/base/file.h"
+#include "server/store/store.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/fakes.h"
 #include "tests/testing/test_certs.h"
 
 namespace ktune::testing {
+
+// A fresh temporary folder holding a SQLite store, the test templates, a FakeCompiler, and
+// the ServerOptions of a ktuned over them (no GPU: the test adds its gpu_factory).
+class TinyServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = NewTempDir();
+    auto registry = LoadTemplateRegistry(TestTemplatesDir());
+    ASSERT_TRUE(registry.ok()) << registry.status();
+    registry_ = *std::move(registry);
+    auto store = store::OpenSqliteStore(dir_ + "/ktune.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  ServerOptions BaseOptions(const std::string& listen) {
+    ServerOptions o;
+    o.listen = listen;
+    o.registry = registry_.get();
+    o.store = store_.get();
+    o.compiler = &compiler_;
+    o.compile_threads = 2;
+    return o;
+  }
+
+  std::string dir_;
+  std::unique_ptr<TemplateRegistry> registry_;
+  std::unique_ptr<store::Store> store_;
+  FakeCompiler compiler_;
+};
 
 // grpc.health.v1.Health/Check for `service` over `channel`: 1 SERVING, 2 NOT_SERVING,
 // 3 SERVICE_UNKNOWN (as HealthCheckResponse.ServingStatus); -1 when the call failed.

@@ -110,17 +110,29 @@ class FakeKtune(ktune_pb2_grpc.KtuneServicer):
         return r
 
 
-class ClientTest(unittest.TestCase):
+def serve(servicer, workers=4):
+    """(server, folder, target): `servicer` served on a unix socket in a fresh temp folder."""
+    folder = tempfile.mkdtemp(prefix="ktune-pytest-")
+    target = "unix://" + os.path.join(folder, "ktuned.sock")
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=workers))
+    ktune_pb2_grpc.add_KtuneServicer_to_server(servicer, server)
+    if server.add_insecure_port(target) == 0:
+        raise RuntimeError("cannot listen on " + target)
+    server.start()
+    return server, folder, target
+
+
+class FakeDaemonTest(unittest.TestCase):
+    """A fake servicer (`servicer`, a class) served for the test class; each test starts with
+    it reset and a fresh ktune.Client in self.client."""
+
+    servicer = None
+    workers = 4
+
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="ktune-pytest-")
-        cls.target = "unix://" + os.path.join(cls.dir, "ktuned.sock")
-        cls.fake = FakeKtune()
-        cls.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
-        ktune_pb2_grpc.add_KtuneServicer_to_server(cls.fake, cls.server)
-        if cls.server.add_insecure_port(cls.target) == 0:
-            raise RuntimeError("cannot listen on " + cls.target)
-        cls.server.start()
+        cls.fake = cls.servicer()
+        cls.server, cls.dir, cls.target = serve(cls.fake, cls.workers)
 
     @classmethod
     def tearDownClass(cls):
@@ -133,6 +145,10 @@ class ClientTest(unittest.TestCase):
 
     def tearDown(self):
         self.client.close()
+
+
+class ClientTest(FakeDaemonTest):
+    servicer = FakeKtune
 
     def check_canned(self, art):
         self.assertEqual(art.cubin, CUBIN)

@@ -10,6 +10,10 @@
     with ktune.LoadedKernel(art) as kernel:
         kernel({"x": x.data_ptr(), "weight": w.data_ptr(), "out": out.data_ptr()}, stream)
 
+Many keys at once: client.get_kernels(keys) (one GetKernels call). For servers, a
+ktune.KernelCache keeps loaded kernels per (template, dtype, shape, gpu), refreshed in the
+background when ktuned has tuned them; ktune.torch registers torch ops over it.
+
 Errors are ktune.Error subclasses carrying the gRPC code and the daemon's message.
 """
 
@@ -30,7 +34,8 @@ from ktune._types import (  # noqa: E402
     Device, DeviceInfo, Devices, EntrySummary, KernelArg, KernelArtifact, KernelKey,
     KernelLaunch, KernelMetrics, Knobs, TemplateDim, TemplateInfo, TemplateList,
     TemplateParam, TensorMap, TuneProgress)
-from ktune._client import Client, default_target  # noqa: E402
+from ktune._client import MAX_KERNELS_PER_CALL, Client, default_target  # noqa: E402
+from ktune._cache import CachedKernel, KernelCache, cache_key  # noqa: E402
 from ktune._launch import check_tensor_map, pack_kernel_params  # noqa: E402
 from ktune._loaded import (  # noqa: E402
     BoundKernel, LoadedKernel, cuda_check, cuda_driver, encode_tensor_map)

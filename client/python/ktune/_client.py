@@ -17,6 +17,9 @@ _POLICIES = {
     "fallback": ktune_pb2.FALLBACK,
 }
 
+# The most keys ktuned takes in one GetKernels call (ktune.proto's MAX_KERNELS_PER_CALL).
+MAX_KERNELS_PER_CALL = ktune_pb2.MAX_KERNELS_PER_CALL
+
 # Above the largest cubin ktuned sends (grpcio's default receive limit is 4 MiB).
 _MAX_RECEIVE_BYTES = 256 << 20
 
@@ -55,6 +58,24 @@ def _shape(shape):
                     f"shape: dim '{k}' is {v!r}, not an integer") from None
         out[str(k)] = v
     return out
+
+
+def _result_from_proto(result, index, batch_index):
+    """A KernelResult as an artifact or a ktune.Error, its "requests[batch_index]" renamed
+    to the key's index in the caller's list."""
+    if result.code == 0:
+        try:
+            return _types.artifact_from_proto(result.response.artifact,
+                                              result.response.tuning_job_id)
+        except _errors.Error as e:
+            return type(e)(f"requests[{index}]: {e.message}", code=e.code)
+    message = result.message
+    theirs = f"requests[{batch_index}]"
+    if message.startswith(theirs):
+        message = f"requests[{index}]" + message[len(theirs):]
+    else:
+        message = f"requests[{index}]: {message}"
+    return _errors.error_for_code(result.code, message)
 
 
 class Client:
@@ -108,6 +129,66 @@ class Client:
                                              gpu=gpu)
         response = self._call(self._stub.GetKernel, request, timeout_s)
         return _types.artifact_from_proto(response.artifact, response.tuning_job_id)
+
+    def get_kernels(self, keys, policy="cache_only", timeout_s=None):
+        """Many keys in one call (GetKernels; split over several calls past
+        MAX_KERNELS_PER_CALL, and asked again for answers ktuned left for another call).
+
+        keys: (template, dtype, shape) or (template, dtype, shape, gpu) tuples, all under
+        `policy`. Returns one item per key, in order: its KernelArtifact, or the ktune.Error
+        GetKernel would have raised for it, its message naming the key's index here
+        ("requests[3].shape: ..."). Raises (rather than returns) only when no key could be
+        asked: UnavailableError without a daemon, UnauthenticatedError, a deadline. A daemon
+        that predates GetKernels is asked key by key."""
+        if policy not in _POLICIES:
+            raise _errors.InvalidArgumentError(
+                f"policy: '{policy}' is not one of {', '.join(_POLICIES)}")
+        requests = [self._key_request(i, key, policy) for i, key in enumerate(keys)]
+        results = [None] * len(requests)
+        pending = list(range(len(requests)))
+        while pending:
+            chunk, pending = pending[:MAX_KERNELS_PER_CALL], pending[MAX_KERNELS_PER_CALL:]
+            batch = ktune_pb2.GetKernelsRequest(requests=[requests[i] for i in chunk])
+            try:
+                response = self._stub.GetKernels(batch, timeout=self._timeout(timeout_s),
+                                                 metadata=self._metadata)
+            except grpc.RpcError as e:
+                error = _errors.from_rpc_error(e)
+                if error.code != grpc.StatusCode.UNIMPLEMENTED:
+                    raise error from None
+                for i in chunk:  # a daemon from before GetKernels: one call per key
+                    results[i] = self._one_of_many(i, requests[i], timeout_s)
+                continue
+            if len(response.results) != len(chunk):
+                raise _errors.InternalError(f"GetKernels: {len(chunk)} keys asked, "
+                                            f"{len(response.results)} answered")
+            again = [i for i, r in zip(chunk, response.results) if r.retry]
+            for j, (i, r) in enumerate(zip(chunk, response.results)):
+                results[i] = _result_from_proto(r, i, j)
+            if any(r.code == 0 for r in response.results):
+                pending = again + pending  # left for another call; asked again
+        return results
+
+    @staticmethod
+    def _key_request(index, key, policy):
+        try:
+            template, dtype, shape, *rest = key
+        except (TypeError, ValueError):
+            raise _errors.InvalidArgumentError(
+                f"keys[{index}]: expected (template, dtype, shape[, gpu]), got {key!r}") from None
+        if len(rest) > 1:
+            raise _errors.InvalidArgumentError(
+                f"keys[{index}]: expected (template, dtype, shape[, gpu]), got {key!r}")
+        return ktune_pb2.GetKernelRequest(template_id=template, dtype=dtype,
+                                          shape=_shape(shape), policy=_POLICIES[policy],
+                                          gpu=rest[0] if rest else 0)
+
+    def _one_of_many(self, index, request, timeout_s):
+        try:
+            response = self._call(self._stub.GetKernel, request, timeout_s)
+            return _types.artifact_from_proto(response.artifact, response.tuning_job_id)
+        except _errors.Error as e:
+            return type(e)(f"requests[{index}]: {e.message}", code=e.code)
 
     def tune(self, template, dtype, shape, gpu=0, strategy="", budget=0, force=False,
              on_progress=None, timeout_s=None, time_s=0, min_gain=None, roofline_stop=None,

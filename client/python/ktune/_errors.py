@@ -107,3 +107,11 @@ def from_rpc_error(e):
     details = e.details() if callable(getattr(e, "details", None)) else None
     cls = _BY_CODE.get(code, Error)
     return cls(details if details is not None else str(e), code=code)
+
+
+def error_for_code(code, message):
+    """The ktune.Error for a status code given as its number (a KernelResult's `code`)."""
+    for status in grpc.StatusCode:
+        if status.value[0] == code:
+            return _BY_CODE.get(status, Error)(message, code=status)
+    return UnknownError(f"{message} (status code {code})")

@@ -1,0 +1,358 @@
+"""ktune.KernelCache: loaded kernels kept in-process, keyed by (template, dtype, shape, gpu).
+
+    cache = ktune.KernelCache(ktune.Client(target))         # policy "fallback" by default
+    cache.prefetch([("rmsnorm", "bf16", {"tokens": 8, "hidden": 4096}), ...])  # one call
+    k = cache.get("rmsnorm", "bf16", {"tokens": 8, "hidden": 4096})
+    k.launch({"x": x.data_ptr(), "weight": w.data_ptr(), "out": out.data_ptr()}, stream)
+
+The first get of a key asks ktuned (under `policy`) and loads the artifact into the calling
+thread's current CUDA context; later gets are a dict lookup (no lock, no RPC) returning the
+same CachedKernel, whose launches reuse their kernelParams arrays (packed once per thread;
+only the buffer pointers are written per call). A non-exact answer (FALLBACK's neighbour or
+default config, or a stale entry) is checked again by a background thread every `refresh_s`,
+with one CACHE_ONLY GetKernels call for all such keys; when ktuned has the tuned kernel, the
+thread loads it into the same context and the next get returns it. The hot path never waits
+for that.
+
+A failed ask (no daemon: ktune.UnavailableError naming the target; a bad key:
+InvalidArgumentError naming the field) is remembered for `retry_after_s`: gets of that key
+raise the same error at once instead of asking again.
+
+Thread-safety: every method may be called from many threads; a key asked by several at once
+is fetched once. One CUDA context per gpu value of the keys (torch's primary contexts).
+cuda-python is imported on first load only; `driver` replaces it (tests pass a fake).
+"""
+
+import ctypes
+import threading
+import time
+
+from ktune import _errors
+from ktune._launch import PackedParams, _SCALAR_CTYPES
+from ktune._loaded import LoadedKernel, cuda_check, cuda_driver
+
+
+def cache_key(template, dtype, shape, gpu=0):
+    """The hashable key of the cache: (template, dtype, sorted shape items, gpu)."""
+    return (template, dtype, tuple(sorted(shape.items())), gpu)
+
+
+def key_string(key):
+    """"rmsnorm bf16 hidden=4096,tokens=8 gpu 0", for messages."""
+    template, dtype, shape, gpu = key
+    return f"{template} {dtype} {','.join(f'{d}={n}' for d, n in shape)} gpu {gpu}"
+
+
+def _named(error, key):
+    """`error` (a ktune.Error) with the key in front of its message."""
+    return type(error)(f"{key_string(key)}: {error.message}", code=error.code)
+
+
+class CachedKernel:
+    """One key's kernel as the cache holds it now; a refresh installs a new object.
+
+    artifact, kernel (a ktune.LoadedKernel), context (the CUcontext it was loaded into),
+    provenance ("exact", "nearest", "default") and provisional (True while the background
+    check goes on for it: not exact, or stale)."""
+
+    def __init__(self, artifact, kernel, context):
+        self.artifact = artifact
+        self.kernel = kernel
+        self.context = context
+        self.provenance = artifact.provenance
+        self.provisional = artifact.provenance != "exact" or artifact.stale
+        self.buffers = tuple(a.name for a in artifact.args if a.is_buffer)
+        # Tensor maps are encoded from each call's pointers: those kernels pack per call.
+        self._per_call = any(a.scalar_type == "tensor_map" for a in artifact.args)
+        self._local = threading.local()
+
+    def _packed(self):
+        """This thread's kernelParams per launch: (params, {buffer: [slots]}, {scalar: slot})."""
+        packed = getattr(self._local, "packed", None)
+        if packed is None:
+            packed = self._local.packed = [self._pack(launch) for launch in
+                                           self.artifact.launches]
+        return packed
+
+    def _pack(self, launch):
+        values, buffers, scalars = [], {}, {}
+        for i in launch.args:
+            arg = self.artifact.args[i]
+            if arg.is_buffer:
+                slot = ctypes.c_uint64(0)
+                buffers.setdefault(arg.name, []).append(slot)
+            else:
+                ctype = _SCALAR_CTYPES.get(arg.scalar_type)
+                if ctype is None:
+                    raise ValueError(f"arg '{arg.name}': unknown scalar type "
+                                     f"'{arg.scalar_type}'")
+                slot = ctype(arg.value)
+                scalars[arg.name] = slot
+            values.append(slot)
+        return PackedParams(values), buffers, scalars
+
+    def launch(self, pointers, stream, scalars=None):
+        """Enqueues every launch on `stream` (a CUstream, or what the driver takes) with the
+        device addresses `pointers` (buffer name -> int) and, for this call only, scalar
+        values from `scalars` (name -> value, e.g. {"eps": 1e-5}) instead of the artifact's.
+        Raises KeyError naming a buffer missing from `pointers`, RuntimeError when the driver
+        refuses a launch."""
+        if self._per_call:
+            if scalars:
+                raise ValueError("this kernel takes tensor maps; its scalars are the artifact's")
+            self.kernel.bind(pointers).launch(stream)
+            return
+        cu = self.kernel.driver
+        for (params, buffers, slots), fn, launch in zip(self._packed(), self.kernel.functions,
+                                                        self.artifact.launches):
+            for name, targets in buffers.items():
+                try:
+                    address = int(pointers[name])
+                except KeyError:
+                    raise KeyError(f"no device pointer for buffer '{name}'") from None
+                for slot in targets:
+                    slot.value = address
+            overridden = []
+            if scalars:
+                for name, value in scalars.items():
+                    slot = slots.get(name)
+                    if slot is not None:
+                        overridden.append((slot, slot.value))
+                        slot.value = value
+            try:
+                err = cu.cuLaunchKernel(fn, *launch.grid, *launch.block, launch.shared_bytes,
+                                        stream, params.address, 0)
+            finally:
+                for slot, value in overridden:
+                    slot.value = value
+            if int(err[0] if isinstance(err, tuple) else err) != 0:
+                cuda_check(cu, err, f"cuLaunchKernel({launch.lowered_name})")
+
+
+class KernelCache:
+    """Loaded kernels per (template, dtype, shape, gpu) over a ktune.Client.
+
+    policy: of each key's first ask and of prefetch ("fallback", "cache_only" or "tune");
+    refresh_s: period of the background check of provisional kernels (None or 0: none, call
+    refresh_now yourself); retry_after_s: how long a failed ask is answered from memory;
+    timeout_s: deadline of each ask (None: the client's). `driver`: cuda-python's driver
+    module or a stand-in; `loader(artifact, driver)` makes the launchable kernel (default
+    ktune.LoadedKernel)."""
+
+    def __init__(self, client, policy="fallback", refresh_s=10.0, retry_after_s=30.0,
+                 timeout_s=None, driver=None, loader=None):
+        if policy not in ("fallback", "cache_only", "tune"):
+            raise _errors.InvalidArgumentError(
+                f"policy: '{policy}' is not one of fallback, cache_only, tune")
+        self.client = client
+        self.policy = policy
+        self._retry_after_s = retry_after_s
+        self._timeout_s = timeout_s
+        self._driver = driver
+        self._loader = loader or (lambda artifact, cu: LoadedKernel(artifact, driver=cu))
+        self._entries = {}   # key -> CachedKernel; read without the lock (a dict get)
+        self._errors = {}    # key -> (ktune.Error, monotonic time it may be asked again)
+        self._fetching = {}  # key -> threading.Event set when that fetch ends
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+        if refresh_s:
+            self._thread = threading.Thread(target=self._refresh_loop, args=(refresh_s,),
+                                            name="ktune-cache-refresh", daemon=True)
+            self._thread.start()
+
+    # ---- the hot path ----
+
+    def get(self, template, dtype, shape, gpu=0):
+        """The key's CachedKernel (see get_key)."""
+        return self.get_key(cache_key(template, dtype, shape, gpu))
+
+    def peek(self, key):
+        """The CachedKernel of `key` if held now, else None; never asks or loads."""
+        return self._entries.get(key)
+
+    def get_key(self, key):
+        """The CachedKernel of `key` (from cache_key): from memory, or asked and loaded now.
+        Raises the ktune.Error of the ask (its message naming the key), remembered for
+        retry_after_s; FailedPreconditionError when the kernel cannot be loaded (no current
+        CUDA context, a driver error)."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            return entry
+        return self._get_slow(key)
+
+    # ---- warm-up and refresh ----
+
+    def prefetch(self, keys):
+        """Asks every key not yet held in one GetKernels call (several past
+        MAX_KERNELS_PER_CALL) and loads them into the current context. keys: (template,
+        dtype, shape[, gpu]) tuples. Returns one item per key: None when it is held now, else
+        the ktune.Error get would raise (a key whose ask failed within retry_after_s keeps
+        its error without a new ask)."""
+        normal = [cache_key(k[0], k[1], k[2], k[3] if len(k) > 3 else 0) for k in keys]
+        mine = self._claim(normal)
+        if mine:
+            try:
+                answers = self.client.get_kernels(
+                    [(k[0], k[1], dict(k[2]), k[3]) for k, _ in mine], policy=self.policy,
+                    timeout_s=self._timeout_s)
+            except _errors.Error as e:
+                answers = [e] * len(mine)
+            except Exception as e:  # noqa: BLE001 - waiters must never wait on a dead fetch
+                answers = [_errors.InternalError(f"{type(e).__name__}: {e}")] * len(mine)
+            for j, ((key, event), answer) in enumerate(zip(mine, answers)):
+                if isinstance(answer, _errors.Error):
+                    message = answer.message
+                    theirs = f"requests[{j}]"
+                    if message.startswith(theirs):
+                        message = message[len(theirs):].lstrip(":. ")
+                    self._end_fetch(key, event,
+                                    error=_named(type(answer)(message, code=answer.code), key))
+                else:
+                    self._end_fetch(key, event, *self._load(key, answer, None))
+        out = []
+        for key in normal:
+            try:
+                self.get_key(key)
+                out.append(None)
+            except _errors.Error as e:
+                out.append(e)
+        return out
+
+    def refresh_now(self):
+        """One background check now: asks ktuned (CACHE_ONLY, one call) for every provisional
+        kernel and installs the tuned ones it has (a tuned config that is the one held keeps
+        its loaded module, now marked exact). Returns how many keys it settled; 0 when
+        ktuned cannot be reached (the provisional kernels keep serving)."""
+        provisional = [(k, e) for k, e in list(self._entries.items()) if e.provisional]
+        if not provisional:
+            return 0
+        try:
+            answers = self.client.get_kernels(
+                [(k[0], k[1], dict(k[2]), k[3]) for k, _ in provisional], policy="cache_only",
+                timeout_s=self._timeout_s)
+        except _errors.Error:
+            return 0
+        replaced = 0
+        for (key, before), answer in zip(provisional, answers):
+            if (isinstance(answer, _errors.Error) or answer.provenance != "exact"
+                    or answer.stale):
+                continue
+            if answer.cubin_sha256 == before.artifact.cubin_sha256:
+                # The tuned config is the one held: keep its module, now marked exact.
+                entry = CachedKernel(answer, before.kernel, before.context)
+            else:
+                entry, _ = self._load(key, answer, before.context)
+                if entry is None:
+                    continue  # the provisional kernel keeps serving
+            with self._lock:
+                self._entries[key] = entry
+            replaced += 1
+        return replaced
+
+    def close(self):
+        """Stops the background thread (the loaded kernels stay usable)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # ---- inside ----
+
+    def _get_slow(self, key):
+        while True:
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is not None:
+                    return entry
+                failed = self._errors.get(key)
+                if failed is not None and time.monotonic() < failed[1]:
+                    raise failed[0]
+                event = self._fetching.get(key)
+                mine = event is None
+                if mine:
+                    event = self._fetching[key] = threading.Event()
+            if not mine:
+                event.wait()
+                continue
+            template, dtype, shape, gpu = key
+            entry, error = None, None
+            try:
+                artifact = self.client.get_kernel(template, dtype, dict(shape),
+                                                  policy=self.policy, gpu=gpu,
+                                                  timeout_s=self._timeout_s)
+                entry, error = self._load(key, artifact, None)
+            except _errors.Error as e:
+                error = _named(e, key)
+            except Exception as e:  # noqa: BLE001 - waiters must never wait on a dead fetch
+                error = _errors.InternalError(f"{key_string(key)}: {type(e).__name__}: {e}")
+            self._end_fetch(key, event, entry, error)
+            # The next turn returns the entry or raises the error just recorded.
+
+    def _claim(self, keys):
+        """(key, event) for each key this thread is to fetch (not held, not being fetched,
+        no fresh error), marked as being fetched; a repeated key once."""
+        mine = []
+        now = time.monotonic()
+        with self._lock:
+            for key in keys:
+                if key in self._entries or key in self._fetching:
+                    continue
+                failed = self._errors.get(key)
+                if failed is not None and now < failed[1]:
+                    continue
+                event = self._fetching[key] = threading.Event()
+                mine.append((key, event))
+        return mine
+
+    def _end_fetch(self, key, event, entry=None, error=None):
+        with self._lock:
+            if entry is not None:
+                self._entries[key] = entry
+                self._errors.pop(key, None)
+            else:
+                self._errors[key] = (error, time.monotonic() + self._retry_after_s)
+            del self._fetching[key]
+        event.set()
+
+    def _cu(self):
+        if self._driver is None:
+            self._driver = cuda_driver()
+        return self._driver
+
+    def _load(self, key, artifact, context):
+        """(CachedKernel, None) for `artifact` loaded into `context` (pushed for the call) or,
+        when None, the calling thread's current one; (None, FailedPreconditionError) when
+        that fails."""
+        try:
+            cu = self._cu()
+            if context is None:
+                context = cuda_check(cu, cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+                if context is None or int(context) == 0:
+                    raise RuntimeError("no current CUDA context on this thread (make the "
+                                       "device current first: torch.cuda.set_device, or any "
+                                       "torch CUDA call)")
+                kernel = self._loader(artifact, cu)
+            else:
+                cuda_check(cu, cu.cuCtxPushCurrent(context), "cuCtxPushCurrent")
+                try:
+                    kernel = self._loader(artifact, cu)
+                finally:
+                    cu.cuCtxPopCurrent()
+        except Exception as e:  # noqa: BLE001 - any driver or binding failure
+            return None, _errors.FailedPreconditionError(
+                f"{key_string(key)}: {type(e).__name__}: {e}")
+        return CachedKernel(artifact, kernel, context), None
+
+    def _refresh_loop(self, period_s):
+        while not self._stop.wait(period_s):
+            try:
+                self.refresh_now()
+            except Exception:  # noqa: BLE001 - a background check must never kill the thread
+                pass

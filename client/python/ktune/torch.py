@@ -1,0 +1,450 @@
+"""ktune.torch: torch custom ops (torch.library, torch >= 2.4) over ktune's tuned kernels.
+
+    import ktune.torch as kt
+    kt.configure(target="unix:///run/ktune/ktuned.sock")      # optional; default target
+    kt.prefetch([("rmsnorm", torch.bfloat16, {"tokens": 8, "hidden": 4096}), ...])
+    y = torch.ops.ktune.rms_norm(x, weight, 1e-6)              # or kt.rms_norm(...)
+
+Ops (namespace `ktune`), each with a fake kernel so torch.compile traces through it:
+
+    rms_norm(x, weight, eps) -> out                      template rmsnorm
+    fused_add_rms_norm(x, residual, weight, eps) -> out  add_rmsnorm; residual += x in place
+    layer_norm(x, weight, bias, eps) -> out              layernorm (bias may be None)
+    softmax(x) -> out                                    softmax over the last dim
+    silu_and_mul(x) -> out                               silu(x[..., :d]) * x[..., d:]
+    rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved) -> None
+                                                         rope; q and k rotated in place
+    linear(x, weight, bias) -> out                       gemm: x @ weight.T (+ bias)
+
+fused_add_rms_norm returns the normalized rows instead of overwriting x (vLLM's does): the
+kernel's parameters are __restrict__, so out may not alias x.
+
+Every op checks its tensors (CUDA, one device, the dtype, contiguous, the shapes agree) and
+raises ValueError or TypeError naming the argument. It then takes the kernel of its key
+(template, dtype, shape, device) from a ktune.KernelCache (a dict lookup after the first call;
+a FALLBACK kernel is replaced by the tuned one in the background) and launches it on torch's
+current stream, with no host synchronisation, so launches record into a CUDA graph being
+captured. Ask for every shape before capturing (prefetch, or one eager call each): the first
+call of a shape asks ktuned and loads a module, which must not happen during a capture.
+
+When ktuned cannot be reached, or cannot serve a shape (outside the template's bounds), the
+op runs torch's own implementation instead and warns once (per op and error code): a server
+without ktuned keeps working.
+"""
+
+import threading
+import warnings
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+import ktune
+from ktune import _errors
+from ktune._cache import KernelCache
+from ktune._loaded import cuda_check
+
+if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
+    raise ImportError("ktune.torch needs torch >= 2.4 (torch.library.custom_op); this torch is "
+                      f"{torch.__version__}")
+
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+                 "i32": torch.int32}
+
+_lock = threading.Lock()
+_cache = None
+_warned = set()
+_streams = {}     # cudaStream_t handle -> the driver's CUstream
+_constants = {}   # (device index, name) -> small tensors the kernels read (gemm's scales)
+_counters = {}    # (device index, stream handle) -> gemm's ZERO_ONCE counters
+
+
+def configure(target=None, policy="fallback", refresh_s=10.0, retry_after_s=30.0, token=None,
+              timeout_s=None, client=None):
+    """Sets up the kernel cache the ops use (replacing any earlier one): a ktune.Client for
+    `target` (None: ktune.default_target()) unless `client` is given; see ktune.KernelCache
+    for the rest. Without a call, the first op configures the defaults. Returns the cache."""
+    global _cache
+    new = KernelCache(client if client is not None else
+                      ktune.Client(target, token=token, timeout_s=timeout_s),
+                      policy=policy, refresh_s=refresh_s, retry_after_s=retry_after_s,
+                      timeout_s=timeout_s)
+    with _lock:
+        old, _cache = _cache, new
+        _warned.clear()
+    if old is not None:
+        old.close()
+    return new
+
+
+def cache():
+    """The KernelCache the ops use."""
+    if _cache is None:
+        with _lock:
+            if _cache is None:
+                configure()
+    return _cache
+
+
+def prefetch(keys):
+    """Fetches and loads, in one GetKernels call, the kernels of `keys`: (template, dtype,
+    shape[, device index]) tuples, dtype a torch.dtype or "bf16"-style name, shape the
+    template's dims. Call it with the device current, before capturing CUDA graphs. Returns one
+    item per key: None when it is loaded, else the ktune.Error (the ops fall back to torch for
+    that key); warns once when ktuned cannot be reached."""
+    normal = [(k[0], _DTYPES.get(k[1], k[1]), k[2], k[3] if len(k) > 3 else
+               torch.cuda.current_device()) for k in keys]
+    out = [None] * len(normal)
+    for index in sorted({k[3] for k in normal}):  # each device's keys in its context
+        mine = [i for i, k in enumerate(normal) if k[3] == index]
+        device = torch.device("cuda", index)
+        try:
+            with torch.cuda.device(device):
+                _current_context(device)
+                answers = cache().prefetch([normal[i] for i in mine])
+        except (ImportError, RuntimeError) as e:  # no cuda-python, or the driver refused
+            answers = [_errors.FailedPreconditionError(str(e))] * len(mine)
+        for i, answer in zip(mine, answers):
+            out[i] = answer
+    for error in out:
+        if isinstance(error, (_errors.UnavailableError, _errors.FailedPreconditionError)):
+            _warn_once("prefetch", error)
+            break
+    return out
+
+
+# ---- checks ----
+
+def _tensor(op, name, t, device=None, dtype=None, dim=None):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"ktune.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ValueError(f"ktune.{op}: {name} is on {t.device}; ktune ops take CUDA tensors")
+    if device is not None and t.device != device:
+        raise ValueError(f"ktune.{op}: {name} is on {t.device}, the input on {device}")
+    if dtype is not None and t.dtype != dtype:
+        raise ValueError(f"ktune.{op}: {name} is {t.dtype}; expected {dtype}")
+    if dtype is None and t.dtype not in _DTYPES:
+        raise ValueError(f"ktune.{op}: {name} is {t.dtype}; ktune ops take float32, float16 "
+                         f"or bfloat16")
+    if not t.is_contiguous():
+        raise ValueError(f"ktune.{op}: {name} must be contiguous (call .contiguous() first)")
+    if dim is not None and t.dim() != dim:
+        raise ValueError(f"ktune.{op}: {name} has {t.dim()} dims {tuple(t.shape)}; expected {dim}")
+    return t
+
+
+def _rows(op, x, last):
+    """(rows, cols) of x seen as 2-D over its last dim, which must be `last` when given."""
+    if x.dim() == 0:
+        raise ValueError(f"ktune.{op}: x is a scalar; expected at least 1 dim")
+    cols = x.shape[-1]
+    if last is not None and cols != last:
+        raise ValueError(f"ktune.{op}: x's last dim is {cols}; weight has {last}")
+    return x.numel() // cols if cols else 0, cols
+
+
+# ---- launching ----
+
+def _warn_once(op, error):
+    tag = ("*" if isinstance(error, _errors.UnavailableError) else op, error.code)
+    if tag in _warned:
+        return
+    _warned.add(tag)
+    who = "ktune.torch ops" if tag[0] == "*" else f"ktune.{op}"
+    warnings.warn(f"{who} fall back to torch's own implementation: {error} (warned once)",
+                  RuntimeWarning, stacklevel=4)
+
+
+def _stream(device, driver):
+    handle = torch.cuda.current_stream(device).cuda_stream
+    stream = _streams.get(handle)
+    if stream is None:
+        stream = _streams[handle] = driver.CUstream(handle)
+    return stream
+
+
+def _current_context(device):
+    """Makes `device`'s primary context (torch's) current on this thread when none is: a
+    thread that has made no CUDA runtime call yet has none, and the kernel must be loaded
+    into torch's context. The driver's own calls, so no synchronisation."""
+    cu = ktune.cuda_driver()
+    context = cuda_check(cu, cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if context is not None and int(context) != 0:
+        return
+    dev = cuda_check(cu, cu.cuDeviceGet(device.index), "cuDeviceGet")
+    context = cuda_check(cu, cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    cuda_check(cu, cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+
+
+def _entry(op, template, dtype, shape, device):
+    """The cached kernel of the key, or None (warned) when the op must fall back to torch."""
+    key = (template, _DTYPES[dtype], tuple(sorted(shape.items())), device.index)
+    c = cache()
+    entry = c.peek(key)
+    if entry is not None:
+        return entry
+    # First use of the key: load it into the device's context, current on this thread.
+    try:
+        with torch.cuda.device(device):
+            _current_context(device)
+            return c.get_key(key)
+    except _errors.Error as e:
+        _warn_once(op, e)
+    except (ImportError, RuntimeError) as e:  # no cuda-python, or the driver refused
+        _warn_once(op, _errors.FailedPreconditionError(str(e)))
+    return None
+
+
+def _launch(entry, device, pointers, scalars=None):
+    if device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            entry.launch(pointers, _stream(device, entry.kernel.driver), scalars)
+    else:
+        entry.launch(pointers, _stream(device, entry.kernel.driver), scalars)
+
+
+def _buffer_arg(entry, name):
+    for a in entry.artifact.args:
+        if a.name == name and a.is_buffer:
+            return a
+    raise RuntimeError(f"the {entry.artifact.key.template_id} artifact has no buffer '{name}'")
+
+
+def _scratch(entry, name, device):
+    """A fresh buffer for the artifact's scratch arg `name` (torch's caching allocator). Keep
+    a reference until the launch is enqueued."""
+    a = _buffer_arg(entry, name)
+    return torch.empty(a.count, dtype=_TORCH_DTYPES[a.dtype], device=device)
+
+
+# ---- the ops ----
+
+@torch.library.custom_op("ktune::rms_norm", mutates_args=())
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    _tensor("rms_norm", "x", x)
+    _tensor("rms_norm", "weight", weight, x.device, x.dtype, dim=1)
+    tokens, hidden = _rows("rms_norm", x, weight.shape[0])
+    entry = _entry("rms_norm", "rmsnorm", x.dtype, {"tokens": tokens, "hidden": hidden},
+                   x.device)
+    if entry is None or tokens == 0:
+        return F.rms_norm(x, (hidden,), weight, eps)
+    out = torch.empty_like(x)
+    _launch(entry, x.device, {"x": x.data_ptr(), "weight": weight.data_ptr(),
+                              "out": out.data_ptr()}, {"eps": eps})
+    return out
+
+
+@rms_norm.register_fake
+def _(x, weight, eps=1e-6):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("ktune::fused_add_rms_norm", mutates_args=("residual",))
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float = 1e-6) -> torch.Tensor:
+    _tensor("fused_add_rms_norm", "x", x)
+    _tensor("fused_add_rms_norm", "residual", residual, x.device, x.dtype)
+    if residual.shape != x.shape:
+        raise ValueError(f"ktune.fused_add_rms_norm: residual is {tuple(residual.shape)}, x "
+                         f"{tuple(x.shape)}")
+    _tensor("fused_add_rms_norm", "weight", weight, x.device, x.dtype, dim=1)
+    tokens, hidden = _rows("fused_add_rms_norm", x, weight.shape[0])
+    entry = _entry("fused_add_rms_norm", "add_rmsnorm", x.dtype,
+                   {"tokens": tokens, "hidden": hidden}, x.device)
+    if entry is None or tokens == 0:
+        residual.add_(x)
+        return F.rms_norm(residual, (hidden,), weight, eps)
+    out = torch.empty_like(x)
+    _launch(entry, x.device, {"x": x.data_ptr(), "residual": residual.data_ptr(),
+                              "weight": weight.data_ptr(), "out": out.data_ptr()},
+            {"eps": eps})
+    return out
+
+
+@fused_add_rms_norm.register_fake
+def _(x, residual, weight, eps=1e-6):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("ktune::layer_norm", mutates_args=())
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+               eps: float = 1e-5) -> torch.Tensor:
+    _tensor("layer_norm", "x", x)
+    _tensor("layer_norm", "weight", weight, x.device, x.dtype, dim=1)
+    if bias is not None:
+        _tensor("layer_norm", "bias", bias, x.device, x.dtype, dim=1)
+        if bias.shape != weight.shape:
+            raise ValueError(f"ktune.layer_norm: bias is {tuple(bias.shape)}, weight "
+                             f"{tuple(weight.shape)}")
+    tokens, hidden = _rows("layer_norm", x, weight.shape[0])
+    entry = _entry("layer_norm", "layernorm", x.dtype,
+                   {"tokens": tokens, "hidden": hidden, "with_bias": int(bias is not None)},
+                   x.device)
+    if entry is None or tokens == 0:
+        return F.layer_norm(x, (hidden,), weight, bias, eps)
+    out = torch.empty_like(x)
+    # Without a bias the kernel reads none; its pointer must still be a valid address.
+    b = bias if bias is not None else weight
+    _launch(entry, x.device, {"x": x.data_ptr(), "weight": weight.data_ptr(),
+                              "bias": b.data_ptr(), "out": out.data_ptr()}, {"eps": eps})
+    return out
+
+
+@layer_norm.register_fake
+def _(x, weight, bias, eps=1e-5):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("ktune::softmax", mutates_args=())
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    _tensor("softmax", "x", x)
+    rows, cols = _rows("softmax", x, None)
+    entry = _entry("softmax", "softmax", x.dtype,
+                   {"rows": rows, "cols": cols, "out_bytes": x.element_size()}, x.device)
+    if entry is None or rows == 0:
+        return torch.softmax(x, dim=-1)
+    out = torch.empty_like(x)
+    partial = _scratch(entry, "partial", x.device)
+    # out_f32 is written only for f32 output of a narrower dtype (out_bytes 4): not here,
+    # but its pointer must be a valid address.
+    _launch(entry, x.device, {"x": x.data_ptr(), "out": out.data_ptr(),
+                              "out_f32": partial.data_ptr(), "partial": partial.data_ptr()})
+    return out
+
+
+@softmax.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("ktune::silu_and_mul", mutates_args=())
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    _tensor("silu_and_mul", "x", x)
+    rows, cols = _rows("silu_and_mul", x, None)
+    if cols % 2:
+        raise ValueError(f"ktune.silu_and_mul: x's last dim is {cols}; expected 2 * inter "
+                         f"(gate, then up)")
+    inter = cols // 2
+    entry = _entry("silu_and_mul", "silu_and_mul", x.dtype, {"tokens": rows, "inter": inter},
+                   x.device)
+    if entry is None or rows == 0:
+        return F.silu(x[..., :inter]) * x[..., inter:]
+    out = torch.empty(*x.shape[:-1], inter, dtype=x.dtype, device=x.device)
+    _launch(entry, x.device, {"x": x.data_ptr(), "out": out.data_ptr()})
+    return out
+
+
+@silu_and_mul.register_fake
+def _(x):
+    return x.new_empty(*x.shape[:-1], x.shape[-1] // 2)
+
+
+def _rope_torch(positions, q, k, head_dim, cos_sin, interleaved):
+    """The rotation in torch, in place (the fallback): cos_sin[p] holds head_dim / 2 cosines
+    then head_dim / 2 sines; neox pairs x[i] with x[i + head_dim / 2], interleaved x[2i]
+    with x[2i + 1]."""
+    half = head_dim // 2
+    angles = cos_sin.index_select(0, positions.reshape(-1).long())
+    cos, sin = angles[:, None, :half], angles[:, None, half:]
+    for t in (q, k):
+        v = t.view(positions.numel(), -1, head_dim).float()
+        if interleaved:
+            a, b = v[..., 0::2], v[..., 1::2]
+            rotated = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
+        else:
+            a, b = v[..., :half], v[..., half:]
+            rotated = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+        t.copy_(rotated.view(t.shape).to(t.dtype))
+
+
+@torch.library.custom_op("ktune::rotary_embedding", mutates_args=("q", "k"))
+def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
+                     cos_sin: torch.Tensor, interleaved: bool = False) -> None:
+    op = "rotary_embedding"
+    _tensor(op, "q", q)
+    device = q.device
+    _tensor(op, "k", k, device, q.dtype)
+    _tensor(op, "cos_sin", cos_sin, device, torch.float32, dim=2)
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"ktune.{op}: positions is {positions.dtype}; expected int32 or int64")
+    _tensor(op, "positions", positions, device, positions.dtype)
+    tokens = positions.numel()
+    if tokens == 0:
+        return
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"ktune.{op}: head_dim is {head_dim}; expected a positive even number")
+    if cos_sin.shape[1] != head_dim:
+        raise ValueError(f"ktune.{op}: cos_sin is {tuple(cos_sin.shape)}; expected "
+                         f"[max_position, head_dim={head_dim}]")
+    for name, t in (("q", q), ("k", k)):
+        if t.numel() % (tokens * head_dim):
+            raise ValueError(f"ktune.{op}: {name} is {tuple(t.shape)}; expected "
+                             f"{tokens} tokens x heads x head_dim={head_dim}")
+    heads, kv_heads = q.numel() // (tokens * head_dim), k.numel() // (tokens * head_dim)
+    entry = _entry(op, "rope", q.dtype, {"tokens": tokens, "heads": heads,
+                                         "kv_heads": kv_heads, "head_dim": head_dim,
+                                         "interleaved": int(interleaved)}, device)
+    if entry is None:
+        _rope_torch(positions, q, k, head_dim, cos_sin, interleaved)
+        return
+    # The kernel reads int32 positions (vLLM passes int64): one small conversion kernel.
+    pos = positions if positions.dtype == torch.int32 else positions.to(torch.int32)
+    _launch(entry, device, {"q": q.data_ptr(), "k": k.data_ptr(), "cos_sin": cos_sin.data_ptr(),
+                            "positions": pos.data_ptr()})
+
+
+@rotary_embedding.register_fake
+def _(positions, q, k, head_dim, cos_sin, interleaved=False):
+    return None
+
+
+def _constant(device, name, value, dtype):
+    t = _constants.get((device.index, name))
+    if t is None:
+        t = _constants[(device.index, name)] = torch.full((1,), value, dtype=dtype,
+                                                          device=device)
+    return t
+
+
+@torch.library.custom_op("ktune::linear", mutates_args=())
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None
+           ) -> torch.Tensor:
+    op = "linear"
+    _tensor(op, "x", x)
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"ktune.{op}: x is {x.dtype}; the gemm template takes float16 or "
+                         f"bfloat16")
+    _tensor(op, "weight", weight, x.device, x.dtype, dim=2)
+    if bias is not None:
+        _tensor(op, "bias", bias, x.device, x.dtype, dim=1)
+        if bias.shape[0] != weight.shape[0]:
+            raise ValueError(f"ktune.{op}: bias has {bias.shape[0]} elements; weight has "
+                             f"{weight.shape[0]} rows")
+    m, k = _rows(op, x, None)
+    n = weight.shape[0]
+    if weight.shape[1] != k:
+        raise ValueError(f"ktune.{op}: weight is {tuple(weight.shape)}; x's last dim is {k}")
+    entry = _entry(op, "gemm", x.dtype, {"m": m, "n": n, "k": k}, x.device)
+    if entry is None or m == 0:
+        return F.linear(x, weight, bias)
+    out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=x.device)
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    counters = _counters.get((x.device.index, stream))
+    if counters is None:  # ZERO_ONCE: the kernels leave it zeroed; one per stream
+        counters = _counters[(x.device.index, stream)] = torch.zeros(
+            _buffer_arg(entry, "counters").count, dtype=torch.int32, device=x.device)
+    one = _constant(x.device, "one", 1.0, torch.float32)
+    partial = _scratch(entry, "partial", x.device)
+    _launch(entry, x.device, {"x": x.data_ptr(), "w": weight.data_ptr(), "out": out.data_ptr(),
+                              "scale_x": one.data_ptr(), "scale_w": one.data_ptr(),
+                              "partial": partial.data_ptr(), "counters": counters.data_ptr()})
+    if bias is not None:
+        out.add_(bias)
+    return out
+
+
+@linear.register_fake
+def _(x, weight, bias=None):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])

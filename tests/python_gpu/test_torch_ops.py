@@ -1,0 +1,219 @@
+"""ktune.torch's ops on a GPU against torch's own (label gpu): a ktuned built from this tree
+is started on a temporary socket and store (FALLBACK: the default or a neighbour config,
+compiled at once), each op's output compared with torch within the template's tolerance,
+the op captured in a CUDA graph and replayed, the fake kernels traced by torch.compile, the
+argument checks, and the fallback to torch with one warning when no ktuned listens.
+
+Skips (saying why) without torch >= 2.4, CUDA, cuda-python or the built ktuned
+($KTUNE_BUILD_DIR/bin/ktuned)."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+import warnings
+
+import ktune
+
+try:
+    import torch
+    HAVE_CUDA = torch.cuda.is_available() and hasattr(torch.library, "custom_op")
+except ImportError:
+    torch = None
+    HAVE_CUDA = False
+
+BUILD = os.environ.get("KTUNE_BUILD_DIR", "")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KTUNED = os.path.join(BUILD, "bin", "ktuned")
+# The source tree's templates, or the GPU-host bundle's (deploy/gpu-host/run.sh sets it).
+TEMPLATES = os.environ.get("KTUNE_TEMPLATES", os.path.join(ROOT, "kernel_templates"))
+
+
+def have_cuda_python():
+    try:
+        ktune.cuda_driver()
+        return True
+    except ImportError:
+        return False
+
+
+@unittest.skipUnless(HAVE_CUDA, "needs torch >= 2.4 with CUDA")
+@unittest.skipUnless(os.path.exists(KTUNED), f"needs the built ktuned at {KTUNED}")
+class TorchOpsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not have_cuda_python():
+            raise unittest.SkipTest("needs cuda-python")
+        import ktune.torch as kt
+        cls.kt = kt
+        cls.dir = tempfile.mkdtemp(prefix="ktune-torch-test-")
+        cls.target = "unix://" + os.path.join(cls.dir, "ktuned.sock")
+        cls.daemon = subprocess.Popen(
+            [KTUNED, "--listen", cls.target, "--db", os.path.join(cls.dir, "ktune.db"),
+             "--templates", TEMPLATES,
+             "--worker", os.path.join(BUILD, "bin", "ktune-worker")],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(cls.dir, "ktuned.log"), "w"))
+        deadline = time.monotonic() + 60
+        while not os.path.exists(cls.target[len("unix://"):]):
+            if time.monotonic() > deadline or cls.daemon.poll() is not None:
+                raise RuntimeError("ktuned did not start; see " + cls.dir + "/ktuned.log")
+            time.sleep(0.1)
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")  # the primary context current on this thread
+        cls.cache = kt.configure(cls.target, policy="fallback", refresh_s=None, timeout_s=300)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.kt.cache().close()
+        cls.daemon.terminate()
+        cls.daemon.wait(30)
+        keep = os.environ.get("KTUNE_TEST_LOG_DIR")  # where the GPU host's run keeps logs
+        if keep:
+            shutil.copy(os.path.join(cls.dir, "ktuned.log"),
+                        os.path.join(keep, "ktuned-torch-ops.log"))
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def assertClose(self, got, ref, atol, rtol, what):
+        err = (got.float() - ref.float()).abs()
+        bad = ~(err <= atol + rtol * ref.float().abs())
+        self.assertEqual(int(bad.sum()), 0,
+                         f"{what}: {int(bad.sum())} elements outside, max error {float(err.max())}")
+
+    def test_rms_norm(self):
+        for dtype, rtol in ((torch.float32, 1e-5), (torch.bfloat16, 1.6e-2)):
+            x = torch.rand(8, 4096, device="cuda", dtype=dtype) * 2 - 1
+            w = torch.rand(4096, device="cuda", dtype=dtype) + 0.5
+            out = torch.ops.ktune.rms_norm(x, w, 1e-6)
+            ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+                   * w.float())
+            self.assertClose(out, ref, 1e-5, rtol, f"rms_norm {dtype}")
+            name = {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype]
+            k = self.kt.cache().get("rmsnorm", name, {"tokens": 8, "hidden": 4096}, 0)
+            self.assertIn(k.provenance, ("default", "nearest", "exact"))
+
+    def test_fused_add_rms_norm_updates_the_residual(self):
+        x = torch.rand(16, 2048, device="cuda", dtype=torch.bfloat16) - 0.5
+        r = torch.rand(16, 2048, device="cuda", dtype=torch.bfloat16) - 0.5
+        w = torch.rand(2048, device="cuda", dtype=torch.bfloat16) + 0.5
+        new_r = (x.float() + r.float())
+        out = torch.ops.ktune.fused_add_rms_norm(x, r, w, 1e-6)
+        self.assertClose(r, new_r, 1e-2, 1.6e-2, "residual")
+        ref = r.float() * torch.rsqrt(r.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
+        self.assertClose(out, ref, 1e-5, 1.6e-2, "fused_add_rms_norm")
+
+    def test_layer_norm_with_and_without_bias(self):
+        x = torch.rand(4, 1024, device="cuda", dtype=torch.float16) * 2 - 1
+        w = torch.rand(1024, device="cuda", dtype=torch.float16) + 0.5
+        b = torch.rand(1024, device="cuda", dtype=torch.float16) - 0.5
+        for bias in (b, None):
+            out = torch.ops.ktune.layer_norm(x, w, bias, 1e-5)
+            ref = torch.nn.functional.layer_norm(x.float(), (1024,), w.float(),
+                                                 None if bias is None else bias.float(), 1e-5)
+            self.assertClose(out, ref, 1e-3, 2e-3, f"layer_norm bias={bias is not None}")
+
+    def test_softmax(self):
+        x = (torch.rand(32, 8192, device="cuda") * 16 - 8).to(torch.bfloat16)
+        self.assertClose(torch.ops.ktune.softmax(x), torch.softmax(x.float(), -1), 1e-6, 1.6e-2,
+                         "softmax")
+
+    def test_silu_and_mul(self):
+        x = torch.rand(8, 2 * 14336, device="cuda", dtype=torch.bfloat16) * 8 - 4
+        ref = torch.nn.functional.silu(x[:, :14336].float()) * x[:, 14336:].float()
+        self.assertClose(torch.ops.ktune.silu_and_mul(x), ref, 1e-2, 1.6e-2, "silu_and_mul")
+
+    def test_rotary_embedding_in_place(self):
+        tokens, heads, kv_heads, head_dim = 8, 32, 8, 128
+        pos = torch.randint(0, 4096, (tokens,), device="cuda")
+        inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device="cuda").float() / head_dim))
+        angles = torch.arange(4096, device="cuda").float()[:, None] * inv[None, :]
+        cos_sin = torch.cat((angles.cos(), angles.sin()), dim=-1).contiguous()
+        q = torch.rand(tokens, heads * head_dim, device="cuda", dtype=torch.bfloat16) - 0.5
+        k = torch.rand(tokens, kv_heads * head_dim, device="cuda", dtype=torch.bfloat16) - 0.5
+        q_ref, k_ref = q.clone(), k.clone()
+        self.kt._rope_torch(pos, q_ref, k_ref, head_dim, cos_sin, False)
+        torch.ops.ktune.rotary_embedding(pos, q, k, head_dim, cos_sin, False)
+        self.assertClose(q, q_ref, 1e-2, 1.6e-2, "q")
+        self.assertClose(k, k_ref, 1e-2, 1.6e-2, "k")
+
+    def test_linear(self):
+        x = torch.rand(16, 4096, device="cuda", dtype=torch.bfloat16) - 0.5
+        w = torch.rand(1024, 4096, device="cuda", dtype=torch.bfloat16) - 0.5
+        b = torch.rand(1024, device="cuda", dtype=torch.bfloat16)
+        ref = x.float() @ w.float().T + b.float()
+        self.assertClose(torch.ops.ktune.linear(x, w, b), ref, 0.5, 2e-2, "linear")
+
+    def test_prefetch_loads_every_key_in_one_call(self):
+        out = self.kt.prefetch([("rmsnorm", torch.bfloat16, {"tokens": 3, "hidden": 1024}),
+                                ("no_such_template", torch.bfloat16, {"n": 1})])
+        self.assertIsNone(out[0])
+        self.assertIsInstance(out[1], ktune.NotFoundError)
+        self.assertIsNotNone(self.kt.cache().peek(ktune.cache_key(
+            "rmsnorm", "bf16", {"tokens": 3, "hidden": 1024}, torch.cuda.current_device())))
+
+    def test_cuda_graph_capture_and_replay(self):
+        x = torch.rand(8, 4096, device="cuda", dtype=torch.bfloat16) - 0.5
+        w = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
+        torch.ops.ktune.rms_norm(x, w, 1e-6)  # loaded before the capture
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.ops.ktune.rms_norm(x, w, 1e-6)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = torch.ops.ktune.rms_norm(x, w, 1e-6)
+        x.copy_(torch.rand_like(x) - 0.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
+        self.assertClose(out, ref, 1e-5, 1.6e-2, "replayed rms_norm")
+
+    def test_torch_compile_traces_through_the_fake_kernels(self):
+        x = torch.rand(8, 4096, device="cuda", dtype=torch.bfloat16) - 0.5
+        w = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
+
+        def f(x, w):
+            return torch.ops.ktune.silu_and_mul(torch.cat((x, x), -1)) + \
+                torch.ops.ktune.rms_norm(x, w, 1e-6)
+        got = torch.compile(f, fullgraph=True)(x, w)
+        self.assertClose(got, f(x, w), 1e-2, 1.6e-2, "compiled")
+
+    def test_bad_arguments_are_named(self):
+        x = torch.rand(8, 4096, device="cuda", dtype=torch.bfloat16)
+        w = torch.rand(4096, device="cuda", dtype=torch.bfloat16)
+        cases = [
+            (lambda: torch.ops.ktune.rms_norm(x, w.float(), 1e-6), "weight is torch.float32"),
+            (lambda: torch.ops.ktune.rms_norm(x.t(), w, 1e-6), "x must be contiguous"),
+            (lambda: torch.ops.ktune.rms_norm(x.cpu(), w, 1e-6), "x is on cpu"),
+            (lambda: torch.ops.ktune.rms_norm(x, w[:100], 1e-6), "weight has 100"),
+            (lambda: torch.ops.ktune.silu_and_mul(x[:, :7].contiguous()), "x's last dim is 7"),
+            (lambda: torch.ops.ktune.linear(x.float(), w.float()[None], None),
+             "x is torch.float32"),
+        ]
+        for call, message in cases:
+            with self.assertRaises((ValueError, TypeError, RuntimeError)) as e:
+                call()
+            self.assertIn(message, str(e.exception))
+
+    def test_without_ktuned_ops_fall_back_to_torch_with_one_warning(self):
+        kt = self.kt
+        kt.configure("unix://" + os.path.join(self.dir, "nobody.sock"), refresh_s=None)
+        try:
+            x = torch.rand(8, 4096, device="cuda", dtype=torch.bfloat16)
+            w = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for _ in range(3):
+                    out = torch.ops.ktune.rms_norm(x, w, 1e-6)
+                torch.ops.ktune.softmax(x)
+            self.assertEqual(len([c for c in caught if "fall back" in str(c.message)]), 1)
+            self.assertClose(out, torch.nn.functional.rms_norm(x, (4096,), w, 1e-6), 1e-5,
+                             1.6e-2, "fallback")
+        finally:
+            kt.configure(self.target, policy="fallback", refresh_s=None, timeout_s=300)
+
+
+if __name__ == "__main__":
+    unittest.main()
