@@ -1767,7 +1767,12 @@ def parse_args(argv):
     p.add_argument("--templates", default=os.environ.get(
         "KTUNE_TEMPLATES", os.path.join(here, "..", "kernel_templates")),
         help="templates folder for --dry-run's checks")
-    args = p.parse_args(argv)
+    return check_args(p, p.parse_args(argv))
+
+
+def check_args(p, args):
+    """The list flags split and every flag's value checked; p.error (exit 2, naming the flag)
+    on a bad one."""
     args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     args.peers = [x.strip() for x in args.peers.split(",") if x.strip()]
     for x in args.peers:
