@@ -24,10 +24,11 @@ median of the reps. Checks: each mode's output against eager's on the same input
 copy per mode: ktune updates the residual, its input, in place), every element within
 |out - eager| <= atol + rtol * |eager| (--atol, --rtol; the layer rounds every intermediate
 to bf16, in a different order per mode), and the graph replay's output again the same way.
-Breakdown (--breakdown, default on): every op of the layer alone, at the step's shapes, by
-the same Timer as eager calls (compile: each op compiled alone) — GPU time with a cold L2
-per op, so the ops' sum is not the step's time (the step keeps activations in L2 and,
-compiled, fuses across ops).
+Breakdown (--breakdown MODES, default eager,ktune; none: skip): every op of the layer alone,
+at the step's shapes, timed by the same Timer as eager calls (compile: each op compiled
+alone, one compile per op and step, minutes in all, so not by default) — GPU time with a
+cold L2 per op, so the ops' sum is not the step's time (the step keeps activations in L2
+and, compiled, fuses across ops). Not torch.profiler kernel times.
 
 Goals (printed ok/MISS): decode under CUDA graphs, ktune >= 1.15x torch.compile's speed at
 batch 1 and >= 1.0x at every batch; prefill ktune >= 1.0x torch.compile; ktune's output
@@ -35,7 +36,7 @@ within tolerance of eager at every step.
 
     python3 bench/llama_layer.py --target unix:///path/ktuned.sock --out DIR
         [--batches 1,8,32] [--prefill 512,4096] [--modes eager,compile,ktune]
-        [--kv-len 1024] [--tune-budget 32] [--tune-timeout-s 300] [--no-breakdown]
+        [--kv-len 1024] [--tune-budget 32] [--tune-timeout-s 300] [--breakdown eager,ktune]
         [--dry-run [--templates DIR]]
 
 --dry-run needs no torch, GPU or ktuned: it lists every key (op, template, dtype, shape) the
@@ -103,8 +104,9 @@ def parse_args(argv):
     p.add_argument("--rtol", type=float, default=3e-2)
     p.add_argument("--warmup-ms", type=float, default=25.0)
     p.add_argument("--rep-ms", type=float, default=100.0)
-    p.add_argument("--no-breakdown", dest="breakdown", action="store_false",
-                   help="skip timing each op alone")
+    p.add_argument("--breakdown", default="eager,ktune",
+                   help="modes whose ops are each timed alone (none: skip; default "
+                        "eager,ktune)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dry-run", action="store_true",
                    help="list and check the ktune keys; needs no torch, GPU or ktuned")
@@ -116,6 +118,11 @@ def parse_args(argv):
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
         p.error(f"--modes: {','.join(bad) or 'none'} not among {','.join(MODES)}")
+    args.breakdown = [m.strip() for m in args.breakdown.split(",")
+                      if m.strip() and m.strip() != "none"]
+    bad = [m for m in args.breakdown if m not in MODES]
+    if bad:
+        p.error(f"--breakdown: {','.join(bad)} not among {','.join(MODES)} (or none)")
     if args.kv_len <= 0:
         p.error(f"--kv-len: must be positive, not {args.kv_len}")
     if args.tune_budget < 0:
@@ -301,8 +308,8 @@ def run_step(cfg, weights, layers, step, args, timer):
                 r["traceback"] = traceback.format_exc(limit=6)
             torch.cuda.synchronize()
     parts = {}
-    if args.breakdown:
-        for mode in layers:
+    for mode in args.breakdown:
+        if mode in layers:
             parts[mode] = breakdown(cfg, weights, step, inputs, mode, timer)
     return res, parts
 
@@ -360,9 +367,9 @@ def write_outputs(out_dir, meta, records, modes):
         lines.append(f"| {rec['step']} | {timed} | " + " | ".join(cells) +
                      f" | {speed} | {errs or '-'} |")
     if any(rec.get("breakdown") for rec in records):
-        lines += ["", "Per op: each op alone by the same timer, eager calls (compile: each op "
-                  "compiled alone), L2 flushed before each; us, median. Not additive to the "
-                  "step's time.", ""]
+        lines += ["", "Per op: each op alone, timed by the same Timer (not torch.profiler) as "
+                  "eager calls (compile: each op compiled alone), L2 flushed before each; us, "
+                  "median. Not additive to the step's time.", ""]
         for rec in records:
             parts = rec.get("breakdown") or {}
             if not parts:
@@ -424,7 +431,9 @@ def main(argv):
                       "captured into one CUDA graph, replays timed",
             "prefill": "one causal sequence; eager calls (compile: the compiled module's)",
             "compile": "torch.compile(layer, dynamic=False), default mode",
-            "tolerance": f"|out - eager| <= {args.atol} + {args.rtol} * |eager|"}
+            "tolerance": f"|out - eager| <= {args.atol} + {args.rtol} * |eager|",
+            "breakdown": (f"each op alone by the same Timer, modes {','.join(args.breakdown)}"
+                          if args.breakdown else "off")}
     records = []
     try:
         run_all(args, meta, records)

@@ -154,7 +154,7 @@ if want llama; then
   start_ktuned ktuned-llama.sock llama.db ktuned-llama.log
   # shellcheck disable=SC2086  # LLAMA_ARGS is a list of flags
   PYTHONPATH="$here/python" python3 "$here/bench/llama_layer.py" --target "unix://$sock" \
-    --out "$out" ${LLAMA_ARGS:---tune-budget 32 --tune-timeout-s 240} > "$out/llama_layer.log" 2>&1
+    --out "$out" ${LLAMA_ARGS:---tune-budget 16 --tune-timeout-s 180} > "$out/llama_layer.log" 2>&1
   rc=$?
   kill -TERM "$daemon"; wait "$daemon"
   echo "llama layer: exit $rc (0: every goal met) | ktuned exit $? after SIGTERM" >> "$summary"

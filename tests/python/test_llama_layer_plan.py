@@ -118,6 +118,7 @@ class FlagsTest(unittest.TestCase):
         self.assert_refused(("--kv-len", "0"), "--kv-len", "positive")
         self.assert_refused(("--tune-budget", "-1"), "--tune-budget", ">= 0")
         self.assert_refused(("--tune-timeout-s", "-5"), "--tune-timeout-s", ">= 0")
+        self.assert_refused(("--breakdown", "eager,slow"), "--breakdown", "slow not among")
         self.assert_refused(("--frobnicate",), "--frobnicate", "unrecognized")
 
 
