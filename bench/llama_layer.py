@@ -125,6 +125,13 @@ def parse_args(argv):
         p.error(f"--breakdown: {','.join(bad)} not among {','.join(MODES)} (or none)")
     if args.kv_len <= 0:
         p.error(f"--kv-len: must be positive, not {args.kv_len}")
+    most = llama.LlamaConfig().max_positions  # rows of the RoPE table
+    if args.kv_len >= most:
+        p.error(f"--kv-len: {args.kv_len} leaves no RoPE position for the new token "
+                f"(the table has {most})")
+    if max(args.prefill) > most:
+        p.error(f"--prefill: {max(args.prefill)} tokens is past the RoPE table's {most} "
+                f"positions")
     if args.tune_budget < 0:
         p.error(f"--tune-budget: must be >= 0, not {args.tune_budget}")
     if args.tune_timeout_s < 0:

@@ -116,6 +116,8 @@ class FlagsTest(unittest.TestCase):
         self.assert_refused(("--prefill", "-512"), "--prefill", "")
         self.assert_refused(("--modes", "eager,fast"), "--modes", "fast not among")
         self.assert_refused(("--kv-len", "0"), "--kv-len", "positive")
+        self.assert_refused(("--kv-len", "8192"), "--kv-len", "no RoPE position")
+        self.assert_refused(("--prefill", "512,9000"), "--prefill", "past the RoPE table")
         self.assert_refused(("--tune-budget", "-1"), "--tune-budget", ">= 0")
         self.assert_refused(("--tune-timeout-s", "-5"), "--tune-timeout-s", ">= 0")
         self.assert_refused(("--breakdown", "eager,slow"), "--breakdown", "slow not among")
