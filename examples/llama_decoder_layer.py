@@ -217,7 +217,8 @@ class DecoderLayer(_Module):
         h = ops.rms_norm(x, self.input_norm, cfg.eps)
         qkv = ops.linear(h, self.qkv)
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-        # ktune's rope takes contiguous q and k; every mode pays the same two copies.
+        # ktune's rope takes contiguous q and k: two copies in eager and ktune modes (the
+        # same for both); torch.compile may fuse them into its rope.
         q, k = ops.rope(positions, q.contiguous(), k.contiguous(), self.cos_sin)
         o = ops.linear(self.attention(q, k, v, kv_cache), self.o)
         h, residual = ops.add_rms_norm(o, x, self.post_norm, cfg.eps)
