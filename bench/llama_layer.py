@@ -202,7 +202,10 @@ def tune_keys(args, keys, meta):
     import ktune
     import ktune.torch as kt
     from ktune._cache import cache_key, key_string
-    cache = kt.configure(target=args.target, token=args.token, refresh_s=0)
+    # A deadline for every ask (the prefetch compiles FALLBACK's default configs): a hung
+    # ktuned must not hang the bench.
+    cache = kt.configure(target=args.target, token=args.token, refresh_s=0,
+                         timeout_s=max(120.0, args.tune_timeout_s))
     errors = kt.prefetch(keys)
     gpu = torch.cuda.current_device()
     deadline = time.monotonic() + args.tune_timeout_s
