@@ -362,7 +362,7 @@ def write_outputs(out_dir, meta, records, modes):
     lines = ["# Llama-3-8B decoder layer: torch eager, torch.compile, ktune", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items() if k != "ktune_keys"]
     lines += ["", "| step | timed as | " + " | ".join(f"{m} us" for m in modes) +
-              " | ktune / compile | max abs err vs eager |",
+              " | ktune speed-up over compile | max abs err vs eager |",
               "|---|---|" + "---|" * len(modes) + "---|---|"]
     for rec in records:
         cells = []
