@@ -13,7 +13,7 @@ For each op and shape this script
      after every complete run: gemm's split-K counters), else poisoned once; args that are
      not buffers, scalars and tensor maps over a buffer, the client's LoadedKernel binds),
      and launches all its launches in order on torch's current stream, read at each launch;
-  3. times the winner and its peers with the same timer (Timer below: do_bench's method,
+  3. times the winner and its peers with the same timer (Timer, bench/timing.py: do_bench's method,
      CUDA events around each call with the L2 flushed before every rep, fixed warm-up and rep
      windows, median; the flush reads 256 MiB by default, --flush zero writes it as do_bench
      does), the peers being torch eager,
@@ -131,6 +131,10 @@ except ImportError:  # --dry-run works without triton; the kernels below stay pl
 
     class tl:  # noqa: N801 - stands in for triton.language so the annotations below evaluate
         constexpr = int
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the benches' shared modules
+from manifest_text import blocks as _blocks  # noqa: E402
+from timing import Timer, capture_graph  # noqa: E402
 
 DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i64": 8, "f8e4m3": 1, "f8e5m2": 1}
 PREFILL_ROWS = 4096           # rows at or above this are "prefill" for the ceiling goal
@@ -1058,82 +1062,6 @@ def compare(got, ref, atol, rtol):
             "detail": "; ".join(detail)}
 
 
-class Timer:
-    """One timer for ktune and every peer: like triton.testing.do_bench (CUDA events around
-    each call, the L2 flushed before each, fixed warm-up and measuring windows; median, 20th
-    and 80th percentile in us), with a choice of flush.
-
-    After the flush the GPU sleeps for gap_us (torch.cuda._sleep, cycles calibrated once), so
-    the host has queued the start event, the call and the end event before the GPU reaches
-    them: the time is the GPU's, whatever the launch path costs on the CPU.
-
-    flush "read" (default) sums a 256 MiB buffer: it leaves the L2 full of clean lines, as
-    ktune's own timer does. flush "zero" writes it (do_bench's torch.zero_): it leaves up to
-    the whole L2 dirty, so the timed call also pays for writing back lines it evicts, tens of
-    MB for a kernel that streams a large operand (a 32 MiB gemv weight evicts ~32 MB of dirty
-    zeros); that write-back is the flush's cost, not the kernel's, and it favours kernels that
-    touch less memory rather than faster ones. Both are kept so a table can say which."""
-
-    def __init__(self, warmup_ms, rep_ms, flush="read", gap_us=200.0):
-        if flush not in ("read", "zero"):
-            raise ValueError(f"flush: read or zero, not {flush!r}")
-        if gap_us < 0:
-            raise ValueError(f"gap_us: must be >= 0, not {gap_us}")
-        self.warmup_ms, self.rep_ms, self.flush = warmup_ms, rep_ms, flush
-        self._buf = torch.empty(64 << 20, dtype=torch.float32, device=DEVICE).fill_(1)
-        self._sum = torch.empty((), dtype=torch.float32, device=DEVICE)
-        self._gap_cycles = self._cycles_for(gap_us) if gap_us > 0 else 0
-
-    @staticmethod
-    def _cycles_for(us):
-        """GPU sleep cycles that last about `us` at the clock a busy GPU runs at."""
-        cycles = 1_000_000
-        torch.cuda._sleep(cycles)  # ramps the clocks up first
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        torch.cuda.synchronize()
-        per_us = cycles / max(start.elapsed_time(end) * 1e3, 1e-3)
-        return int(us * per_us)
-
-    def _flush(self):
-        if self.flush == "zero":
-            self._buf.zero_()
-        else:
-            torch.sum(self._buf, dim=0, out=self._sum)
-        if self._gap_cycles:
-            torch.cuda._sleep(self._gap_cycles)
-
-    def __call__(self, fn):
-        fn()
-        torch.cuda.synchronize()
-        # Estimate one call (with its flush) to size the windows, as do_bench does.
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            self._flush()
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        each_ms = max(start.elapsed_time(end) / 5, 1e-3)
-        n_warmup = max(1, int(self.warmup_ms / each_ms))
-        n_rep = max(10, int(self.rep_ms / each_ms))
-        for _ in range(n_warmup):
-            fn()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-        for i in range(n_rep):
-            self._flush()
-            starts[i].record()
-            fn()
-            ends[i].record()
-        torch.cuda.synchronize()
-        t = torch.tensor([s.elapsed_time(e) for s, e in zip(starts, ends)], dtype=torch.float64)
-        q = torch.quantile(t, torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64)).tolist()
-        return {"us": q[0] * 1e3, "p20_us": q[1] * 1e3, "p80_us": q[2] * 1e3}
-
-
 def timer_floor(timer):
     """The timer's time for the smallest launch there is (one kernel on a 1-element tensor):
     what every time in the table includes besides its own work."""
@@ -1158,24 +1086,6 @@ def make_inputs(op, s, dtype, seed):
     gen = torch.Generator(device=DEVICE)
     gen.manual_seed(seed)
     return op.make_inputs(s, dtype, gen)
-
-
-def capture_graph(run):
-    """run() captured once into a torch.cuda.CUDAGraph: warmed up on a side stream first,
-    as torch asks (lazy initialisation, cuBLAS workspaces), then captured on torch's capture
-    stream (torch.cuda.graph makes it the current stream, which KtuneRunner launches on)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            run()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    torch.cuda.synchronize()
-    return graph
 
 
 def measure(name, make_runner, pristine, ref, tol, timer, graph=False):
@@ -1504,28 +1414,6 @@ class ManifestBuffer:
     def resolved_dtype(self, key_dtype):
         d = self.dtype_for.get(key_dtype, self.dtype)
         return key_dtype if d == "dtype" else d
-
-
-def _blocks(text, keyword):
-    """The bodies of every top-level `keyword { ... }` of a text-format file (comments and
-    quoted strings skipped when matching braces)."""
-    text = re.sub(r'(?m)^\s*#.*$', "", text)
-    out = []
-    for m in re.finditer(r'(?m)^\s*' + keyword + r'\s*\{', text):
-        depth, i, start = 1, m.end(), m.end()
-        while depth and i < len(text):
-            c = text[i]
-            if c == '"':  # to the closing quote, past escaped ones
-                i += 1
-                while text[i] != '"':
-                    i += 2 if text[i] == "\\" else 1
-            elif c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-            i += 1
-        out.append(text[start:i - 1])
-    return out
 
 
 def _manifest(templates_dir, name):
@@ -1907,7 +1795,7 @@ def run_all(args, ops, meta, records, start):
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
     except Exception:  # older torch: no such setting
         pass
-    timer = Timer(args.warmup_ms, args.rep_ms, args.flush, args.launch_gap_us)
+    timer = Timer(args.warmup_ms, args.rep_ms, args.flush, args.launch_gap_us, DEVICE)
     ceiling = copy_ceiling(timer)
     meta["timer_floor_us"] = timer_floor(timer)
     meta["timer_floor"] = (f"{meta['timer_floor_us']:.2f} us for one kernel on a 1-element "

@@ -4,7 +4,9 @@
 #   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile daemon spec torch
 #                       (default: all)
 #                       and, not in the default: gemm (tunes GEMM keys, repeatability, NVRTC
-#                       time; $GEMM_KEYS), peers (fills a 10-minute call; flags in $PEERS_ARGS)
+#                       time; $GEMM_KEYS), peers (fills a 10-minute call; flags in $PEERS_ARGS),
+#                       llama (bench/llama_layer.py: the Llama-3-8B layer eager / torch.compile /
+#                       ktune; flags in $LLAMA_ARGS)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"
@@ -18,6 +20,17 @@ stages="${*:-tests rmsnorm elementwise repeat compile daemon spec torch}"
 want() { [[ " $stages " == *" $1 "* ]]; }
 summary="$out/summary.txt"
 : > "$summary"
+
+# start_ktuned SOCK DB LOG: a ktuned on unix://$out/SOCK with the store $out/DB, logging to
+# $out/LOG, in the background; sets sock (its path) and daemon (its pid) and waits up to
+# 10 s for the socket. Stop it with: kill -TERM "$daemon"; wait "$daemon".
+start_ktuned() {
+  sock="$out/$1"
+  "$here/bin/ktuned" --listen "unix://$sock" --db "$out/$2" --worker "$here/bin/ktune-worker" \
+    > "$out/$3" 2>&1 &
+  daemon=$!
+  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader >> "$summary" 2>&1
 
 if want tests; then
@@ -80,11 +93,7 @@ fi
 if want daemon; then
   # ktuned on this GPU, then the C++ client (a GPU test) and the Python client (the torch
   # example) each get a kernel it tunes, launch it and check its output.
-  sock="$out/ktuned.sock"
-  "$here/bin/ktuned" --listen "unix://$sock" --db "$out/daemon.db" --worker "$here/bin/ktune-worker" \
-    > "$out/ktuned.log" 2>&1 &
-  daemon=$!
-  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+  start_ktuned ktuned.sock daemon.db ktuned.log
   KTUNE_DAEMON="unix://$sock" "$here/bin/client_gpu_test" --gtest_filter='DaemonGpuTest.*' \
     > "$out/daemon_cpp.log" 2>&1
   echo "daemon C++ client: exit $? | $(grep -E 'ktuned tuned|PASSED|FAILED|SKIPPED' "$out/daemon_cpp.log" | tr '\n' '|')" >> "$summary"
@@ -130,11 +139,7 @@ if want peers; then
   # $PEERS_ARGS replaces the defaults, e.g. PEERS_ARGS="--quick --ops gemv,rmsnorm". The
   # full set (60 keys) outlasts one 10-minute call: --deadline-s stops starting keys (the
   # rest are listed as skipped); split it over calls with --ops.
-  sock="$out/ktuned-peers.sock"
-  "$here/bin/ktuned" --listen "unix://$sock" --db "$out/peers.db" --worker "$here/bin/ktune-worker" \
-    > "$out/ktuned-peers.log" 2>&1 &
-  daemon=$!
-  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+  start_ktuned ktuned-peers.sock peers.db ktuned-peers.log
   # shellcheck disable=SC2086  # PEERS_ARGS is a list of flags
   PYTHONPATH="$here/python" python3 "$here/bench/peers.py" --target "unix://$sock" --out "$out" \
     ${PEERS_ARGS:---budget 32 --deadline-s 480} > "$out/peers.log" 2>&1
@@ -142,5 +147,17 @@ if want peers; then
   kill -TERM "$daemon"; wait "$daemon"
   echo "peers: exit $rc (0: every goal met) | ktuned exit $? after SIGTERM" >> "$summary"
   if [ -s "$out/peers.md" ]; then cat "$out/peers.md" >> "$summary"; else tail -n 20 "$out/peers.log" >> "$summary"; fi
+fi
+if want llama; then
+  # bench/llama_layer.py: the decoder layer three ways, through a ktuned of its own; the
+  # bench tunes the layer's keys first (--tune-budget, --tune-timeout-s in $LLAMA_ARGS).
+  start_ktuned ktuned-llama.sock llama.db ktuned-llama.log
+  # shellcheck disable=SC2086  # LLAMA_ARGS is a list of flags
+  PYTHONPATH="$here/python" python3 "$here/bench/llama_layer.py" --target "unix://$sock" \
+    --out "$out" ${LLAMA_ARGS:---tune-budget 16 --tune-timeout-s 180} > "$out/llama_layer.log" 2>&1
+  rc=$?
+  kill -TERM "$daemon"; wait "$daemon"
+  echo "llama layer: exit $rc (0: every goal met) | ktuned exit $? after SIGTERM" >> "$summary"
+  if [ -s "$out/llama_layer.md" ]; then cat "$out/llama_layer.md" >> "$summary"; else tail -n 20 "$out/llama_layer.log" >> "$summary"; fi
 fi
 cat "$summary"

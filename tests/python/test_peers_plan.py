@@ -9,7 +9,6 @@ where torch is importable, the op's math on tiny CPU tensors and KtuneRunner's b
 (tensor maps skipped, ZERO_ONCE scratch zeroed once, the stream read at each launch) are
 checked with a fake kernel."""
 
-import importlib.util
 import json
 import os
 import re
@@ -21,16 +20,13 @@ import types
 import unittest
 import unittest.mock
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PEERS = os.path.join(ROOT, "bench", "peers.py")
-TEMPLATES = os.path.join(ROOT, "kernel_templates")
+from bench_files import TEMPLATES, bench_path, load_bench
+
+PEERS = bench_path("peers.py")
 
 
 def load_peers():
-    spec = importlib.util.spec_from_file_location("peers_under_test", PEERS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("peers.py", "peers_under_test")
 
 
 peers_mod = load_peers()

@@ -8,72 +8,32 @@ Skips (saying why) without torch >= 2.4, CUDA, cuda-python or the built ktuned
 ($KTUNE_BUILD_DIR/bin/ktuned)."""
 
 import os
-import shutil
-import subprocess
-import tempfile
-import time
 import unittest
 import warnings
 
 import ktune
+import ktuned_process
 
 try:
     import torch
-    HAVE_CUDA = torch.cuda.is_available() and hasattr(torch.library, "custom_op")
 except ImportError:
     torch = None
-    HAVE_CUDA = False
 
-BUILD = os.environ.get("KTUNE_BUILD_DIR", "")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KTUNED = os.path.join(BUILD, "bin", "ktuned")
-# The source tree's templates, or the GPU-host bundle's (deploy/gpu-host/run.sh sets it).
-TEMPLATES = os.environ.get("KTUNE_TEMPLATES", os.path.join(ROOT, "kernel_templates"))
+MISSING = ktuned_process.missing()
 
 
-def have_cuda_python():
-    try:
-        ktune.cuda_driver()
-        return True
-    except ImportError:
-        return False
-
-
-@unittest.skipUnless(HAVE_CUDA, "needs torch >= 2.4 with CUDA")
-@unittest.skipUnless(os.path.exists(KTUNED), f"needs the built ktuned at {KTUNED}")
+@unittest.skipIf(MISSING, MISSING)
 class TorchOpsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not have_cuda_python():
-            raise unittest.SkipTest("needs cuda-python")
-        import ktune.torch as kt
-        cls.kt = kt
-        cls.dir = tempfile.mkdtemp(prefix="ktune-torch-test-")
-        cls.target = "unix://" + os.path.join(cls.dir, "ktuned.sock")
-        cls.daemon = subprocess.Popen(
-            [KTUNED, "--listen", cls.target, "--db", os.path.join(cls.dir, "ktune.db"),
-             "--templates", TEMPLATES,
-             "--worker", os.path.join(BUILD, "bin", "ktune-worker")],
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(cls.dir, "ktuned.log"), "w"))
-        deadline = time.monotonic() + 60
-        while not os.path.exists(cls.target[len("unix://"):]):
-            if time.monotonic() > deadline or cls.daemon.poll() is not None:
-                raise RuntimeError("ktuned did not start; see " + cls.dir + "/ktuned.log")
-            time.sleep(0.1)
-        torch.cuda.init()
-        torch.zeros(1, device="cuda")  # the primary context current on this thread
+        cls.kt, cls.daemon = ktuned_process.start_for_torch("ktune-torch-test-")
+        kt, cls.target = cls.kt, cls.daemon.target
         cls.cache = kt.configure(cls.target, policy="fallback", refresh_s=None, timeout_s=300)
 
     @classmethod
     def tearDownClass(cls):
         cls.kt.cache().close()
-        cls.daemon.terminate()
-        cls.daemon.wait(30)
-        keep = os.environ.get("KTUNE_TEST_LOG_DIR")  # where the GPU host's run keeps logs
-        if keep:
-            shutil.copy(os.path.join(cls.dir, "ktuned.log"),
-                        os.path.join(keep, "ktuned-torch-ops.log"))
-        shutil.rmtree(cls.dir, ignore_errors=True)
+        cls.daemon.stop("ktuned-torch-ops.log")
 
     def assertClose(self, got, ref, atol, rtol, what):
         err = (got.float() - ref.float()).abs()
@@ -199,7 +159,7 @@ class TorchOpsTest(unittest.TestCase):
 
     def test_without_ktuned_ops_fall_back_to_torch_with_one_warning(self):
         kt = self.kt
-        kt.configure("unix://" + os.path.join(self.dir, "nobody.sock"), refresh_s=None)
+        kt.configure("unix://" + os.path.join(self.daemon.dir, "nobody.sock"), refresh_s=None)
         try:
             x = torch.rand(8, 4096, device="cuda", dtype=torch.bfloat16)
             w = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
