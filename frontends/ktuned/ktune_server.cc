@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <optional>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "frontends/ktuned/reactors.h"
 #include "frontends/ktuned/request_validation.h"
 #include "frontends/ktuned/listener_guard.h"
+#include "frontends/ktuned/listener_probe.h"
 #include "frontends/ktuned/tls_pairing.h"
 #include "server/tuning/catalog.h"
 #include "server/tuning/kernel_resolver.h"
@@ -31,6 +33,8 @@
 
 namespace ktune {
 namespace {
+
+bool WantsTls(const ServerOptions& o);
 
 bool SameToken(const std::string& a, const std::string& b) {
   // Constant time in the contents, so the token cannot be guessed byte by byte.
@@ -354,6 +358,7 @@ class ServerImpl final : public KtuneServer {
   bool compile_only() const override { return gpus_.empty(); }
   std::string compile_only_reason() const override { return compile_only_reason_; }
   bool serving() const override {
+    if (listener_dead_) return false;
     if (gpus_.empty()) return true;
     for (const GpuSlot& g : gpus_) {
       if (g.gpu->healthy()) return true;
@@ -378,6 +383,21 @@ class ServerImpl final : public KtuneServer {
     UpdateHealth();
   }
 
+  // Probes the listener every options_.listener_probe_interval, if set.
+  void WatchListener() {
+    if (options_.listener_probe_interval <= absl::ZeroDuration()) return;
+    ListenerWatchOptions w;
+    w.listen = options_.listen;
+    w.port = port_;
+    w.tls = WantsTls(options_);
+    w.interval = options_.listener_probe_interval;
+    watch_ = StartListenerWatch(std::move(w), [this](const std::string& why) {
+      listener_dead_ = true;
+      UpdateHealth();
+      if (options_.on_listener_dead) options_.on_listener_dead(why);
+    });
+  }
+
   void Shutdown() override {
     {
       absl::MutexLock lock(&mu_);
@@ -387,6 +407,7 @@ class ServerImpl final : public KtuneServer {
       }
       shutting_down_ = true;
     }
+    watch_.reset();  // its callback uses the health service, which goes with server_
     // Jobs first: every TUNE call and Tune stream then finishes (cancelled), so the
     // server's shutdown does not wait out a long tune; FALLBACK's waiting compiles are
     // dropped (answered UNAVAILABLE) rather than drained.
@@ -416,6 +437,8 @@ class ServerImpl final : public KtuneServer {
   std::unique_ptr<KtuneServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::unique_ptr<ListenerWatch> watch_;
+  std::atomic<bool> listener_dead_{false};
   absl::Mutex health_mu_;
   grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
   absl::Mutex mu_;
@@ -495,6 +518,11 @@ absl::Status Listen(ServerImpl* s) {
   // No SO_REUSEPORT: a second ktuned on this port must fail to bind, not share the port and
   // split the connections with the first.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Idle connections that never speak HTTP/2 hold a descriptor each until this passes.
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(o.first_frame_timeout)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, o.max_concurrent_streams);
   builder.SetMaxReceiveMessageSize(o.max_message_bytes);
   builder.SetMaxSendMessageSize(o.max_message_bytes);
   builder.AddListeningPort(o.listen, Credentials(o), &s->port_);
@@ -586,6 +614,7 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
   // SERVING compile-only (lookups work on any host) and while a GPU is healthy;
   // NOT_SERVING on a GPU host whose GPUs all fail (UpdateHealth follows them).
   s->SetHealthService(s->server_->GetHealthCheckService());
+  s->WatchListener();
   return std::unique_ptr<KtuneServer>(std::move(s));
 }
 

@@ -9,6 +9,12 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <future>
 #include <string>
@@ -45,6 +51,36 @@ inline int HealthStatus(const std::shared_ptr<grpc::Channel>& channel, const std
   if (bytes.empty()) return 0;  // UNKNOWN (the default value is not sent)
   if (bytes.size() != 2 || bytes[0] != '\x08') return -1;
   return bytes[1];
+}
+
+// A plain TCP connection to 127.0.0.1:port that says nothing (the descriptor; -1 when
+// connect fails). The caller closes it.
+inline int ConnectIdle(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True iff the peer closes `fd` (end of stream or a reset) within `timeout`; what it sends
+// meanwhile is read and dropped.
+inline bool ClosedByPeerWithin(int fd, absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  char buf[256];
+  while (absl::Now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(end - absl::Now()))) <= 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return true;
+  }
+  return false;
 }
 
 }  // namespace ktune::testing
