@@ -151,6 +151,23 @@ TEST_F(SpecTuneTest, BadSpecIsExit2NamingLineAndFieldBeforeAnyTuning) {
   EXPECT_THAT(json_alone.err, HasSubstr("--json: only with --spec"));
 }
 
+// With no GPU (here: no worker program) `ktune tune` used to create the store, then fail;
+// now it fails first and leaves no file behind, for a spec and for one key alike.
+TEST_F(SpecTuneTest, NoGpuFailsBeforeTheStoreIsCreated) {
+  std::vector<std::string> spec_args = Args(WriteSpec("64"));
+  spec_args[8] = dir_ + "/no-such-worker";  // --worker
+  const Result spec = Run(spec_args);
+  EXPECT_NE(spec.exit_code, 0) << spec;
+  EXPECT_THAT(spec.err, HasSubstr("no-such-worker"));
+  EXPECT_FALSE(FileExists(dir_ + "/ktune.db")) << spec;
+  const Result one = Run({"tune", "tiny", "--dtype", "f32", "--shape", "n=64", "--db",
+                          dir_ + "/one.db", "--templates", dir_ + "/templates", "--worker",
+                          dir_ + "/no-such-worker"});
+  EXPECT_NE(one.exit_code, 0) << one;
+  EXPECT_THAT(one.err, HasSubstr("no-such-worker"));
+  EXPECT_FALSE(FileExists(dir_ + "/one.db")) << one;
+}
+
 TEST_F(SpecTuneTest, AFailingKeyIsReportedAndTheOthersStillRun) {
   // A template whose source does not compile: its key fails when its job starts (the
   // reference), and the keys after it still run.
