@@ -3,9 +3,11 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/support/server_interceptor.h>
 #include <sys/stat.h>
 
 #include <atomic>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -43,6 +45,65 @@ bool SameToken(const std::string& a, const std::string& b) {
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
 }
+
+// OK when `token` is empty or `metadata` carries "authorization: Bearer <token>".
+absl::Status CheckBearerToken(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                              const std::string& token) {
+  if (token.empty()) return absl::OkStatus();
+  auto range = metadata.equal_range("authorization");
+  if (range.first == range.second) {
+    return absl::UnauthenticatedError(
+        "authorization: this daemon wants metadata 'authorization: Bearer <token>'");
+  }
+  for (auto it = range.first; it != range.second; ++it) {
+    // The scheme is case-insensitive (RFC 7235: "bearer", "BEARER"); the token is not.
+    absl::string_view value(it->second.data(), it->second.size());
+    constexpr absl::string_view kScheme = "bearer ";
+    if (value.size() < kScheme.size() ||
+        !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
+      continue;
+    }
+    if (SameToken(std::string(value.substr(kScheme.size())), token)) return absl::OkStatus();
+  }
+  return absl::UnauthenticatedError("authorization: wrong bearer token");
+}
+
+// gRPC's reflection service (its plugin's, not ours) never looks at the token. This
+// interceptor does, for reflection calls only, and cancels a call without it: gRPC 1.51's
+// interceptors cannot finish a call with a status of their own, so the caller sees CANCELLED
+// and no answer. Health checking stays open (it tells nothing but SERVING or not).
+class ReflectionTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  ReflectionTokenInterceptor(grpc::experimental::ServerRpcInfo* info, const std::string& token)
+      : info_(info), token_(token) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::POST_RECV_INITIAL_METADATA) &&
+        !CheckBearerToken(*methods->GetRecvInitialMetadata(), token_).ok()) {
+      info_->server_context()->TryCancel();
+    }
+    methods->Proceed();
+  }
+
+ private:
+  grpc::experimental::ServerRpcInfo* const info_;
+  const std::string& token_;
+};
+
+class ReflectionTokenFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit ReflectionTokenFactory(std::string token) : token_(std::move(token)) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    if (!absl::StartsWith(info->method(), "/grpc.reflection.")) return nullptr;
+    return new ReflectionTokenInterceptor(info, token_);
+  }
+
+ private:
+  const std::string token_;
+};
+
 
 v1::FleetTierStats FleetProto(const fleet::FleetTier& tier) {
   const fleet::FleetStats s = tier.stats();
@@ -321,25 +382,7 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
   }
 
   absl::Status CheckToken(grpc::CallbackServerContext* ctx) const {
-    if (options_.token.empty()) return absl::OkStatus();
-    auto range = ctx->client_metadata().equal_range("authorization");
-    if (range.first == range.second) {
-      return absl::UnauthenticatedError(
-          "authorization: this daemon wants metadata 'authorization: Bearer <token>'");
-    }
-    for (auto it = range.first; it != range.second; ++it) {
-      // The scheme is case-insensitive (RFC 7235: "bearer", "BEARER"); the token is not.
-      absl::string_view value(it->second.data(), it->second.size());
-      constexpr absl::string_view kScheme = "bearer ";
-      if (value.size() < kScheme.size() ||
-          !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
-        continue;
-      }
-      if (SameToken(std::string(value.substr(kScheme.size())), options_.token)) {
-        return absl::OkStatus();
-      }
-    }
-    return absl::UnauthenticatedError("authorization: wrong bearer token");
+    return CheckBearerToken(ctx->client_metadata(), options_.token);
   }
 
 
@@ -527,6 +570,11 @@ absl::Status Listen(ServerImpl* s) {
   builder.SetMaxSendMessageSize(o.max_message_bytes);
   builder.AddListeningPort(o.listen, Credentials(o), &s->port_);
   builder.RegisterService(s->service_.get());
+  if (o.reflection && !o.token.empty()) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guards;
+    guards.push_back(std::make_unique<ReflectionTokenFactory>(o.token));
+    builder.experimental().SetInterceptorCreators(std::move(guards));
+  }
 
   // Leaves the server stopped before it started: the destructor then has nothing to stop.
   auto abandon = [s](absl::Status why) {

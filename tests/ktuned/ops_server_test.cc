@@ -343,5 +343,24 @@ TEST_F(OpsServerTest, AWedgedListenerTurnsHealthNotServing) {
   EXPECT_TRUE(server_->serving());
 }
 
+// gRPC's reflection service used to answer without the token; now a reflection call without
+// it is cancelled unanswered, and with it answered.
+TEST_F(OpsServerTest, ReflectionWantsTheToken) {
+  ServerOptions o = Options("127.0.0.1:0", /*with_gpu=*/false);
+  o.token = "s3cret";
+  o.reflection = true;
+  Start(std::move(o));
+  auto channel = grpc::CreateChannel(Target(), grpc::InsecureChannelCredentials());
+  bool answered = true;
+  EXPECT_FALSE(testing::ReflectionListServices(channel, "", &answered).ok());
+  EXPECT_FALSE(answered);
+  EXPECT_FALSE(testing::ReflectionListServices(channel, "wrong", &answered).ok());
+  EXPECT_FALSE(answered);
+  const grpc::Status with_token = testing::ReflectionListServices(channel, "s3cret", &answered);
+  EXPECT_TRUE(with_token.ok()) << with_token.error_message();
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(testing::HealthStatus(channel, ""), kServing);  // health stays open
+}
+
 }  // namespace
 }  // namespace ktune

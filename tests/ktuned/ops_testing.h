@@ -53,6 +53,37 @@ inline int HealthStatus(const std::shared_ptr<grpc::Channel>& channel, const std
   return bytes[1];
 }
 
+// grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo asked to list the services
+// over `channel`, with "authorization: Bearer <token>" unless `token` is empty: the call's
+// status, and in *answered whether a response came. The one-field request is written by hand.
+inline grpc::Status ReflectionListServices(const std::shared_ptr<grpc::Channel>& channel,
+                                           const std::string& token, bool* answered) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  auto step = [&] { return cq.Next(&tag, &ok) && ok; };
+  call->StartCall(nullptr);
+  step();
+  grpc::Slice slice(std::string("\x3a\x00", 2));  // list_services: ""
+  grpc::ByteBuffer request(&slice, 1), response;
+  call->Write(request, nullptr);
+  step();
+  call->WritesDone(nullptr);
+  step();
+  call->Read(&response, nullptr);
+  *answered = step();
+  grpc::Status status;
+  call->Finish(&status, nullptr);
+  step();
+  return status;
+}
+
 // A plain TCP connection to 127.0.0.1:port that says nothing (the descriptor; -1 when
 // connect fails). The caller closes it.
 inline int ConnectIdle(int port) {
