@@ -5,14 +5,16 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
-#include "absl/synchronization/notification.h"
-
 #include <atomic>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/lib/ktune_client.h"
 #include "ktune/v1/ktune.grpc.pb.h"
 #include "frontends/ktuned/ktune_server.h"
@@ -311,8 +313,9 @@ TEST_F(OpsServerTest, ListenerProbeTellsAnAnsweringServerFromAWedgedOne) {
               testing::StatusIs(absl::StatusCode::kUnavailable, HasSubstr("connect")));
 }
 
-// Three failed probes in a row: health NOT_SERVING, and the callback says why.
-TEST_F(OpsServerTest, AWedgedListenerTurnsHealthNotServing) {
+// Three failed probes in a row make the listener dead, and the callback says why; a server
+// whose probes are answered stays up.
+TEST_F(OpsServerTest, ListenerWatchFindsAWedgedListenerButNotAnAnsweringOne) {
   // The watch probes the wrong port: a listener that never answers, seen from the server.
   int port = 0;
   const int wedged = WedgedListener(&port);
@@ -341,6 +344,36 @@ TEST_F(OpsServerTest, AWedgedListenerTurnsHealthNotServing) {
   absl::SleepFor(absl::Seconds(1));  // several probes, all answered
   EXPECT_FALSE(server_dead.HasBeenNotified());
   EXPECT_TRUE(server_->serving());
+}
+
+// The server's own probe, end to end: its unix socket's path taken over by a listener that
+// never answers (what its clients would meet after gRPC 1.51's listener died), the server
+// turns NOT_SERVING and calls on_listener_dead.
+TEST_F(OpsServerTest, AServerWhoseListenerStopsAnsweringTurnsNotServing) {
+  const std::string socket = dir_ + "/w.sock";
+  ServerOptions o = Options("unix://" + socket, /*with_gpu=*/false);
+  o.listener_probe_interval = absl::Milliseconds(100);
+  absl::Notification dead;
+  std::string why;
+  o.on_listener_dead = [&](const std::string& reason) {
+    why = reason;
+    dead.Notify();
+  };
+  Start(std::move(o));
+  EXPECT_TRUE(server_->serving());
+  ASSERT_EQ(unlink(socket.c_str()), 0);
+  const int wedged = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(wedged, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(socket.size(), sizeof(addr.sun_path));
+  memcpy(addr.sun_path, socket.data(), socket.size());
+  ASSERT_EQ(bind(wedged, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(wedged, 16), 0);
+  EXPECT_TRUE(dead.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_THAT(why, HasSubstr("took the connection but: no answer in time"));
+  EXPECT_FALSE(server_->serving());
+  close(wedged);
 }
 
 // gRPC's reflection service used to answer without the token; now a reflection call without
