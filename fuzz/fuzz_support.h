@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -41,15 +42,22 @@ inline void SilenceProtobufLogs() {
                                      const std::string&) {});
 }
 
-// A folder for this process's scratch files (in /dev/shm when there is one: faster).
+// A folder for this process's scratch files (in /dev/shm when there is one: faster),
+// removed when the process exits normally.
 inline const std::string& ScratchDir() {
-  static const std::string dir = [] {
+  // Never freed: the exit handler below still reads it after static destructors ran.
+  static const std::string* dir = [] {
     const std::string base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    std::string d = base + "/ktune-fuzz-" + std::to_string(getpid());
-    if (!MakeDirs(d).ok()) std::abort();
+    auto* d = new std::string(base + "/ktune-fuzz-" + std::to_string(getpid()));
+    if (!MakeDirs(*d).ok()) std::abort();
+    // libFuzzer ends with exit() (time up, or -runs done): the folder goes with the process.
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(ScratchDir(), ignored);
+    });
     return d;
   }();
-  return dir;
+  return *dir;
 }
 
 }  // namespace ktune::fuzz
