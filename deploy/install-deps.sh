@@ -12,6 +12,7 @@ packages=(
   libhiredis-dev  # the fleet tier's Redis protocol (server/fleet/redis_connection.cc)
   redis-server    # tests/fleet start their own on a free port
   chromium  # renders `ktune cache report` headless in tests/ktune/cache_report_test.cc
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizers for fuzz/ (the fuzz_* tests)
 )
 
 missing=()

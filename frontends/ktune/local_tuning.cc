@@ -55,8 +55,11 @@ absl::StatusOr<LocalTuning> OpenLocalTuning(const TuneJobFlags& flags,
   options.worker = flags.worker;
   options.compile_threads = flags.threads;
   LocalTuning t;
+  // The GPU first: without one nothing can be tuned, and the store (a new file, perhaps)
+  // and the cubin cache are left as they were.
+  KTUNE_ASSIGN_OR_RETURN(t.gpu, ProcessGpuFactory(flags.worker)(flags.ordinal));
+  KTUNE_RETURN_IF_ERROR(t.gpu->Info().status());
   KTUNE_ASSIGN_OR_RETURN(t.engine, OpenEngine(std::move(options)));
-  KTUNE_ASSIGN_OR_RETURN(t.gpu, t.engine->gpu_factory(flags.ordinal));
   if (flags.gpus.empty()) return t;
   KTUNE_ASSIGN_OR_RETURN(std::vector<int> ordinals, ParseGpuList(flags.gpus));
   // The first GPU names the device model; a GPU of another model would store its winners

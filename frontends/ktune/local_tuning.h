@@ -60,13 +60,14 @@ struct LocalTuning {
   TuningEnv Env() const { return engine->Env(gpu.get()); }
 };
 
-// Opens the engine over `registry` with the store (--db, else the daemon's default file), the
-// cubin cache (--cache-dir, else the default), the compile pool (--threads), then the worker
-// (--worker, --gpu), and with --gpus a worker for each of the others of the same model
-// (kInvalidArgument naming --gpus for a list that is not "all" or ordinals).
 // "all" -> 0..63; "0, 2" -> {0, 2}; kInvalidArgument naming --gpus otherwise.
 absl::StatusOr<std::vector<int>> ParseGpuList(const std::string& text);
 
+// Starts the worker (--worker, --gpu) and asks it for its GPU, failing there (before any file
+// is touched) on a host without one; then opens the engine over `registry` with the store
+// (--db, else the daemon's default file), the cubin cache (--cache-dir, else the default)
+// and the compile pool (--threads), and with --gpus a worker for each of the others of the
+// same model (kInvalidArgument naming --gpus for a list that is not "all" or ordinals).
 absl::StatusOr<LocalTuning> OpenLocalTuning(const TuneJobFlags& flags,
                                             std::unique_ptr<TemplateRegistry> registry);
 

@@ -3,8 +3,11 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/support/server_interceptor.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -25,6 +28,7 @@
 #include "frontends/ktuned/reactors.h"
 #include "frontends/ktuned/request_validation.h"
 #include "frontends/ktuned/listener_guard.h"
+#include "frontends/ktuned/listener_probe.h"
 #include "frontends/ktuned/tls_pairing.h"
 #include "server/tuning/catalog.h"
 #include "server/tuning/kernel_resolver.h"
@@ -33,6 +37,8 @@
 namespace ktune {
 namespace {
 
+bool WantsTls(const ServerOptions& o);
+
 bool SameToken(const std::string& a, const std::string& b) {
   // Constant time in the contents, so the token cannot be guessed byte by byte.
   if (a.size() != b.size()) return false;
@@ -40,6 +46,65 @@ bool SameToken(const std::string& a, const std::string& b) {
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
 }
+
+// OK when `token` is empty or `metadata` carries "authorization: Bearer <token>".
+absl::Status CheckBearerToken(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                              const std::string& token) {
+  if (token.empty()) return absl::OkStatus();
+  auto range = metadata.equal_range("authorization");
+  if (range.first == range.second) {
+    return absl::UnauthenticatedError(
+        "authorization: this daemon wants metadata 'authorization: Bearer <token>'");
+  }
+  for (auto it = range.first; it != range.second; ++it) {
+    // The scheme is case-insensitive (RFC 7235: "bearer", "BEARER"); the token is not.
+    absl::string_view value(it->second.data(), it->second.size());
+    constexpr absl::string_view kScheme = "bearer ";
+    if (value.size() < kScheme.size() ||
+        !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
+      continue;
+    }
+    if (SameToken(std::string(value.substr(kScheme.size())), token)) return absl::OkStatus();
+  }
+  return absl::UnauthenticatedError("authorization: wrong bearer token");
+}
+
+// gRPC's reflection service (its plugin's, not ours) never looks at the token. This
+// interceptor does, for reflection calls only, and cancels a call without it: gRPC 1.51's
+// interceptors cannot finish a call with a status of their own, so the caller sees CANCELLED
+// and no answer. Health checking stays open (it tells nothing but SERVING or not).
+class ReflectionTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  ReflectionTokenInterceptor(grpc::experimental::ServerRpcInfo* info, const std::string& token)
+      : info_(info), token_(token) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::POST_RECV_INITIAL_METADATA) &&
+        !CheckBearerToken(*methods->GetRecvInitialMetadata(), token_).ok()) {
+      info_->server_context()->TryCancel();
+    }
+    methods->Proceed();
+  }
+
+ private:
+  grpc::experimental::ServerRpcInfo* const info_;
+  const std::string& token_;
+};
+
+class ReflectionTokenFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit ReflectionTokenFactory(std::string token) : token_(std::move(token)) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    if (!absl::StartsWith(info->method(), "/grpc.reflection.")) return nullptr;
+    return new ReflectionTokenInterceptor(info, token_);
+  }
+
+ private:
+  const std::string token_;
+};
+
 
 v1::FleetTierStats FleetProto(const fleet::FleetTier& tier) {
   const fleet::FleetStats s = tier.stats();
@@ -372,25 +437,7 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
   }
 
   absl::Status CheckToken(grpc::CallbackServerContext* ctx) const {
-    if (options_.token.empty()) return absl::OkStatus();
-    auto range = ctx->client_metadata().equal_range("authorization");
-    if (range.first == range.second) {
-      return absl::UnauthenticatedError(
-          "authorization: this daemon wants metadata 'authorization: Bearer <token>'");
-    }
-    for (auto it = range.first; it != range.second; ++it) {
-      // The scheme is case-insensitive (RFC 7235: "bearer", "BEARER"); the token is not.
-      absl::string_view value(it->second.data(), it->second.size());
-      constexpr absl::string_view kScheme = "bearer ";
-      if (value.size() < kScheme.size() ||
-          !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
-        continue;
-      }
-      if (SameToken(std::string(value.substr(kScheme.size())), options_.token)) {
-        return absl::OkStatus();
-      }
-    }
-    return absl::UnauthenticatedError("authorization: wrong bearer token");
+    return CheckBearerToken(ctx->client_metadata(), options_.token);
   }
 
 
@@ -409,6 +456,7 @@ class ServerImpl final : public KtuneServer {
   bool compile_only() const override { return gpus_.empty(); }
   std::string compile_only_reason() const override { return compile_only_reason_; }
   bool serving() const override {
+    if (listener_dead_) return false;
     if (gpus_.empty()) return true;
     for (const GpuSlot& g : gpus_) {
       if (g.gpu->healthy()) return true;
@@ -433,6 +481,21 @@ class ServerImpl final : public KtuneServer {
     UpdateHealth();
   }
 
+  // Probes the listener every options_.listener_probe_interval, if set.
+  void WatchListener() {
+    if (options_.listener_probe_interval <= absl::ZeroDuration()) return;
+    ListenerWatchOptions w;
+    w.listen = options_.listen;
+    w.port = port_;
+    w.tls = WantsTls(options_);
+    w.interval = options_.listener_probe_interval;
+    watch_ = StartListenerWatch(std::move(w), [this](const std::string& why) {
+      listener_dead_ = true;
+      UpdateHealth();
+      if (options_.on_listener_dead) options_.on_listener_dead(why);
+    });
+  }
+
   void Shutdown() override {
     {
       absl::MutexLock lock(&mu_);
@@ -442,6 +505,7 @@ class ServerImpl final : public KtuneServer {
       }
       shutting_down_ = true;
     }
+    watch_.reset();  // its callback uses the health service, which goes with server_
     // Jobs first: every TUNE call and Tune stream then finishes (cancelled), so the
     // server's shutdown does not wait out a long tune; FALLBACK's waiting compiles are
     // dropped (answered UNAVAILABLE) rather than drained.
@@ -471,6 +535,8 @@ class ServerImpl final : public KtuneServer {
   std::unique_ptr<KtuneServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::unique_ptr<ListenerWatch> watch_;
+  std::atomic<bool> listener_dead_{false};
   absl::Mutex health_mu_;
   grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
   absl::Mutex mu_;
@@ -550,10 +616,20 @@ absl::Status Listen(ServerImpl* s) {
   // No SO_REUSEPORT: a second ktuned on this port must fail to bind, not share the port and
   // split the connections with the first.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Idle connections that never speak HTTP/2 hold a descriptor each until this passes.
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(o.first_frame_timeout)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, o.max_concurrent_streams);
   builder.SetMaxReceiveMessageSize(o.max_message_bytes);
   builder.SetMaxSendMessageSize(o.max_message_bytes);
   builder.AddListeningPort(o.listen, Credentials(o), &s->port_);
   builder.RegisterService(s->service_.get());
+  if (o.reflection && !o.token.empty()) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guards;
+    guards.push_back(std::make_unique<ReflectionTokenFactory>(o.token));
+    builder.experimental().SetInterceptorCreators(std::move(guards));
+  }
 
   // Leaves the server stopped before it started: the destructor then has nothing to stop.
   auto abandon = [s](absl::Status why) {
@@ -641,6 +717,7 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
   // SERVING compile-only (lookups work on any host) and while a GPU is healthy;
   // NOT_SERVING on a GPU host whose GPUs all fail (UpdateHealth follows them).
   s->SetHealthService(s->server_->GetHealthCheckService());
+  s->WatchListener();
   return std::unique_ptr<KtuneServer>(std::move(s));
 }
 

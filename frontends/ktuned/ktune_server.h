@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/compile/compile_pool.h"
 #include "server/compile/compiler.h"
 #include "server/engine/engine.h"
@@ -61,6 +62,20 @@ struct ServerOptions {
   // kInvalidArgument.
   bool insecure = false;
   int max_message_bytes = 64 << 20;
+  // A connection that has not sent its first HTTP/2 frames (after TLS, if any) this long
+  // after it was accepted is closed (GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, gRPC's default
+  // 120 s), so idle connections cannot pin the descriptors for long.
+  absl::Duration first_frame_timeout = absl::Seconds(10);
+  // Concurrent calls on one connection (GRPC_ARG_MAX_CONCURRENT_STREAMS); gRPC 1.51 has no
+  // cap on the number of connections.
+  int max_concurrent_streams = 256;
+  // How often the server probes its own listener from outside
+  // (frontends/ktuned/listener_probe.h); zero: never. After three failed probes in a row
+  // health turns NOT_SERVING for good and on_listener_dead is called.
+  absl::Duration listener_probe_interval = absl::ZeroDuration();
+  // Called once, from the probe's thread, with why the listener is dead (ktuned exits so
+  // that its unit restarts it). Must not call Shutdown() or destroy the server itself.
+  std::function<void(const std::string& why)> on_listener_dead;
   bool reflection = false;
   // TLS for a TCP listener: the server's certificate chain and private key, PEM text (not
   // file names). Both or neither; empty: plaintext. A unix socket is always plaintext (its
@@ -88,8 +103,9 @@ class KtuneServer {
   virtual bool compile_only() const = 0;
   // Why there is no usable GPU; empty when there is one.
   virtual std::string compile_only_reason() const = 0;
-  // What gRPC health checking says (for "" and "ktune.v1.Ktune" alike): false on a GPU
-  // host while none of its GPUs is healthy; always true compile-only, where lookups serve.
+  // What gRPC health checking says (for "" and "ktune.v1.Ktune" alike): false once the
+  // listener probe found the listener dead (ServerOptions::listener_probe_interval); false
+  // on a GPU host while none of its GPUs is healthy; always true compile-only, where lookups serve.
   // A GPU turns unhealthy when a call on it fails with kUnavailable or kInternal (a job
   // that cannot start or goes on), healthy again on its next successful call (the next
   // job's Info()). GetDevices reports each GPU's health and why not.

@@ -3,6 +3,7 @@
 //
 //   ktuned [--config FILE] [--listen unix:///PATH | HOST:PORT] [--db FILE] [--templates DIR]
 //          [--worker EXE] [--token T] [--max-message-bytes N] [--queue N] [--reflection]
+//          [--listener-probe-ms N]
 //          [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--insecure]
 //          [--remote redis://HOST:PORT[/DB] | rediss://... [--remote-password-file FILE]
 //           [--remote-ca PEM] [--remote-lease-ms N] [--remote-timeout-ms N]]
@@ -20,14 +21,23 @@
 // A listener others can reach (TCP beyond loopback, unix-abstract:) needs TLS or --token;
 // --insecure serves it open anyway, and ktuned says so at start.
 //
+// Descriptors: at start ktuned raises its soft RLIMIT_NOFILE to the hard limit (a flood of
+// idle connections that hits EMFILE stops gRPC 1.51's listener for good), and probes its own
+// listener every --listener-probe-ms (frontends/ktuned/listener_probe.h): when it stops
+// answering, health turns NOT_SERVING and ktuned exits 3, for systemd to restart it.
+//
 // Exit status: 0 after SIGTERM/SIGINT (the running tune is left resumable), 1 when the
 // store, the templates, a TLS file or the listener cannot be set up, 2 for bad flags (or a
 // config file that does not parse, TLS flags with a unix socket, an empty --token, or an
-// exposed listener with neither TLS nor a token and no --insecure).
+// exposed listener with neither TLS nor a token and no --insecure), 3 when the listener
+// stopped taking connections.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -50,6 +60,7 @@ namespace {
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitListenerDead = 3;
 // The least --max-message-bytes: a limit below an artifact's size lets ktuned start and
 // then fail every call that returns one. 4 MiB is well above the largest shipped cubin.
 constexpr int kMinMessageBytes = 4 << 20;
@@ -92,6 +103,7 @@ struct Flags {
   int64_t artifact_cache_mb = ktune::ServerOptions{}.artifact_cache_bytes >> 20;
   std::string pch = "auto";
   bool reflection = false;
+  int listener_probe_ms = 10000;
   bool insecure = false;
   bool token_given = false;  // --token appeared (on the command line or in --config)
   std::string tls_cert, tls_key, tls_client_ca;
@@ -129,6 +141,10 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
                  "Memory for answered artifacts (MiB of cubins; 0: every hit reads the store)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("--reflection", f->reflection, "Serve gRPC reflection");
+  app.add_option("--listener-probe-ms", f->listener_probe_ms,
+                 "Probe the own listener this often; three failures in a row: exit 3 "
+                 "(0: never)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("--insecure", f->insecure,
                "Serve a listener others can reach (TCP beyond loopback, unix-abstract:) with "
                "neither TLS nor --token");
@@ -295,6 +311,23 @@ void FillOptions(const Flags& f, const ktune::Engine& e, ktune::ServerOptions* o
   options->insecure = f.insecure;
   options->max_message_bytes = f.max_message_bytes;
   options->reflection = f.reflection;
+  options->listener_probe_interval = absl::Milliseconds(f.listener_probe_ms);
+}
+
+// Raises the soft limit on open descriptors to the hard one: every connection holds one,
+// and gRPC 1.51's listener dies on the first EMFILE. Says so when it cannot.
+void RaiseFdLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+  // An unlimited hard limit is not a valid soft one for RLIMIT_NOFILE (fs.nr_open caps it).
+  const rlim_t want = r.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : r.rlim_max;
+  if (want <= r.rlim_cur) return;
+  const rlim_t had = r.rlim_cur;
+  r.rlim_cur = want;
+  if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
+    std::fprintf(stderr, "ktuned: cannot raise the open files limit above %llu\n",
+                 static_cast<unsigned long long>(had));
+  }
 }
 
 // Says where the server listens, then serves until SIGTERM/SIGINT arrives on `signals`.
@@ -334,6 +367,7 @@ int main(int argc, char** argv) {
   // every Lock (~3 % of a cache hit's CPU, profiled). The tests keep it, and find any lock
   // order inversion there; the daemon does not pay for it on every call.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  RaiseFdLimit();
   Flags flags;
   if (std::optional<int> code = ParseFlags(argc, argv, &flags)) return *code;
   if (std::optional<int> code = CheckGuard(flags)) return *code;
@@ -355,6 +389,13 @@ int main(int argc, char** argv) {
   std::unique_ptr<ktune::Engine> engine;
   if (std::optional<int> code = OpenEngine(flags, &engine)) return *code;
   FillOptions(flags, *engine, &options);
+  std::atomic<bool> listener_dead{false};
+  options.on_listener_dead = [&listener_dead](const std::string& why) {
+    std::fprintf(stderr, "ktuned: the listener takes no connections (%s): health NOT_SERVING, "
+                 "exiting %d\n", why.c_str(), kExitListenerDead);
+    listener_dead = true;
+    kill(getpid(), SIGTERM);  // to the thread that sigwaits: the usual shutdown
+  };
   absl::StatusOr<std::unique_ptr<ktune::KtuneServer>> server =
       ktune::StartKtuneServer(std::move(options));
   if (!server.ok()) return Fail("server", server.status());
@@ -368,5 +409,5 @@ int main(int argc, char** argv) {
     fleet->Flush(absl::Seconds(2));  // winners queued in an outage get one last chance
     LogFleetStats(*fleet);
   }
-  return 0;
+  return listener_dead ? kExitListenerDead : 0;
 }

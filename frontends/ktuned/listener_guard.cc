@@ -44,6 +44,8 @@ bool IsLoopbackHost(absl::string_view host) {
 
 }  // namespace
 
+std::string ListenHost(const std::string& listen) { return std::string(HostOf(listen)); }
+
 ListenerReach ReachOf(const std::string& listen) {
   if (absl::StartsWith(listen, "unix-abstract:")) return ListenerReach::kAbstract;
   if (absl::StartsWith(listen, "unix:")) return ListenerReach::kOwner;

@@ -25,6 +25,10 @@ enum class ListenerReach {
 // of the first three is kNetwork.
 ListenerReach ReachOf(const std::string& listen);
 
+// The host part of a TCP listen address (HOST:PORT or [V6]:PORT, optionally ipv4:/ipv6:/dns:
+// prefixed), without brackets; the whole address when it has no port.
+std::string ListenHost(const std::string& listen);
+
 // True iff `listen` reaches beyond the owner and the host, and neither TLS nor a token
 // guards it.
 bool IsUnguardedExposure(const std::string& listen, bool tls, bool token);

@@ -89,14 +89,17 @@ absl::StatusOr<std::unique_ptr<Engine>> OpenEngine(EngineOptions options) {
   KTUNE_RETURN_IF_ERROR(OpenStore(options.db, options.exclusive_store, *e));
   KTUNE_RETURN_IF_ERROR(
       OpenCompiler(options.cache_dir, options.compile_threads, options.pch, *e));
-  e->gpu_factory = [worker = options.worker.empty() ? DefaultWorkerPath() : options.worker](
-                       int ordinal) {
+  e->gpu_factory = ProcessGpuFactory(options.worker);
+  return e;
+}
+
+GpuFactory ProcessGpuFactory(const std::string& worker) {
+  return [worker = worker.empty() ? DefaultWorkerPath() : worker](int ordinal) {
     ProcessGpuOptions o;
     o.worker_path = worker;
     o.ordinal = ordinal;
     return StartProcessGpu(o);
   };
-  return e;
 }
 
 }  // namespace ktune

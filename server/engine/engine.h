@@ -80,6 +80,10 @@ struct Engine {
   }
 };
 
+// The engine's GpuFactory: a ktune-worker from `worker` ("": DefaultWorkerPath) per ordinal.
+// Usable without an engine, e.g. to find the GPU before any file is created.
+GpuFactory ProcessGpuFactory(const std::string& worker);
+
 // Opens the registry, the store, the cubin cache, NVRTC and the compile pool. An error keeps
 // its code and names what failed: "--templates DIR: ...", "--db FILE: ...", "cubin cache
 // DIR: ...", "precompiled headers: ...", "compiler: ...". Needs no GPU or driver.

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -88,8 +89,19 @@ absl::Status ReadFrame(int fd, google::protobuf::MessageLite* message, int64_t t
   if (n > kMaxFrameBytes) {
     return absl::DataLossError(absl::StrCat("frame of ", n, " bytes is over the limit"));
   }
-  std::string bytes(n, '\0');
-  if (absl::Status s = ReadAll(fd, bytes.data(), n, has_deadline, deadline); !s.ok()) return s;
+  // The body in steps of at most 1 MiB, the buffer growing with what has arrived: a header
+  // alone (4 bytes, then end of file) used to allocate and zero the whole length it
+  // claims, up to kMaxFrameBytes (found by fuzz/framing).
+  constexpr uint32_t kStep = 1u << 20;
+  std::string bytes;
+  while (bytes.size() < n) {
+    const size_t have = bytes.size();
+    const size_t step = std::min<size_t>(kStep, n - have);
+    bytes.resize(have + step);
+    if (absl::Status s = ReadAll(fd, bytes.data() + have, step, has_deadline, deadline); !s.ok()) {
+      return s;
+    }
+  }
   if (!message->ParseFromString(bytes)) return absl::DataLossError("frame does not parse");
   return absl::OkStatus();
 }

@@ -82,6 +82,39 @@ absl::Status Db::Check(int rc, absl::string_view call, absl::string_view sql) co
   return absl::Status(CodeFor(rc), text);
 }
 
+namespace {
+
+// True when a read-only open of the WAL store `path` could not work as SQLite does it: there
+// is no -shm file (a clean close removes it) and we may not create one beside the store (a
+// folder we cannot write), so the first read fails with SQLITE_READONLY_DIRECTORY ("attempt
+// to write a readonly database"). With no -wal file either, every commit is in the main
+// file, and reading it as immutable (no -shm, no locks) sees all of them. A writer that
+// starts later is not seen; a read-only reader of a folder it cannot write takes that.
+bool NeedsImmutable(const std::string& path) {
+  struct stat st;
+  if (::stat((path + "-shm").c_str(), &st) == 0 || ::stat((path + "-wal").c_str(), &st) == 0) {
+    return false;
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  return ::access(dir.c_str(), W_OK) != 0;
+}
+
+// "file:PATH?immutable=1", PATH with the characters a URI gives meaning to escaped.
+std::string ImmutableUri(const std::string& path) {
+  std::string uri = "file:";
+  for (char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      absl::StrAppend(&uri, "%", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
+    } else {
+      uri.push_back(c);
+    }
+  }
+  return uri + "?immutable=1";
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Db>> Db::Open(const std::string& path, OpenMode mode,
                                              int busy_timeout_ms) {
   if (path.empty()) {
@@ -118,8 +151,13 @@ absl::StatusOr<std::unique_ptr<Db>> Db::Open(const std::string& path, OpenMode m
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd >= 0) ::close(fd);
   }
+  std::string name = path;
+  if (mode == OpenMode::kReadOnly && NeedsImmutable(path)) {
+    name = ImmutableUri(path);
+    flags |= SQLITE_OPEN_URI;
+  }
   sqlite3* raw = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  int rc = sqlite3_open_v2(name.c_str(), &raw, flags, nullptr);
   // sqlite3_open_v2 allocates a handle even when it fails; the Db owns and closes it.
   std::unique_ptr<Db> db(new Db(raw, path));
   KTUNE_RETURN_IF_ERROR(db->Check(rc, "sqlite3_open_v2"));

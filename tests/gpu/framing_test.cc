@@ -5,9 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -180,6 +183,36 @@ TEST(FramingTest, JustOverTheLimitIsDataLoss) {
   v1::Response got;
   EXPECT_THAT(ReadFrame(p.read_fd(), &got, 1000),
               StatusIs(absl::StatusCode::kDataLoss, ::testing::_));
+}
+
+// A header claiming the largest allowed frame, then end of file: the reader used to allocate
+// (and zero) the whole claimed length before reading a byte of it (found by fuzz/framing).
+// In a child with 64 MiB of address space to spare, that allocation fails and kills it.
+TEST(FramingTest, AHeaderAloneDoesNotAllocateWhatItClaims) {
+  Pipe p;
+  p.WriteBytes(Header(kMaxFrameBytes));
+  p.CloseWrite();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit as{};
+    getrlimit(RLIMIT_AS, &as);
+    // This process's address space now, from /proc/self/statm (pages), plus 64 MiB.
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    as.rlim_cur = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (64 << 20);
+    if (pages == 0 || setrlimit(RLIMIT_AS, &as) != 0) _exit(3);
+    v1::Response got;
+    const absl::Status s = ReadFrame(p.read_fd(), &got, 1000);
+    _exit(s.code() == absl::StatusCode::kUnavailable ? 0 : 2);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the reader died or failed: status " << status;
 }
 
 TEST(FramingTest, UnparseableBytesAreDataLoss) {

@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "server/store/store.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/ktuned_process.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/subprocess.h"
 
 namespace ktune {
@@ -149,6 +151,23 @@ TEST_F(SpecTuneTest, BadSpecIsExit2NamingLineAndFieldBeforeAnyTuning) {
   EXPECT_THAT(json_alone.err, HasSubstr("--json: only with --spec"));
 }
 
+// With no GPU (here: no worker program) `ktune tune` used to create the store, then fail;
+// now it fails first and leaves no file behind, for a spec and for one key alike.
+TEST_F(SpecTuneTest, NoGpuFailsBeforeTheStoreIsCreated) {
+  std::vector<std::string> spec_args = Args(WriteSpec("64"));
+  spec_args[8] = dir_ + "/no-such-worker";  // --worker
+  const Result spec = Run(spec_args);
+  EXPECT_NE(spec.exit_code, 0) << spec;
+  EXPECT_THAT(spec.err, HasSubstr("no-such-worker"));
+  EXPECT_FALSE(FileExists(dir_ + "/ktune.db")) << spec;
+  const Result one = Run({"tune", "tiny", "--dtype", "f32", "--shape", "n=64", "--db",
+                          dir_ + "/one.db", "--templates", dir_ + "/templates", "--worker",
+                          dir_ + "/no-such-worker"});
+  EXPECT_NE(one.exit_code, 0) << one;
+  EXPECT_THAT(one.err, HasSubstr("no-such-worker"));
+  EXPECT_FALSE(FileExists(dir_ + "/one.db")) << one;
+}
+
 TEST_F(SpecTuneTest, AFailingKeyIsReportedAndTheOthersStillRun) {
   // A template whose source does not compile: its key fails when its job starts (the
   // reference), and the keys after it still run.
@@ -228,6 +247,148 @@ TEST_F(SpecTuneTest, KilledInTheMiddleResumesWithoutRedoingFinishedKeys) {
   EXPECT_GE(keys["f32 n=256"]["resumed_trials"].get<int64_t>(), 1);
   EXPECT_EQ(keys["f32 n=512"]["resumed_trials"], 0);
   for (const auto& [name, k] : keys) EXPECT_EQ(k["trials"], 3) << name;
+}
+
+// Every entry in `db` is whole: the file passes integrity_check, every entry's cubin matches
+// its sha256 (GetEntry re-checks it), and every finished job has exactly the trials it
+// counted. What a SIGKILL at any point may leave; returns how many entries there are.
+size_t ExpectWholeStore(const std::string& db) {
+  if (!FileExists(db)) return 0;
+  EXPECT_THAT(store::CheckIntegrity(db), testing::IsOkAndHolds("ok"));
+  store::StoreOptions options;
+  options.read_only = true;
+  absl::StatusOr<std::unique_ptr<store::Store>> s = store::OpenSqliteStore(db, options);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return 0;
+  absl::StatusOr<std::vector<store::EntrySummary>> entries = (*s)->ListEntries({});
+  EXPECT_TRUE(entries.ok()) << entries.status();
+  if (!entries.ok()) return 0;
+  for (const store::EntrySummary& e : *entries) {
+    absl::StatusOr<store::Lookup> whole = (*s)->GetEntry(e.id);
+    EXPECT_TRUE(whole.ok()) << "entry " << e.id << ": " << whole.status();
+  }
+  absl::StatusOr<std::vector<store::Job>> done = (*s)->ListJobs(store::JobState::kDone);
+  EXPECT_TRUE(done.ok()) << done.status();
+  for (const store::Job& job : done.value_or(std::vector<store::Job>{})) {
+    absl::StatusOr<std::vector<store::Trial>> trials = (*s)->ListTrials(job.id);
+    EXPECT_TRUE(trials.ok() && static_cast<int64_t>(trials->size()) == job.done)
+        << "job " << job.id << " is done at " << job.done << " trials but holds "
+        << (trials.ok() ? trials->size() : 0);
+  }
+  return entries->size();
+}
+
+// The crash loop (#17): `ktune tune --spec` (fake worker), `ktune cache import` and a ktuned
+// serving a `ktune tune --daemon`, all on one store, each SIGKILLed at a random moment, 90
+// times or for 60 s; after every kill the store is whole. Then a tune killed once its job
+// has recorded a trial resumes from it, and the spec finishes with every key at its budget.
+TEST_F(SpecTuneTest, CrashLoopOfTunesImportsAndDaemonsLeavesAWholeStore) {
+  const std::string db = dir_ + "/ktune.db";
+  // The export file the imports read: 37 keys (the loop's six among them) tuned into a store
+  // of its own, so that an import takes long enough to be killed in the middle.
+  const std::string source = dir_ + "/source.db", exported = dir_ + "/export.json";
+  std::string many = "64";
+  for (int n = 65; n < 96; ++n) absl::StrAppend(&many, ", ", n);
+  std::vector<std::string> to_source =
+      Args(WriteSpec(many + ", 128, 256, 512, 1024, 2048"), {"--quiet"});
+  to_source[4] = source;  // --db
+  ASSERT_EQ(Run(to_source).exit_code, 0);
+  const Result export_run = Run({"cache", "export", "--db", source, exported});
+  ASSERT_EQ(export_run.exit_code, 0) << export_run;
+  const std::string spec = WriteSpec("64, 128, 256, 512, 1024, 2048");
+
+  const std::string socket = dir_ + "/run/ktuned.sock";
+  std::mt19937 random(20261130);
+  // Kills `p` after up to max_ms; counts the kills that found it still running (the others
+  // had finished: their store is checked all the same).
+  int landed[3] = {0, 0, 0};
+  auto kill_after = [&](testing::Subprocess& p, int max_ms, int kind) {
+    absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int>(0, max_ms)(random)));
+    landed[kind] += p.Running();
+    p.Signal(SIGKILL);
+    p.Wait(absl::Seconds(10));
+  };
+  setenv("FAKE_WORKER_MEASURE_MS", "40", 1);
+  int kills = 0, tunes = 0, imports = 0, daemons = 0;
+  const absl::Time end = absl::Now() + absl::Seconds(60);
+  for (int round = 0; kills < 90 && absl::Now() < end; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round, ", kill ", kills));
+    switch (round % 3) {
+      case 0: {
+        testing::Subprocess tune(kKtune, Args(spec, {"--force", "--quiet"}), NewTempDir());
+        kill_after(tune, 1500, 0);
+        ++tunes;
+        break;
+      }
+      case 1: {
+        testing::Subprocess import(kKtune,
+                                   {"cache", "import", "--db", db, "--templates",
+                                    dir_ + "/templates", "--on-conflict", "replace", exported},
+                                   NewTempDir());
+        kill_after(import, 60, 1);
+        ++imports;
+        break;
+      }
+      case 2: {
+        testing::Ktuned ktuned(NewTempDir(), {"--listen", "unix://" + socket, "--db", db,
+                                              "--templates", dir_ + "/templates", "--worker",
+                                              kFakeWorker});
+        ASSERT_THAT(ktuned.WaitServing(), HasSubstr(socket)) << ktuned.Stderr();
+        testing::Subprocess client(
+            kKtune, Args(spec, {"--daemon", "unix://" + socket, "--force", "--quiet"}),
+            NewTempDir());
+        kill_after(ktuned, 1500, 2);
+        ++daemons;
+        break;
+      }
+    }
+    ++kills;
+    ExpectWholeStore(db);
+    if (HasFailure()) return;
+  }
+  EXPECT_GE(kills, 30) << "the loop is too slow to test much";
+  EXPECT_GE(landed[0] + landed[1] + landed[2], kills / 2) << "most kills came too late";
+
+  // A tune killed once its job for a new key (n=4096; the loop had only the first six) has
+  // recorded a trial...
+  WriteSpec("64, 128, 256, 512, 1024, 2048, 4096, 8192");
+  auto new_key_progress = [&db] {
+    store::StoreOptions options;
+    options.read_only = true;
+    absl::StatusOr<std::unique_ptr<store::Store>> s = store::OpenSqliteStore(db, options);
+    int64_t done = 0;
+    if (!s.ok()) return done;
+    absl::StatusOr<std::vector<store::Job>> running = (*s)->ListJobs(store::JobState::kRunning);
+    for (const store::Job& job : running.value_or(std::vector<store::Job>{})) {
+      if (job.key.shape == "n=4096") done = std::max(done, job.done);
+    }
+    return done;
+  };
+  {
+    testing::Subprocess p(kKtune, Args(spec, {"--quiet"}), NewTempDir());
+    const absl::Time until = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < until && p.Running() && new_key_progress() < 1) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_TRUE(p.Running()) << "finished before it could be killed:\n" << p.Stderr();
+    p.Signal(SIGKILL);
+    p.Wait(absl::Seconds(10));
+  }
+  ExpectWholeStore(db);
+  // ...resumes: the rerun measures only what is left of it, and every key ends at its budget.
+  unsetenv("FAKE_WORKER_MEASURE_MS");
+  const Result rerun = Run(Args(spec, {"--json"}));
+  ASSERT_EQ(rerun.exit_code, 0) << rerun;
+  const nlohmann::json j = nlohmann::json::parse(rerun.out);
+  EXPECT_EQ(j["failed"], 0);
+  std::map<std::string, nlohmann::json> keys = ByShape(j);
+  EXPECT_EQ(keys["f32 n=4096"]["status"], "tuned");
+  EXPECT_GE(keys["f32 n=4096"]["resumed_trials"].get<int64_t>(), 1);
+  for (const auto& [name, k] : keys) EXPECT_EQ(k["trials"], 3) << name;
+  EXPECT_GE(ExpectWholeStore(db), 8u);  // the spec's, and the export's when an import finished
+  EXPECT_EQ(keys.size(), 8u);
+  std::printf("crash loop: %d kills (%d tunes, %d imports, %d daemons; %d, %d, %d of them "
+              "still running)\n", kills, tunes, imports, daemons, landed[0], landed[1], landed[2]);
 }
 
 // --min-sample-us reaches every measurement the worker is asked for, with one key or a spec;

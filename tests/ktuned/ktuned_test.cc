@@ -17,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/lib/ktune_client.h"
@@ -294,6 +295,50 @@ TEST_F(KtunedTest, ASecondKtunedOnTheSameStoreIsRefused) {
   EXPECT_THAT(second.Stderr(), HasSubstr(dir_ + "/ktune.db.lock is held by another process"));
   first.Terminate();
   EXPECT_EQ(first.Wait(absl::Seconds(5)), 0) << first.Stderr();
+}
+
+// ktuned raises its soft open files limit to the hard one at start: every connection holds a
+// descriptor. It used to keep whatever soft limit it was started with (often 1024).
+TEST_F(KtunedTest, RaisesTheOpenFilesSoftLimitToTheHardOne) {
+  Ktuned d(dir_, With({"--listen", "unix://" + dir_ + "/l.sock"}), "-Sn 256");
+  ASSERT_THAT(d.WaitServing(), HasSubstr("l.sock")) << d.Stderr();
+  const std::string limits = ReadFile(absl::StrCat("/proc/", d.pid(), "/limits")).value_or("");
+  const size_t at = limits.find("Max open files");
+  ASSERT_NE(at, std::string::npos) << limits;
+  std::vector<std::string> fields = absl::StrSplit(
+      limits.substr(at + 14, limits.find('\n', at) - at - 14), ' ', absl::SkipEmpty());
+  ASSERT_GE(fields.size(), 2u) << limits;
+  EXPECT_NE(fields[0], "256") << limits;
+  EXPECT_EQ(fields[0], fields[1]) << limits;
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+}
+
+// gRPC 1.51 stops accepting on a listener for good after one EMFILE. Under a low hard limit,
+// idle connections use up ktuned's descriptors; once they are closed the listener still takes
+// none (the kernel completes handshakes nobody reads). ktuned used to stay up like that,
+// unreachable and looking alive; now its listener probe finds it, and it exits 3 for its unit
+// to restart it.
+TEST_F(KtunedTest, AListenerThatStopsAcceptingEndsKtunedWithStatus3) {
+  Ktuned d(dir_, With({"--listen", "127.0.0.1:0", "--listener-probe-ms", "300"}), "-n 64");
+  const std::string serving = d.WaitServing();
+  ASSERT_THAT(serving, HasSubstr("127.0.0.1:")) << d.Stderr();
+  const std::string target = serving.substr(0, serving.find_first_of(", "));
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(target.substr(target.rfind(':') + 1), &port)) << serving;
+  ASSERT_TRUE(Templates(target).ok()) << d.Stderr();
+
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = testing::ConnectIdle(port);
+    if (fd >= 0) idle.push_back(fd);
+  }
+  absl::SleepFor(absl::Seconds(1));  // ktuned accepts what it can, then hits EMFILE
+  for (int fd : idle) close(fd);
+  EXPECT_GT(idle.size(), 64u);
+
+  EXPECT_EQ(d.Wait(absl::Seconds(40)), 3) << d.Stderr();
+  EXPECT_THAT(d.Stderr(), HasSubstr("the listener takes no connections"));
 }
 
 }  // namespace

@@ -5,15 +5,20 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/lib/ktune_client.h"
 #include "ktune/v1/ktune.grpc.pb.h"
 #include "frontends/ktuned/ktune_server.h"
+#include "frontends/ktuned/listener_probe.h"
 #include "tests/ktuned/ops_testing.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/fakes.h"
@@ -95,6 +100,8 @@ TEST_F(OpsServerTest, TlsServesTlsClientsOnly) {
   client::ClientOptions tls;
   tls.tls_root_certs_pem = certs.ca_pem;
   EXPECT_OK(ListTemplates(tls));
+  // The listener probe speaks TLS to it (a ClientHello, answered by a ServerHello).
+  EXPECT_OK(ProbeListener(Target(), server_->port(), /*tls=*/true, absl::Seconds(5)));
   // A TLS client that does not trust the CA, and a plaintext client, are both refused.
   client::ClientOptions other_roots;
   other_roots.tls_root_certs_pem = certs.client_pem;  // not a CA
@@ -232,6 +239,142 @@ TEST_F(OpsServerTest, CompileOnlyIsAlwaysServing) {
   EXPECT_TRUE(server_->serving());
   EXPECT_EQ(testing::HealthStatus(channel, ""), kServing);
   EXPECT_EQ(testing::HealthStatus(channel, "ktune.v1.Ktune"), kServing);
+}
+
+// A TCP socket on loopback that listens and never accepts (*port: its port; -1 on failure):
+// the kernel completes handshakes into its backlog and nobody reads them, like gRPC 1.51's
+// listener after an EMFILE.
+int WedgedListener(int* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(fd, 16) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// A connection that never speaks HTTP/2 used to hold a descriptor for gRPC's default 120 s
+// handshake timeout; now for ServerOptions::first_frame_timeout.
+TEST_F(OpsServerTest, AnIdleConnectionIsClosedAfterTheFirstFrameTimeout) {
+  ServerOptions o = Options("127.0.0.1:0", /*with_gpu=*/false);
+  o.first_frame_timeout = absl::Seconds(1);
+  Start(std::move(o));
+  const int fd = testing::ConnectIdle(server_->port());
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(testing::ClosedByPeerWithin(fd, absl::Seconds(8)));
+  close(fd);
+  EXPECT_OK(ListTemplates({}));  // the listener itself goes on
+}
+
+// The listener probe: a server that answers is alive; a socket that takes connections but
+// never reads them (what gRPC 1.51 leaves after an EMFILE) and a closed port are not.
+TEST_F(OpsServerTest, ListenerProbeTellsAnAnsweringServerFromAWedgedOne) {
+  Start(Options("127.0.0.1:0", /*with_gpu=*/false));
+  EXPECT_OK(ProbeListener("127.0.0.1:0", server_->port(), false, absl::Seconds(5)));
+  const std::string socket = dir_ + "/probe.sock";
+  ServerOptions on_unix = Options("unix://" + socket, /*with_gpu=*/false);
+  absl::StatusOr<std::unique_ptr<KtuneServer>> second = StartKtuneServer(std::move(on_unix));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_OK(ProbeListener("unix://" + socket, 0, false, absl::Seconds(5)));
+  (*second)->Shutdown();
+
+  int port = 0;
+  const int wedged = WedgedListener(&port);
+  ASSERT_GE(wedged, 0);
+  EXPECT_THAT(ProbeListener("127.0.0.1:0", port, false, absl::Seconds(1)),
+              testing::StatusIs(absl::StatusCode::kUnavailable,
+                                HasSubstr("took the connection but: no answer in time")));
+  close(wedged);
+  EXPECT_THAT(ProbeListener("127.0.0.1:0", port, false, absl::Seconds(1)),
+              testing::StatusIs(absl::StatusCode::kUnavailable, HasSubstr("connect")));
+}
+
+// Three failed probes in a row make the listener dead, and the callback says why; a server
+// whose probes are answered stays up.
+TEST_F(OpsServerTest, ListenerWatchFindsAWedgedListenerButNotAnAnsweringOne) {
+  // The watch probes the wrong port: a listener that never answers, seen from the server.
+  int port = 0;
+  const int wedged = WedgedListener(&port);
+  ASSERT_GE(wedged, 0);
+  absl::Notification dead;
+  std::string why;
+  ListenerWatchOptions w;
+  w.listen = "127.0.0.1:0";
+  w.port = port;
+  w.interval = absl::Milliseconds(100);
+  std::unique_ptr<ListenerWatch> watch = StartListenerWatch(w, [&](const std::string& reason) {
+    why = reason;
+    dead.Notify();
+  });
+  ASSERT_TRUE(dead.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_THAT(why, HasSubstr("3 probes in a row failed"));
+  close(wedged);
+
+  ServerOptions o = Options("127.0.0.1:0", /*with_gpu=*/false);
+  o.listener_probe_interval = absl::Milliseconds(100);
+  absl::Notification server_dead;
+  o.on_listener_dead = [&](const std::string&) { server_dead.Notify(); };
+  Start(std::move(o));
+  auto channel = grpc::CreateChannel(Target(), grpc::InsecureChannelCredentials());
+  EXPECT_EQ(testing::HealthStatus(channel, ""), kServing);
+  absl::SleepFor(absl::Seconds(1));  // several probes, all answered
+  EXPECT_FALSE(server_dead.HasBeenNotified());
+  EXPECT_TRUE(server_->serving());
+}
+
+// The server's own probe, end to end: its unix socket's path taken over by a listener that
+// never answers (what its clients would meet after gRPC 1.51's listener died), the server
+// turns NOT_SERVING and calls on_listener_dead.
+TEST_F(OpsServerTest, AServerWhoseListenerStopsAnsweringTurnsNotServing) {
+  const std::string socket = dir_ + "/w.sock";
+  ServerOptions o = Options("unix://" + socket, /*with_gpu=*/false);
+  o.listener_probe_interval = absl::Milliseconds(100);
+  absl::Notification dead;
+  std::string why;
+  o.on_listener_dead = [&](const std::string& reason) {
+    why = reason;
+    dead.Notify();
+  };
+  Start(std::move(o));
+  EXPECT_TRUE(server_->serving());
+  ASSERT_EQ(unlink(socket.c_str()), 0);
+  const int wedged = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(wedged, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(socket.size(), sizeof(addr.sun_path));
+  memcpy(addr.sun_path, socket.data(), socket.size());
+  ASSERT_EQ(bind(wedged, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(wedged, 16), 0);
+  EXPECT_TRUE(dead.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_THAT(why, HasSubstr("took the connection but: no answer in time"));
+  EXPECT_FALSE(server_->serving());
+  close(wedged);
+}
+
+// gRPC's reflection service used to answer without the token; now a reflection call without
+// it is cancelled unanswered, and with it answered.
+TEST_F(OpsServerTest, ReflectionWantsTheToken) {
+  ServerOptions o = Options("127.0.0.1:0", /*with_gpu=*/false);
+  o.token = "s3cret";
+  o.reflection = true;
+  Start(std::move(o));
+  auto channel = grpc::CreateChannel(Target(), grpc::InsecureChannelCredentials());
+  bool answered = true;
+  EXPECT_FALSE(testing::ReflectionListServices(channel, "", &answered).ok());
+  EXPECT_FALSE(answered);
+  EXPECT_FALSE(testing::ReflectionListServices(channel, "wrong", &answered).ok());
+  EXPECT_FALSE(answered);
+  const grpc::Status with_token = testing::ReflectionListServices(channel, "s3cret", &answered);
+  EXPECT_TRUE(with_token.ok()) << with_token.error_message();
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(testing::HealthStatus(channel, ""), kServing);  // health stays open
 }
 
 }  // namespace

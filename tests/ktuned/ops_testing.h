@@ -11,6 +11,12 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <future>
 #include <string>
@@ -81,6 +87,67 @@ inline int HealthStatus(const std::shared_ptr<grpc::Channel>& channel, const std
   if (bytes.empty()) return 0;  // UNKNOWN (the default value is not sent)
   if (bytes.size() != 2 || bytes[0] != '\x08') return -1;
   return bytes[1];
+}
+
+// grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo asked to list the services
+// over `channel`, with "authorization: Bearer <token>" unless `token` is empty: the call's
+// status, and in *answered whether a response came. The one-field request is written by hand.
+inline grpc::Status ReflectionListServices(const std::shared_ptr<grpc::Channel>& channel,
+                                           const std::string& token, bool* answered) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  auto step = [&] { return cq.Next(&tag, &ok) && ok; };
+  call->StartCall(nullptr);
+  step();
+  grpc::Slice slice(std::string("\x3a\x00", 2));  // list_services: ""
+  grpc::ByteBuffer request(&slice, 1), response;
+  call->Write(request, nullptr);
+  step();
+  call->WritesDone(nullptr);
+  step();
+  call->Read(&response, nullptr);
+  *answered = step();
+  grpc::Status status;
+  call->Finish(&status, nullptr);
+  step();
+  return status;
+}
+
+// A plain TCP connection to 127.0.0.1:port that says nothing (the descriptor; -1 when
+// connect fails). The caller closes it.
+inline int ConnectIdle(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True iff the peer closes `fd` (end of stream or a reset) within `timeout`; what it sends
+// meanwhile is read and dropped.
+inline bool ClosedByPeerWithin(int fd, absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  char buf[256];
+  while (absl::Now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(end - absl::Now()))) <= 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return true;
+  }
+  return false;
 }
 
 }  // namespace ktune::testing

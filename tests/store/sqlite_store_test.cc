@@ -1,8 +1,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -530,6 +533,46 @@ TEST(SqliteStore, ReadOnlyStoreSeesWriterCommitsAndRefusesWrites) {
   EXPECT_THAT(reader->CreateJob(MakeJob(key)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("read-only")));
   EXPECT_THAT(CheckIntegrity(path), ::ktune::testing::IsOkAndHolds("ok"));
+}
+
+// A store in a folder the reader may not write, with no -shm beside it (a clean close removes
+// it): a read-only open used to fail at its first read ("attempt to write a readonly
+// database", SQLite wanting to create the -shm), so `ktune cache ls` could not read it. The
+// reader runs in a child that is not root (root may write any folder), as nobody when the
+// test runs as root.
+TEST(SqliteStore, ReadOnlyOpenReadsAStoreInAFolderItCannotWrite) {
+  TempDir dir;
+  const std::string path = dir.File("ktune.db");
+  // One winner, then a clean close.
+  absl::StatusOr<std::unique_ptr<Store>> writer = OpenSqliteStore(path);
+  ASSERT_OK(writer.status());
+  absl::StatusOr<int64_t> job = (*writer)->CreateJob(MakeJob(MakeKey("n=1")));
+  ASSERT_OK(job.status());
+  ASSERT_OK((*writer)->CommitWinner(MakeEntry(MakeKey("n=1"), *job, 1), {}).status());
+  writer->reset();
+  ASSERT_FALSE(FileExists(path + "-shm"));
+  const std::string folder = path.substr(0, path.rfind('/'));
+  ASSERT_EQ(chmod(path.c_str(), 0444), 0);
+  ASSERT_EQ(chmod(folder.c_str(), 0555), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (getuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
+    absl::StatusOr<std::unique_ptr<Store>> reader = OpenSqliteStore(path, ReadOnly());
+    if (!reader.ok()) {
+      std::fprintf(stderr, "open: %s\n", reader.status().ToString().c_str());
+      _exit(1);
+    }
+    absl::StatusOr<std::vector<EntrySummary>> entries = (*reader)->ListEntries({});
+    if (!entries.ok()) std::fprintf(stderr, "ls: %s\n", entries.status().ToString().c_str());
+    _exit(entries.ok() && entries->size() == 1 ? 0 : 2);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  chmod(folder.c_str(), 0700);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  ASSERT_NE(WEXITSTATUS(status), 3) << "cannot become nobody";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the reader could not list the store (see stderr)";
 }
 
 TEST(SqliteStore, ReadOnlyOpenOfMissingFileFailsAndCreatesNothing) {

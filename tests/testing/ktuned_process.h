@@ -18,6 +18,10 @@ class Ktuned : public Subprocess {
  public:
   Ktuned(const std::string& dir, const std::vector<std::string>& args)
       : Subprocess(KTUNE_BINARY_DIR "/bin/ktuned", args, dir) {}
+  // The same under `/bin/sh -c 'ulimit LIMITS && exec ktuned ARGS'` (same pid), e.g. "-n 64"
+  // (soft and hard open files limit) or "-Sn 256" (the soft one only).
+  Ktuned(const std::string& dir, const std::vector<std::string>& args, const std::string& ulimit)
+      : Subprocess("/bin/sh", UnderUlimit(args, ulimit), dir) {}
   void Terminate() { Signal(SIGTERM); }
 
   // Waits until stderr says "serving on ..." (it is printed once the listener is up);
@@ -33,6 +37,15 @@ class Ktuned : public Subprocess {
       absl::SleepFor(absl::Milliseconds(20));
     }
     return "";
+  }
+
+ private:
+  static std::vector<std::string> UnderUlimit(const std::vector<std::string>& args,
+                                              const std::string& ulimit) {
+    std::vector<std::string> sh = {"-c", "ulimit " + ulimit + " && exec \"$0\" \"$@\"",
+                                   KTUNE_BINARY_DIR "/bin/ktuned"};
+    sh.insert(sh.end(), args.begin(), args.end());
+    return sh;
   }
 };
 
