@@ -206,7 +206,9 @@ inline void ExpectSameEntry(const Entry& got, const Entry& want, bool same_job =
   EXPECT_EQ(got.cubin_sha256, want.cubin_sha256);
   EXPECT_EQ(got.launches, want.launches);
   EXPECT_TRUE(SameMetrics(got.metrics, want.metrics));
-  if (same_job) EXPECT_EQ(got.job_id, want.job_id);
+  if (same_job) {
+    EXPECT_EQ(got.job_id, want.job_id);
+  }
   EXPECT_EQ(got.trials_total, want.trials_total);
   EXPECT_EQ(got.trials_ok, want.trials_ok);
   EXPECT_EQ(got.tuning_seconds, want.tuning_seconds);
