@@ -441,7 +441,9 @@ TEST_F(CacheCommandTest, BadDatabaseFilesAreRefusedAndLeftUntouched) {
       EXPECT_EQ(r.exit_code, 2) << r;
       EXPECT_THAT(r.err, HasSubstr(b.message)) << r;
       EXPECT_EQ(std::filesystem::exists(b.path), exists);
-      if (exists) EXPECT_TRUE(ReadBytes(b.path) == before) << "the file changed";
+      if (exists) {
+        EXPECT_TRUE(ReadBytes(b.path) == before) << "the file changed";
+      }
     }
   }
 }

@@ -278,104 +278,120 @@ size_t ExpectWholeStore(const std::string& db) {
   return entries->size();
 }
 
-// The crash loop (#17): `ktune tune --spec` (fake worker), `ktune cache import` and a ktuned
-// serving a `ktune tune --daemon`, all on one store, each SIGKILLed at a random moment, 90
-// times or for 60 s; after every kill the store is whole. Then a tune killed once its job
-// has recorded a trial resumes from it, and the spec finishes with every key at its budget.
-TEST_F(SpecTuneTest, CrashLoopOfTunesImportsAndDaemonsLeavesAWholeStore) {
-  const std::string db = dir_ + "/ktune.db";
-  // The export file the imports read: 37 keys (the loop's six among them) tuned into a store
-  // of its own, so that an import takes long enough to be killed in the middle.
-  const std::string source = dir_ + "/source.db", exported = dir_ + "/export.json";
-  std::string many = "64";
-  for (int n = 65; n < 96; ++n) absl::StrAppend(&many, ", ", n);
-  std::vector<std::string> to_source =
-      Args(WriteSpec(many + ", 128, 256, 512, 1024, 2048"), {"--quiet"});
-  to_source[4] = source;  // --db
-  ASSERT_EQ(Run(to_source).exit_code, 0);
-  const Result export_run = Run({"cache", "export", "--db", source, exported});
-  ASSERT_EQ(export_run.exit_code, 0) << export_run;
-  const std::string spec = WriteSpec("64, 128, 256, 512, 1024, 2048");
-
-  const std::string socket = dir_ + "/run/ktuned.sock";
-  std::mt19937 random(20261130);
-  // Kills `p` after up to max_ms; counts the kills that found it still running (the others
-  // had finished: their store is checked all the same).
-  int landed[3] = {0, 0, 0};
-  auto kill_after = [&](testing::Subprocess& p, int max_ms, int kind) {
-    absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int>(0, max_ms)(random)));
-    landed[kind] += p.Running();
-    p.Signal(SIGKILL);
-    p.Wait(absl::Seconds(10));
-  };
-  setenv("FAKE_WORKER_MEASURE_MS", "40", 1);
+// The crash loop's pieces (#17): the kills, counted, and the export file the imports read.
+struct CrashLoopCounts {
   int kills = 0, tunes = 0, imports = 0, daemons = 0;
-  const absl::Time end = absl::Now() + absl::Seconds(60);
-  for (int round = 0; kills < 90 && absl::Now() < end; ++round) {
-    SCOPED_TRACE(absl::StrCat("round ", round, ", kill ", kills));
-    switch (round % 3) {
-      case 0: {
+  int landed[3] = {0, 0, 0};  // kills that found a tune, an import, a daemon still running
+};
+
+class SpecTuneCrashTest : public SpecTuneTest {
+ protected:
+  // 37 keys (the loop's six among them) tuned into a store of their own and exported, so
+  // that an import takes long enough to be killed in the middle. The export file's path.
+  std::string ExportOf37Keys() {
+    const std::string source = dir_ + "/source.db", exported = dir_ + "/export.json";
+    std::string many = "64";
+    for (int n = 65; n < 96; ++n) absl::StrAppend(&many, ", ", n);
+    std::vector<std::string> to_source =
+        Args(WriteSpec(many + ", 128, 256, 512, 1024, 2048"), {"--quiet"});
+    to_source[4] = source;  // --db
+    EXPECT_EQ(Run(to_source).exit_code, 0);
+    const Result export_run = Run({"cache", "export", "--db", source, exported});
+    EXPECT_EQ(export_run.exit_code, 0) << export_run;
+    return exported;
+  }
+
+  // `ktune tune --spec` (fake worker), `ktune cache import` of `exported` and a ktuned serving
+  // a `ktune tune --daemon`, in turn on the store `db`, each SIGKILLed after a random while,
+  // 90 times or for 60 s; after every kill the store is whole (ExpectWholeStore).
+  CrashLoopCounts RunCrashLoop(const std::string& db, const std::string& spec,
+                               const std::string& exported) {
+    const std::string socket = dir_ + "/run/ktuned.sock";
+    std::mt19937 random(20261130);
+    CrashLoopCounts c;
+    auto kill_after = [&](testing::Subprocess& p, int max_ms, int kind) {
+      absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int>(0, max_ms)(random)));
+      c.landed[kind] += p.Running();
+      p.Signal(SIGKILL);
+      p.Wait(absl::Seconds(10));
+    };
+    setenv("FAKE_WORKER_MEASURE_MS", "40", 1);
+    const absl::Time end = absl::Now() + absl::Seconds(60);
+    for (int round = 0; c.kills < 90 && absl::Now() < end; ++round) {
+      SCOPED_TRACE(absl::StrCat("round ", round, ", kill ", c.kills));
+      if (round % 3 == 0) {
         testing::Subprocess tune(kKtune, Args(spec, {"--force", "--quiet"}), NewTempDir());
         kill_after(tune, 1500, 0);
-        ++tunes;
-        break;
-      }
-      case 1: {
+        ++c.tunes;
+      } else if (round % 3 == 1) {
         testing::Subprocess import(kKtune,
                                    {"cache", "import", "--db", db, "--templates",
                                     dir_ + "/templates", "--on-conflict", "replace", exported},
                                    NewTempDir());
         kill_after(import, 60, 1);
-        ++imports;
-        break;
-      }
-      case 2: {
+        ++c.imports;
+      } else {
         testing::Ktuned ktuned(NewTempDir(), {"--listen", "unix://" + socket, "--db", db,
                                               "--templates", dir_ + "/templates", "--worker",
                                               kFakeWorker});
-        ASSERT_THAT(ktuned.WaitServing(), HasSubstr(socket)) << ktuned.Stderr();
+        EXPECT_THAT(ktuned.WaitServing(), HasSubstr(socket)) << ktuned.Stderr();
         testing::Subprocess client(
             kKtune, Args(spec, {"--daemon", "unix://" + socket, "--force", "--quiet"}),
             NewTempDir());
         kill_after(ktuned, 1500, 2);
-        ++daemons;
-        break;
+        ++c.daemons;
       }
+      ++c.kills;
+      ExpectWholeStore(db);
+      if (HasFailure()) break;
     }
-    ++kills;
-    ExpectWholeStore(db);
-    if (HasFailure()) return;
+    return c;
   }
-  EXPECT_GE(kills, 30) << "the loop is too slow to test much";
-  EXPECT_GE(landed[0] + landed[1] + landed[2], kills / 2) << "most kills came too late";
 
-  // A tune killed once its job for a new key (n=4096; the loop had only the first six) has
-  // recorded a trial...
-  WriteSpec("64, 128, 256, 512, 1024, 2048, 4096, 8192");
-  auto new_key_progress = [&db] {
-    store::StoreOptions options;
-    options.read_only = true;
-    absl::StatusOr<std::unique_ptr<store::Store>> s = store::OpenSqliteStore(db, options);
-    int64_t done = 0;
-    if (!s.ok()) return done;
-    absl::StatusOr<std::vector<store::Job>> running = (*s)->ListJobs(store::JobState::kRunning);
-    for (const store::Job& job : running.value_or(std::vector<store::Job>{})) {
-      if (job.key.shape == "n=4096") done = std::max(done, job.done);
-    }
-    return done;
-  };
-  {
+  // Runs `spec` (which has the key n=4096 the loop never tuned) and SIGKILLs it once that
+  // key's job has recorded a trial.
+  void KillANewKeysTuneAfterItsFirstTrial(const std::string& db, const std::string& spec) {
+    auto new_key_progress = [&db] {
+      store::StoreOptions options;
+      options.read_only = true;
+      absl::StatusOr<std::unique_ptr<store::Store>> s = store::OpenSqliteStore(db, options);
+      int64_t done = 0;
+      if (!s.ok()) return done;
+      absl::StatusOr<std::vector<store::Job>> running = (*s)->ListJobs(store::JobState::kRunning);
+      for (const store::Job& job : running.value_or(std::vector<store::Job>{})) {
+        if (job.key.shape == "n=4096") done = std::max(done, job.done);
+      }
+      return done;
+    };
     testing::Subprocess p(kKtune, Args(spec, {"--quiet"}), NewTempDir());
     const absl::Time until = absl::Now() + absl::Seconds(60);
     while (absl::Now() < until && p.Running() && new_key_progress() < 1) {
       absl::SleepFor(absl::Milliseconds(10));
     }
-    ASSERT_TRUE(p.Running()) << "finished before it could be killed:\n" << p.Stderr();
+    EXPECT_TRUE(p.Running()) << "finished before it could be killed:\n" << p.Stderr();
     p.Signal(SIGKILL);
     p.Wait(absl::Seconds(10));
   }
+};
+
+// The crash loop (#17): every kill of a tune, an import or a daemon leaves a whole store.
+// Then a tune killed once its job for a new key has recorded a trial resumes from it, and
+// the spec finishes with every key at its budget.
+TEST_F(SpecTuneCrashTest, CrashLoopOfTunesImportsAndDaemonsLeavesAWholeStore) {
+  const std::string db = dir_ + "/ktune.db";
+  const std::string exported = ExportOf37Keys();
+  ASSERT_FALSE(HasFailure());
+  const CrashLoopCounts c =
+      RunCrashLoop(db, WriteSpec("64, 128, 256, 512, 1024, 2048"), exported);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_GE(c.kills, 30) << "the loop is too slow to test much";
+  EXPECT_GE(c.landed[0] + c.landed[1] + c.landed[2], c.kills / 2) << "most kills came too late";
+
+  const std::string spec = WriteSpec("64, 128, 256, 512, 1024, 2048, 4096, 8192");
+  KillANewKeysTuneAfterItsFirstTrial(db, spec);
+  ASSERT_FALSE(HasFailure());
   ExpectWholeStore(db);
-  // ...resumes: the rerun measures only what is left of it, and every key ends at its budget.
+  // The rerun measures only what is left of n=4096, and every key ends at its budget.
   unsetenv("FAKE_WORKER_MEASURE_MS");
   const Result rerun = Run(Args(spec, {"--json"}));
   ASSERT_EQ(rerun.exit_code, 0) << rerun;
@@ -388,7 +404,8 @@ TEST_F(SpecTuneTest, CrashLoopOfTunesImportsAndDaemonsLeavesAWholeStore) {
   EXPECT_GE(ExpectWholeStore(db), 8u);  // the spec's, and the export's when an import finished
   EXPECT_EQ(keys.size(), 8u);
   std::printf("crash loop: %d kills (%d tunes, %d imports, %d daemons; %d, %d, %d of them "
-              "still running)\n", kills, tunes, imports, daemons, landed[0], landed[1], landed[2]);
+              "still running)\n", c.kills, c.tunes, c.imports, c.daemons, c.landed[0],
+              c.landed[1], c.landed[2]);
 }
 
 // --min-sample-us reaches every measurement the worker is asked for, with one key or a spec;
