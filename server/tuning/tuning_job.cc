@@ -157,6 +157,19 @@ TrialMetrics DeriveMetrics(const CompileResult& compiled, int64_t dynamic_smem,
 
 namespace {
 
+// Pointers to the ok trials of `trials` (a vector of store::Trial, const or not), fastest
+// first, ties in their order: what the promotion and the final round both rank.
+template <typename Trials>
+auto OkFastestFirst(Trials& trials) {
+  std::vector<decltype(&trials[0])> ranked;
+  for (auto& t : trials) {
+    if (t.outcome == Outcome::kOk) ranked.push_back(&t);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const store::Trial* a, const store::Trial* b) { return Faster(*a, *b); });
+  return ranked;
+}
+
 // Timing in rounds (TuneRequest::timing_rounds): the screening timing caps samples and time;
 // the leaders promoted from it are the fastest third, within these bounds.
 constexpr int64_t kScreenMaxRepeats = 10;
@@ -459,12 +472,7 @@ class TuningRun {
   // and those times replace the screening ones in `trials` (the store keeps the screening
   // trials). A leader whose full run is not ok leaves the race with that outcome.
   absl::Status Promote(std::vector<store::Trial>& trials) {
-    std::vector<store::Trial*> ranked;
-    for (store::Trial& t : trials) {
-      if (t.outcome == Outcome::kOk) ranked.push_back(&t);
-    }
-    std::stable_sort(ranked.begin(), ranked.end(),
-                     [](const store::Trial* a, const store::Trial* b) { return Faster(*a, *b); });
+    const std::vector<store::Trial*> ranked = OkFastestFirst(trials);
     const size_t wanted = std::max<size_t>(2 * std::max(request_.finalists, 1),
                                            (ranked.size() + kPromotedFraction - 1) / kPromotedFraction);
     const size_t count = std::min({ranked.size(), wanted, kMaxPromoted});
@@ -491,12 +499,7 @@ class TuningRun {
   // median over the final round (a finalist that failed a rerun is out); with no final
   // round, the fastest trial. Its metrics are those of its median run.
   absl::StatusOr<Finalist> FinalRound(const std::vector<store::Trial>& trials) {
-    std::vector<const store::Trial*> ranked;
-    for (const store::Trial& t : trials) {
-      if (t.outcome == Outcome::kOk) ranked.push_back(&t);
-    }
-    std::stable_sort(ranked.begin(), ranked.end(),
-                     [](const store::Trial* a, const store::Trial* b) { return Faster(*a, *b); });
+    const std::vector<const store::Trial*> ranked = OkFastestFirst(trials);
     const size_t finalists = request_.final_rounds > 0
                                  ? std::min<size_t>(std::max(request_.finalists, 1), ranked.size())
                                  : 1;
