@@ -182,12 +182,10 @@ constexpr size_t kMaxPromoted = 24;
 // default, gets the cap).
 v1::TimingOptions ScreeningTiming(const v1::TimingOptions& full) {
   v1::TimingOptions t = full;
-  const auto cap = [](auto value, auto limit) {
-    return value > 0 ? std::min<decltype(limit)>(value, limit) : limit;
-  };
+  const auto cap = [](double value, double limit) { return value > 0 ? std::min(value, limit) : limit; };
   t.set_max_repeats(static_cast<int32_t>(cap(full.max_repeats(), kScreenMaxRepeats)));
   t.set_min_repeats(static_cast<int32_t>(
-      cap(full.min_repeats(), std::min<int64_t>(kScreenMinRepeats, t.max_repeats()))));
+      cap(full.min_repeats(), std::min<double>(kScreenMinRepeats, t.max_repeats()))));
   t.set_time_cap_ms(cap(full.time_cap_ms(), kScreenTimeCapMs));
   return t;
 }
