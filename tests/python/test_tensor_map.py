@@ -10,6 +10,7 @@ import types
 import unittest
 
 import ktune
+from ktune._cache import _MAX_BOUND, CachedKernel
 from ktune._types import artifact_from_proto
 from ktune.v1 import ktune_pb2, manifest_pb2
 
@@ -209,6 +210,39 @@ class LoadedKernelTensorMapTest(unittest.TestCase):
         a.args[1] = type(old)(name=old.name, is_buffer=False, scalar_type="tensor_map_v2")
         with self.assertRaisesRegex(ValueError, "unknown scalar type 'tensor_map_v2'"):
             ktune.LoadedKernel(a, driver=FakeTmaDriver())
+
+
+class CachedTensorMapKernelTest(unittest.TestCase):
+    """A kernel cache's entry of a tensor-map kernel encodes the maps once per set of buffer
+    addresses, and keeps the last _MAX_BOUND sets."""
+
+    def entry(self, cu):
+        a = tma_artifact()
+        return CachedKernel(a, ktune.LoadedKernel(a, driver=cu), context=None)
+
+    def test_the_same_addresses_reuse_the_encoded_maps(self):
+        cu = FakeTmaDriver()
+        e = self.entry(cu)
+        for _ in range(3):
+            e.launch(POINTERS, 0)
+        self.assertEqual(len(cu.encodes), 1)
+        e.launch({"x": 0x30000, "out": 0x20000}, 0)
+        self.assertEqual([enc[2] for enc in cu.encodes], [0x10000, 0x30000])
+        self.assertEqual(len(cu.launched), 4)
+
+    def test_the_oldest_address_set_is_dropped(self):
+        cu = FakeTmaDriver()
+        e = self.entry(cu)
+        for i in range(_MAX_BOUND + 1):
+            e.launch({"x": 0x10000 * (i + 1), "out": 0x8000}, 0)
+        e.launch({"x": 0x10000 * (_MAX_BOUND + 1), "out": 0x8000}, 0)  # newest: kept
+        self.assertEqual(len(cu.encodes), _MAX_BOUND + 1)
+        e.launch({"x": 0x10000, "out": 0x8000}, 0)  # oldest: encoded again
+        self.assertEqual(len(cu.encodes), _MAX_BOUND + 2)
+
+    def test_a_missing_buffer_is_named(self):
+        with self.assertRaisesRegex(KeyError, "no device pointer for buffer 'out'"):
+            self.entry(FakeTmaDriver()).launch({"x": 0x10000}, 0)
 
 
 if __name__ == "__main__":

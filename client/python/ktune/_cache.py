@@ -31,6 +31,8 @@ from ktune import _errors
 from ktune._launch import PackedParams, _SCALAR_CTYPES
 from ktune._loaded import LoadedKernel, cuda_check, cuda_driver
 
+_MAX_BOUND = 32  # address sets a tensor-map kernel keeps bound (see CachedKernel)
+
 
 def cache_key(template, dtype, shape, gpu=0):
     """The hashable key of the cache: (template, dtype, sorted shape items, gpu)."""
@@ -62,8 +64,13 @@ class CachedKernel:
         self.provenance = artifact.provenance
         self.provisional = artifact.provenance != "exact" or artifact.stale
         self.buffers = tuple(a.name for a in artifact.args if a.is_buffer)
-        # Tensor maps are encoded from each call's pointers: those kernels pack per call.
+        # Tensor maps are encoded from the buffers' addresses (cuTensorMapEncodeTiled, tens
+        # of us from Python): those kernels keep a BoundKernel per set of addresses, the
+        # last _MAX_BOUND sets (torch's caching allocator hands a steady loop the same
+        # addresses again, so the hot path is a dict hit).
         self._per_call = any(a.scalar_type == "tensor_map" for a in artifact.args)
+        self._bound = {}
+        self._bound_lock = threading.Lock()
         self._local = threading.local()
 
     def _packed(self):
@@ -91,6 +98,21 @@ class CachedKernel:
             values.append(slot)
         return PackedParams(values), buffers, scalars
 
+    def _bound_kernel(self, pointers):
+        """The BoundKernel for these addresses: kept from an earlier call, or bound now."""
+        try:
+            addresses = tuple(int(pointers[name]) for name in self.buffers)
+        except KeyError as e:
+            raise KeyError(f"no device pointer for buffer '{e.args[0]}'") from None
+        bound = self._bound.get(addresses)
+        if bound is None:
+            bound = self.kernel.bind(pointers)
+            with self._bound_lock:
+                if len(self._bound) >= _MAX_BOUND:
+                    del self._bound[next(iter(self._bound))]  # the oldest set
+                self._bound[addresses] = bound
+        return bound
+
     def launch(self, pointers, stream, scalars=None):
         """Enqueues every launch on `stream` (a CUstream, or what the driver takes) with the
         device addresses `pointers` (buffer name -> int) and, for this call only, scalar
@@ -100,7 +122,7 @@ class CachedKernel:
         if self._per_call:
             if scalars:
                 raise ValueError("this kernel takes tensor maps; its scalars are the artifact's")
-            self.kernel.bind(pointers).launch(stream)
+            self._bound_kernel(pointers).launch(stream)
             return
         cu = self.kernel.driver
         for (params, buffers, slots), fn, launch in zip(self._packed(), self.kernel.functions,
