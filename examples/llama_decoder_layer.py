@@ -130,28 +130,31 @@ class TorchOps:
 
 
 class KtuneOps:
-    """ktune.torch's ops (importing it registers torch.ops.ktune.*). In place where they are:
-    add_rms_norm updates `residual`, rope rotates q and k."""
+    """ktune.torch's ops: in eager mode each runs its kernel without torch's dispatcher,
+    under torch.compile it is the custom op torch.ops.ktune.* (importing ktune.torch
+    registers them). In place where they are: add_rms_norm updates `residual`, rope rotates
+    q and k."""
     name = "ktune"
 
     def __init__(self):
-        import ktune.torch  # noqa: F401 - registers the ops
+        import ktune.torch
+        self.kt = ktune.torch
 
     def rms_norm(self, x, weight, eps):
-        return torch.ops.ktune.rms_norm(x, weight, eps)
+        return self.kt.rms_norm(x, weight, eps)
 
     def add_rms_norm(self, x, residual, weight, eps):
-        return torch.ops.ktune.fused_add_rms_norm(x, residual, weight, eps), residual
+        return self.kt.fused_add_rms_norm(x, residual, weight, eps), residual
 
     def rope(self, positions, q, k, cos_sin):
-        torch.ops.ktune.rotary_embedding(positions, q, k, cos_sin.shape[1], cos_sin, False)
+        self.kt.rotary_embedding(positions, q, k, cos_sin.shape[1], cos_sin, False)
         return q, k
 
     def silu_and_mul(self, x):
-        return torch.ops.ktune.silu_and_mul(x)
+        return self.kt.silu_and_mul(x)
 
     def linear(self, x, weight):
-        return torch.ops.ktune.linear(x, weight, None)
+        return self.kt.linear(x, weight, None)
 
 
 # ---- the layer ----------------------------------------------------------------------------

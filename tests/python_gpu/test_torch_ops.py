@@ -140,6 +140,58 @@ class TorchOpsTest(unittest.TestCase):
         got = torch.compile(f, fullgraph=True)(x, w)
         self.assertClose(got, f(x, w), 1e-2, 1.6e-2, "compiled")
 
+    def test_the_direct_path_is_the_custom_ops_and_fills_the_same_cache_keys(self):
+        # kt.<op> in eager mode runs its kernel without the dispatcher; it must answer as
+        # torch.ops.ktune.<op> does and find the kernels under ktune.cache_key's keys.
+        kt, dev = self.kt, torch.cuda.current_device()
+        x = torch.rand(5, 1536, device="cuda", dtype=torch.bfloat16) - 0.5
+        w = torch.rand(1536, device="cuda", dtype=torch.bfloat16) + 0.5
+        r1 = torch.rand_like(x)
+        r2 = r1.clone()
+        pos = torch.arange(5, device="cuda", dtype=torch.int32)
+        cos_sin = torch.rand(16, 64, device="cuda")
+        q1 = torch.rand(5, 4 * 64, device="cuda", dtype=torch.bfloat16)
+        k1 = torch.rand(5, 2 * 64, device="cuda", dtype=torch.bfloat16)
+        q2, k2 = q1.clone(), k1.clone()
+        wl = torch.rand(256, 1536, device="cuda", dtype=torch.bfloat16) - 0.5
+        pairs = [
+            (kt.rms_norm(x, w, 1e-6), torch.ops.ktune.rms_norm(x, w, 1e-6),
+             ("rmsnorm", {"tokens": 5, "hidden": 1536})),
+            (kt.fused_add_rms_norm(x, r1, w, 1e-6),
+             torch.ops.ktune.fused_add_rms_norm(x, r2, w, 1e-6),
+             ("add_rmsnorm", {"tokens": 5, "hidden": 1536})),
+            (r1, r2, None),
+            (kt.layer_norm(x, w, w, 1e-5), torch.ops.ktune.layer_norm(x, w, w, 1e-5),
+             ("layernorm", {"tokens": 5, "hidden": 1536, "with_bias": 1})),
+            (kt.softmax(x), torch.ops.ktune.softmax(x),
+             ("softmax", {"rows": 5, "cols": 1536, "out_bytes": 2})),
+            (kt.silu_and_mul(x), torch.ops.ktune.silu_and_mul(x),
+             ("silu_and_mul", {"tokens": 5, "inter": 768})),
+            (kt.linear(x, wl), torch.ops.ktune.linear(x, wl, None),
+             ("gemm", {"m": 5, "n": 256, "k": 1536})),
+        ]
+        kt.rotary_embedding(pos, q1, k1, 64, cos_sin, False)
+        torch.ops.ktune.rotary_embedding(pos, q2, k2, 64, cos_sin, False)
+        pairs += [(q1, q2, ("rope", {"tokens": 5, "heads": 4, "kv_heads": 2, "head_dim": 64,
+                                     "interleaved": 0})), (k1, k2, None)]
+        for direct, dispatched, key in pairs:
+            if key is not None and key[0] == "gemm":  # split-K may sum in another order
+                self.assertClose(direct, dispatched, 1e-2, 1e-2, "linear")
+            else:
+                self.assertTrue(torch.equal(direct, dispatched), key)
+            if key is not None:
+                self.assertIsNotNone(kt.cache().peek(ktune.cache_key(key[0], "bf16", key[1],
+                                                                     dev)), key)
+
+    def test_torch_compile_traces_the_module_functions(self):
+        x = torch.rand(8, 4096, device="cuda", dtype=torch.bfloat16) - 0.5
+        w = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
+
+        def f(x, w):
+            return self.kt.silu_and_mul(torch.cat((x, x), -1)) + self.kt.rms_norm(x, w, 1e-6)
+        got = torch.compile(f, fullgraph=True)(x, w)
+        self.assertClose(got, f(x, w), 1e-2, 1.6e-2, "compiled")
+
     def test_bad_arguments_are_named(self):
         x = torch.rand(8, 4096, device="cuda", dtype=torch.bfloat16)
         w = torch.rand(4096, device="cuda", dtype=torch.bfloat16)
@@ -151,6 +203,8 @@ class TorchOpsTest(unittest.TestCase):
             (lambda: torch.ops.ktune.silu_and_mul(x[:, :7].contiguous()), "x's last dim is 7"),
             (lambda: torch.ops.ktune.linear(x.float(), w.float()[None], None),
              "x is torch.float32"),
+            (lambda: self.kt.rms_norm(x, w.float(), 1e-6), "weight is torch.float32"),
+            (lambda: self.kt.layer_norm(x, w, w[:8], 1e-5), "bias is (8,)"),
         ]
         for call, message in cases:
             with self.assertRaises((ValueError, TypeError, RuntimeError)) as e:

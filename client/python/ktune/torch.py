@@ -3,9 +3,10 @@
     import ktune.torch as kt
     kt.configure(target="unix:///run/ktune/ktuned.sock")      # optional; default target
     kt.prefetch([("rmsnorm", torch.bfloat16, {"tokens": 8, "hidden": 4096}), ...])
-    y = torch.ops.ktune.rms_norm(x, weight, 1e-6)              # or kt.rms_norm(...)
+    y = kt.rms_norm(x, weight, 1e-6)                          # or torch.ops.ktune.rms_norm
 
-Ops (namespace `ktune`), each with a fake kernel so torch.compile traces through it:
+Ops, each a function of this module and a torch.library custom op of namespace `ktune` with a
+fake kernel, so torch.compile traces through it:
 
     rms_norm(x, weight, eps) -> out                      template rmsnorm
     fused_add_rms_norm(x, residual, weight, eps) -> out  add_rmsnorm; residual += x in place
@@ -18,6 +19,11 @@ Ops (namespace `ktune`), each with a fake kernel so torch.compile traces through
 
 fused_add_rms_norm returns the normalized rows instead of overwriting x (vLLM's does): the
 kernel's parameters are __restrict__, so out may not alias x.
+
+kt.<op> in eager mode (plain tensors, no autograd recording, not under torch.compile) runs
+its kernel at once; everywhere else it calls torch.ops.ktune.<op>, whose implementation is
+the same. The dispatcher costs more host time per call than the launch itself (measured by
+bench/torch_overhead.py), so eager callers should use kt.<op>.
 
 Every op checks its tensors (CUDA, one device, the dtype, contiguous, the shapes agree) and
 raises ValueError or TypeError naming the argument. It then takes the kernel of its key
@@ -117,17 +123,19 @@ def prefetch(keys):
 # ---- checks ----
 
 def _tensor(op, name, t, device=None, dtype=None, dim=None):
+    """Checks t and returns it; device is a CUDA device index (torch's get_device())."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"ktune.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cuda":
+    if not t.is_cuda:
         raise ValueError(f"ktune.{op}: {name} is on {t.device}; ktune ops take CUDA tensors")
-    if device is not None and t.device != device:
-        raise ValueError(f"ktune.{op}: {name} is on {t.device}, the input on {device}")
-    if dtype is not None and t.dtype != dtype:
+    if device is not None and t.get_device() != device:
+        raise ValueError(f"ktune.{op}: {name} is on {t.device}, the input on cuda:{device}")
+    if dtype is None:
+        if t.dtype not in _DTYPES:
+            raise ValueError(f"ktune.{op}: {name} is {t.dtype}; ktune ops take float32, "
+                             f"float16 or bfloat16")
+    elif t.dtype != dtype:
         raise ValueError(f"ktune.{op}: {name} is {t.dtype}; expected {dtype}")
-    if dtype is None and t.dtype not in _DTYPES:
-        raise ValueError(f"ktune.{op}: {name} is {t.dtype}; ktune ops take float32, float16 "
-                         f"or bfloat16")
     if not t.is_contiguous():
         raise ValueError(f"ktune.{op}: {name} must be contiguous (call .contiguous() first)")
     if dim is not None and t.dim() != dim:
@@ -145,6 +153,23 @@ def _rows(op, x, last):
     return x.numel() // cols if cols else 0, cols
 
 
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+
+
+def _eager(*tensors):
+    """Whether a call may run its kernel at once instead of through torch's dispatcher (which
+    costs more host time than the kernel's own launch): not while torch.compile traces, not
+    for tensor subclasses (fake tensors of a trace, dispatch modes' wrappers), not when
+    autograd would record the op. Those calls go through torch.ops.ktune.*."""
+    if _is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if type(t) is not torch.Tensor or (grad and t.requires_grad):
+            return False
+    return True
+
+
 # ---- launching ----
 
 def _warn_once(op, error):
@@ -154,11 +179,23 @@ def _warn_once(op, error):
     _warned.add(tag)
     who = "ktune.torch ops" if tag[0] == "*" else f"ktune.{op}"
     warnings.warn(f"{who} fall back to torch's own implementation: {error} (warned once)",
-                  RuntimeWarning, stacklevel=4)
+                  RuntimeWarning, stacklevel=5)
+
+
+# torch's current stream of a device as its raw cudaStream_t, without building a Stream
+# object per call (torch's own compiled code reads it this way).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream_handle(device):
+    if _raw_stream is not None:
+        return _raw_stream(device)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def _stream(device, driver):
-    handle = torch.cuda.current_stream(device).cuda_stream
+    """The driver's CUstream for torch's current stream on device index `device`."""
+    handle = _stream_handle(device)
     stream = _streams.get(handle)
     if stream is None:
         stream = _streams[handle] = driver.CUstream(handle)
@@ -178,14 +215,15 @@ def _current_context(device):
     cuda_check(cu, cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
 
 
-def _entry(op, template, dtype, shape, device):
-    """The cached kernel of the key, or None (warned) when the op must fall back to torch."""
-    key = (template, _DTYPES[dtype], tuple(sorted(shape.items())), device.index)
-    c = cache()
+def _entry(op, key):
+    """The cached kernel of `key` (as ktune.cache_key makes it; the ops build it with the
+    shape's dims in sorted order), or None (warned) when the op must fall back to torch."""
+    c = _cache if _cache is not None else cache()
     entry = c.peek(key)
     if entry is not None:
         return entry
     # First use of the key: load it into the device's context, current on this thread.
+    device = torch.device("cuda", key[3])
     try:
         with torch.cuda.device(device):
             _current_context(device)
@@ -198,18 +236,24 @@ def _entry(op, template, dtype, shape, device):
 
 
 def _launch(entry, device, pointers, scalars=None):
-    if device.index != torch.cuda.current_device():
+    """Enqueues the entry's kernel on torch's current stream of device index `device`."""
+    stream = _stream(device, entry.kernel.driver)
+    if device != torch.cuda.current_device():
         with torch.cuda.device(device):
-            entry.launch(pointers, _stream(device, entry.kernel.driver), scalars)
+            entry.launch(pointers, stream, scalars)
     else:
-        entry.launch(pointers, _stream(device, entry.kernel.driver), scalars)
+        entry.launch(pointers, stream, scalars)
 
 
 def _buffer_arg(entry, name):
-    for a in entry.artifact.args:
-        if a.name == name and a.is_buffer:
-            return a
-    raise RuntimeError(f"the {entry.artifact.key.template_id} artifact has no buffer '{name}'")
+    args = entry.__dict__.get("_torch_buffers")
+    if args is None:  # once per entry
+        args = entry._torch_buffers = {a.name: a for a in entry.artifact.args if a.is_buffer}
+    arg = args.get(name)
+    if arg is None:
+        raise RuntimeError(f"the {entry.artifact.key.template_id} artifact has no buffer "
+                           f"'{name}'")
+    return arg
 
 
 def _scratch(entry, name, device):
@@ -220,125 +264,190 @@ def _scratch(entry, name, device):
 
 
 # ---- the ops ----
+#
+# Each op is a function that runs its kernel at once when _eager() allows, and otherwise calls
+# the torch.library custom op of the same name (torch.ops.ktune.<op>), whose implementation
+# is the same function body and whose fake kernel lets torch.compile trace it.
 
-@torch.library.custom_op("ktune::rms_norm", mutates_args=())
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def _rms_norm(x, weight, eps):
     _tensor("rms_norm", "x", x)
-    _tensor("rms_norm", "weight", weight, x.device, x.dtype, dim=1)
+    dev = x.get_device()
+    _tensor("rms_norm", "weight", weight, dev, x.dtype, dim=1)
     tokens, hidden = _rows("rms_norm", x, weight.shape[0])
-    entry = _entry("rms_norm", "rmsnorm", x.dtype, {"tokens": tokens, "hidden": hidden},
-                   x.device)
+    entry = _entry("rms_norm", ("rmsnorm", _DTYPES[x.dtype],
+                                (("hidden", hidden), ("tokens", tokens)), dev))
     if entry is None or tokens == 0:
         return F.rms_norm(x, (hidden,), weight, eps)
     out = torch.empty_like(x)
-    _launch(entry, x.device, {"x": x.data_ptr(), "weight": weight.data_ptr(),
-                              "out": out.data_ptr()}, {"eps": eps})
+    _launch(entry, dev, {"x": x.data_ptr(), "weight": weight.data_ptr(),
+                         "out": out.data_ptr()}, {"eps": eps})
     return out
 
 
-@rms_norm.register_fake
+@torch.library.custom_op("ktune::rms_norm", mutates_args=())
+def _rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return _rms_norm(x, weight, eps)
+
+
+@_rms_norm_op.register_fake
 def _(x, weight, eps=1e-6):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("ktune::fused_add_rms_norm", mutates_args=("residual",))
-def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                       eps: float = 1e-6) -> torch.Tensor:
-    _tensor("fused_add_rms_norm", "x", x)
-    _tensor("fused_add_rms_norm", "residual", residual, x.device, x.dtype)
+def rms_norm(x, weight, eps=1e-6):
+    """x * rsqrt(mean(x^2, -1) + eps) * weight over the last dim (template rmsnorm)."""
+    if _eager(x, weight):
+        return _rms_norm(x, weight, eps)
+    return _rms_norm_op(x, weight, eps)
+
+
+def _fused_add_rms_norm(x, residual, weight, eps):
+    op = "fused_add_rms_norm"
+    _tensor(op, "x", x)
+    dev = x.get_device()
+    _tensor(op, "residual", residual, dev, x.dtype)
     if residual.shape != x.shape:
-        raise ValueError(f"ktune.fused_add_rms_norm: residual is {tuple(residual.shape)}, x "
+        raise ValueError(f"ktune.{op}: residual is {tuple(residual.shape)}, x "
                          f"{tuple(x.shape)}")
-    _tensor("fused_add_rms_norm", "weight", weight, x.device, x.dtype, dim=1)
-    tokens, hidden = _rows("fused_add_rms_norm", x, weight.shape[0])
-    entry = _entry("fused_add_rms_norm", "add_rmsnorm", x.dtype,
-                   {"tokens": tokens, "hidden": hidden}, x.device)
+    _tensor(op, "weight", weight, dev, x.dtype, dim=1)
+    tokens, hidden = _rows(op, x, weight.shape[0])
+    entry = _entry(op, ("add_rmsnorm", _DTYPES[x.dtype],
+                        (("hidden", hidden), ("tokens", tokens)), dev))
     if entry is None or tokens == 0:
         residual.add_(x)
         return F.rms_norm(residual, (hidden,), weight, eps)
     out = torch.empty_like(x)
-    _launch(entry, x.device, {"x": x.data_ptr(), "residual": residual.data_ptr(),
-                              "weight": weight.data_ptr(), "out": out.data_ptr()},
-            {"eps": eps})
+    _launch(entry, dev, {"x": x.data_ptr(), "residual": residual.data_ptr(),
+                         "weight": weight.data_ptr(), "out": out.data_ptr()}, {"eps": eps})
     return out
 
 
-@fused_add_rms_norm.register_fake
+@torch.library.custom_op("ktune::fused_add_rms_norm", mutates_args=("residual",))
+def _fused_add_rms_norm_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                           eps: float = 1e-6) -> torch.Tensor:
+    return _fused_add_rms_norm(x, residual, weight, eps)
+
+
+@_fused_add_rms_norm_op.register_fake
 def _(x, residual, weight, eps=1e-6):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("ktune::layer_norm", mutates_args=())
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-               eps: float = 1e-5) -> torch.Tensor:
+def fused_add_rms_norm(x, residual, weight, eps=1e-6):
+    """residual += x (in place); returns rms_norm(residual) (template add_rmsnorm)."""
+    if _eager(x, residual, weight):
+        return _fused_add_rms_norm(x, residual, weight, eps)
+    return _fused_add_rms_norm_op(x, residual, weight, eps)
+
+
+def _layer_norm(x, weight, bias, eps):
     _tensor("layer_norm", "x", x)
-    _tensor("layer_norm", "weight", weight, x.device, x.dtype, dim=1)
+    dev = x.get_device()
+    _tensor("layer_norm", "weight", weight, dev, x.dtype, dim=1)
     if bias is not None:
-        _tensor("layer_norm", "bias", bias, x.device, x.dtype, dim=1)
+        _tensor("layer_norm", "bias", bias, dev, x.dtype, dim=1)
         if bias.shape != weight.shape:
             raise ValueError(f"ktune.layer_norm: bias is {tuple(bias.shape)}, weight "
                              f"{tuple(weight.shape)}")
     tokens, hidden = _rows("layer_norm", x, weight.shape[0])
-    entry = _entry("layer_norm", "layernorm", x.dtype,
-                   {"tokens": tokens, "hidden": hidden, "with_bias": int(bias is not None)},
-                   x.device)
+    entry = _entry("layer_norm", ("layernorm", _DTYPES[x.dtype],
+                                  (("hidden", hidden), ("tokens", tokens),
+                                   ("with_bias", int(bias is not None))), dev))
     if entry is None or tokens == 0:
         return F.layer_norm(x, (hidden,), weight, bias, eps)
     out = torch.empty_like(x)
     # Without a bias the kernel reads none; its pointer must still be a valid address.
     b = bias if bias is not None else weight
-    _launch(entry, x.device, {"x": x.data_ptr(), "weight": weight.data_ptr(),
-                              "bias": b.data_ptr(), "out": out.data_ptr()}, {"eps": eps})
+    _launch(entry, dev, {"x": x.data_ptr(), "weight": weight.data_ptr(),
+                         "bias": b.data_ptr(), "out": out.data_ptr()}, {"eps": eps})
     return out
 
 
-@layer_norm.register_fake
+@torch.library.custom_op("ktune::layer_norm", mutates_args=())
+def _layer_norm_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                   eps: float = 1e-5) -> torch.Tensor:
+    return _layer_norm(x, weight, bias, eps)
+
+
+@_layer_norm_op.register_fake
 def _(x, weight, bias, eps=1e-5):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("ktune::softmax", mutates_args=())
-def softmax(x: torch.Tensor) -> torch.Tensor:
+def layer_norm(x, weight, bias, eps=1e-5):
+    """torch's layer_norm over the last dim, bias optional (template layernorm)."""
+    if _eager(x, weight) and (bias is None or _eager(bias)):
+        return _layer_norm(x, weight, bias, eps)
+    return _layer_norm_op(x, weight, bias, eps)
+
+
+def _softmax(x):
     _tensor("softmax", "x", x)
+    dev = x.get_device()
     rows, cols = _rows("softmax", x, None)
-    entry = _entry("softmax", "softmax", x.dtype,
-                   {"rows": rows, "cols": cols, "out_bytes": x.element_size()}, x.device)
+    entry = _entry("softmax", ("softmax", _DTYPES[x.dtype],
+                               (("cols", cols), ("out_bytes", x.element_size()),
+                                ("rows", rows)), dev))
     if entry is None or rows == 0:
         return torch.softmax(x, dim=-1)
     out = torch.empty_like(x)
     partial = _scratch(entry, "partial", x.device)
     # out_f32 is written only for f32 output of a narrower dtype (out_bytes 4): not here,
     # but its pointer must be a valid address.
-    _launch(entry, x.device, {"x": x.data_ptr(), "out": out.data_ptr(),
-                              "out_f32": partial.data_ptr(), "partial": partial.data_ptr()})
+    _launch(entry, dev, {"x": x.data_ptr(), "out": out.data_ptr(),
+                         "out_f32": partial.data_ptr(), "partial": partial.data_ptr()})
     return out
 
 
-@softmax.register_fake
+@torch.library.custom_op("ktune::softmax", mutates_args=())
+def _softmax_op(x: torch.Tensor) -> torch.Tensor:
+    return _softmax(x)
+
+
+@_softmax_op.register_fake
 def _(x):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("ktune::silu_and_mul", mutates_args=())
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+def softmax(x):
+    """softmax over the last dim (template softmax)."""
+    if _eager(x):
+        return _softmax(x)
+    return _softmax_op(x)
+
+
+def _silu_and_mul(x):
     _tensor("silu_and_mul", "x", x)
     rows, cols = _rows("silu_and_mul", x, None)
     if cols % 2:
         raise ValueError(f"ktune.silu_and_mul: x's last dim is {cols}; expected 2 * inter "
                          f"(gate, then up)")
     inter = cols // 2
-    entry = _entry("silu_and_mul", "silu_and_mul", x.dtype, {"tokens": rows, "inter": inter},
-                   x.device)
+    dev = x.get_device()
+    entry = _entry("silu_and_mul", ("silu_and_mul", _DTYPES[x.dtype],
+                                    (("inter", inter), ("tokens", rows)), dev))
     if entry is None or rows == 0:
         return F.silu(x[..., :inter]) * x[..., inter:]
     out = torch.empty(*x.shape[:-1], inter, dtype=x.dtype, device=x.device)
-    _launch(entry, x.device, {"x": x.data_ptr(), "out": out.data_ptr()})
+    _launch(entry, dev, {"x": x.data_ptr(), "out": out.data_ptr()})
     return out
 
 
-@silu_and_mul.register_fake
+@torch.library.custom_op("ktune::silu_and_mul", mutates_args=())
+def _silu_and_mul_op(x: torch.Tensor) -> torch.Tensor:
+    return _silu_and_mul(x)
+
+
+@_silu_and_mul_op.register_fake
 def _(x):
     return x.new_empty(*x.shape[:-1], x.shape[-1] // 2)
+
+
+def silu_and_mul(x):
+    """silu(x[..., :d]) * x[..., d:] (template silu_and_mul)."""
+    if _eager(x):
+        return _silu_and_mul(x)
+    return _silu_and_mul_op(x)
 
 
 def _rope_torch(positions, q, k, head_dim, cos_sin, interleaved):
@@ -359,17 +468,15 @@ def _rope_torch(positions, q, k, head_dim, cos_sin, interleaved):
         t.copy_(rotated.view(t.shape).to(t.dtype))
 
 
-@torch.library.custom_op("ktune::rotary_embedding", mutates_args=("q", "k"))
-def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
-                     cos_sin: torch.Tensor, interleaved: bool = False) -> None:
+def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved):
     op = "rotary_embedding"
     _tensor(op, "q", q)
-    device = q.device
-    _tensor(op, "k", k, device, q.dtype)
-    _tensor(op, "cos_sin", cos_sin, device, torch.float32, dim=2)
+    dev = q.get_device()
+    _tensor(op, "k", k, dev, q.dtype)
+    _tensor(op, "cos_sin", cos_sin, dev, torch.float32, dim=2)
     if positions.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"ktune.{op}: positions is {positions.dtype}; expected int32 or int64")
-    _tensor(op, "positions", positions, device, positions.dtype)
+    _tensor(op, "positions", positions, dev, positions.dtype)
     tokens = positions.numel()
     if tokens == 0:
         return
@@ -383,42 +490,56 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
             raise ValueError(f"ktune.{op}: {name} is {tuple(t.shape)}; expected "
                              f"{tokens} tokens x heads x head_dim={head_dim}")
     heads, kv_heads = q.numel() // (tokens * head_dim), k.numel() // (tokens * head_dim)
-    entry = _entry(op, "rope", q.dtype, {"tokens": tokens, "heads": heads,
-                                         "kv_heads": kv_heads, "head_dim": head_dim,
-                                         "interleaved": int(interleaved)}, device)
+    entry = _entry(op, ("rope", _DTYPES[q.dtype],
+                        (("head_dim", head_dim), ("heads", heads),
+                         ("interleaved", int(interleaved)), ("kv_heads", kv_heads),
+                         ("tokens", tokens)), dev))
     if entry is None:
         _rope_torch(positions, q, k, head_dim, cos_sin, interleaved)
         return
     # The kernel reads int32 positions (vLLM passes int64): one small conversion kernel.
     pos = positions if positions.dtype == torch.int32 else positions.to(torch.int32)
-    _launch(entry, device, {"q": q.data_ptr(), "k": k.data_ptr(), "cos_sin": cos_sin.data_ptr(),
-                            "positions": pos.data_ptr()})
+    _launch(entry, dev, {"q": q.data_ptr(), "k": k.data_ptr(), "cos_sin": cos_sin.data_ptr(),
+                         "positions": pos.data_ptr()})
 
 
-@rotary_embedding.register_fake
+@torch.library.custom_op("ktune::rotary_embedding", mutates_args=("q", "k"))
+def _rotary_embedding_op(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                         head_dim: int, cos_sin: torch.Tensor, interleaved: bool = False) -> None:
+    _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved)
+
+
+@_rotary_embedding_op.register_fake
 def _(positions, q, k, head_dim, cos_sin, interleaved=False):
     return None
 
 
+def rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved=False):
+    """Rotates q and k in place by the angles of cos_sin at `positions` (template rope)."""
+    if _eager(positions, q, k, cos_sin):
+        _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved)
+    else:
+        _rotary_embedding_op(positions, q, k, head_dim, cos_sin, interleaved)
+
+
 def _constant(device, name, value, dtype):
-    t = _constants.get((device.index, name))
+    t = _constants.get((device, name))
     if t is None:
-        t = _constants[(device.index, name)] = torch.full((1,), value, dtype=dtype,
-                                                          device=device)
+        t = _constants[(device, name)] = torch.full((1,), value, dtype=dtype,
+                                                    device=torch.device("cuda", device))
     return t
 
 
-@torch.library.custom_op("ktune::linear", mutates_args=())
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None
-           ) -> torch.Tensor:
+def _linear(x, weight, bias):
     op = "linear"
     _tensor(op, "x", x)
     if x.dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"ktune.{op}: x is {x.dtype}; the gemm template takes float16 or "
                          f"bfloat16")
-    _tensor(op, "weight", weight, x.device, x.dtype, dim=2)
+    dev = x.get_device()
+    _tensor(op, "weight", weight, dev, x.dtype, dim=2)
     if bias is not None:
-        _tensor(op, "bias", bias, x.device, x.dtype, dim=1)
+        _tensor(op, "bias", bias, dev, x.dtype, dim=1)
         if bias.shape[0] != weight.shape[0]:
             raise ValueError(f"ktune.{op}: bias has {bias.shape[0]} elements; weight has "
                              f"{weight.shape[0]} rows")
@@ -426,25 +547,38 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     n = weight.shape[0]
     if weight.shape[1] != k:
         raise ValueError(f"ktune.{op}: weight is {tuple(weight.shape)}; x's last dim is {k}")
-    entry = _entry(op, "gemm", x.dtype, {"m": m, "n": n, "k": k}, x.device)
+    entry = _entry(op, ("gemm", _DTYPES[x.dtype], (("k", k), ("m", m), ("n", n)), dev))
     if entry is None or m == 0:
         return F.linear(x, weight, bias)
     out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=x.device)
-    stream = torch.cuda.current_stream(x.device).cuda_stream
-    counters = _counters.get((x.device.index, stream))
+    stream = _stream_handle(dev)
+    counters = _counters.get((dev, stream))
     if counters is None:  # ZERO_ONCE: the kernels leave it zeroed; one per stream
-        counters = _counters[(x.device.index, stream)] = torch.zeros(
+        counters = _counters[(dev, stream)] = torch.zeros(
             _buffer_arg(entry, "counters").count, dtype=torch.int32, device=x.device)
-    one = _constant(x.device, "one", 1.0, torch.float32)
+    one = _constant(dev, "one", 1.0, torch.float32)
     partial = _scratch(entry, "partial", x.device)
-    _launch(entry, x.device, {"x": x.data_ptr(), "w": weight.data_ptr(), "out": out.data_ptr(),
-                              "scale_x": one.data_ptr(), "scale_w": one.data_ptr(),
-                              "partial": partial.data_ptr(), "counters": counters.data_ptr()})
+    _launch(entry, dev, {"x": x.data_ptr(), "w": weight.data_ptr(), "out": out.data_ptr(),
+                         "scale_x": one.data_ptr(), "scale_w": one.data_ptr(),
+                         "partial": partial.data_ptr(), "counters": counters.data_ptr()})
     if bias is not None:
         out.add_(bias)
     return out
 
 
-@linear.register_fake
+@torch.library.custom_op("ktune::linear", mutates_args=())
+def _linear_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None
+               ) -> torch.Tensor:
+    return _linear(x, weight, bias)
+
+
+@_linear_op.register_fake
 def _(x, weight, bias=None):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+def linear(x, weight, bias=None):
+    """x @ weight.T (+ bias), weight [n, k] as nn.Linear's (template gemm)."""
+    if _eager(x, weight) and (bias is None or _eager(bias)):
+        return _linear(x, weight, bias)
+    return _linear_op(x, weight, bias)
