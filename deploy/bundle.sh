@@ -25,7 +25,8 @@ cp -r tests/templates "$out/tests/"
 cp -r tests/gpu/testdata "$out/tests/gpu/"
 cp deploy/gpu-host/run.sh "$out/run.sh"
 mkdir -p "$out/bench"
-cp bench/peers.py bench/llama_layer.py bench/timing.py bench/manifest_text.py "$out/bench/"  # run.sh's peers and llama stages
+cp bench/peers.py bench/llama_layer.py bench/torch_overhead.py bench/timing.py bench/manifest_text.py \
+  "$out/bench/"  # run.sh's peers, llama and overhead stages
 mkdir -p "$out/examples"
 cp examples/llama_decoder_layer.py "$out/examples/"  # bench/llama_layer.py's layer
 # The Python client as generated in the build (no grpc_tools on the host), its example and tests.

@@ -6,7 +6,8 @@
 #                       and, not in the default: gemm (tunes GEMM keys, repeatability, NVRTC
 #                       time; $GEMM_KEYS), peers (fills a 10-minute call; flags in $PEERS_ARGS),
 #                       llama (bench/llama_layer.py: the Llama-3-8B layer eager / torch.compile /
-#                       ktune; flags in $LLAMA_ARGS)
+#                       ktune; flags in $LLAMA_ARGS), overhead (bench/torch_overhead.py: a
+#                       ktune.torch op's host time per call beyond a bare cuLaunchKernel)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"
@@ -132,6 +133,17 @@ if want torch; then
   KTUNE_BUILD_DIR="$here" KTUNE_TEST_LOG_DIR="$out" PYTHONPATH="$here/python" python3 -m unittest discover \
     -s "$here/tests/python_gpu" -v > "$out/torch_ops.log" 2>&1
   echo "torch ops: exit $? | $(tail -n 3 "$out/torch_ops.log" | tr '\n' '|')" >> "$summary"
+fi
+if want overhead; then
+  # bench/torch_overhead.py through a ktuned of its own (FALLBACK kernels: the overhead is
+  # the op's, whichever config it launches).
+  start_ktuned ktuned-overhead.sock overhead.db ktuned-overhead.log
+  PYTHONPATH="$here/python" python3 "$here/bench/torch_overhead.py" --target "unix://$sock" \
+    --out "$out" > "$out/torch_overhead.log" 2>&1
+  rc=$?
+  kill -TERM "$daemon"; wait "$daemon"
+  echo "torch overhead: exit $rc (0: both goals met)" >> "$summary"
+  if [ -s "$out/torch_overhead.md" ]; then cat "$out/torch_overhead.md" >> "$summary"; else tail -n 20 "$out/torch_overhead.log" >> "$summary"; fi
 fi
 if want peers; then
   # bench/peers.py: ktuned tunes each op and shape, then the winner and its peers (torch

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Host time a ktune.torch op costs per call beyond a bare cuLaunchKernel, and the GPU time it
+adds under a CUDA graph (issue #15's goals: <= 5 us of host time per call in eager mode; zero
+added GPU time under graphs).
+
+For each op (small shapes, so the host, not the GPU, sets the pace):
+  bare      cuLaunchKernel of the op's loaded function with its parameters packed once: the
+            least any Python caller pays for this kernel (a BoundKernel for tensor-map
+            kernels, whose parameters are the maps);
+  cache     the kernel cache's entry.launch(pointers, stream, scalars): the dict hit is
+            outside, the per-call pointer and scalar updates inside;
+  op        ktune.torch.<op>(...), eager: the argument checks, the output allocation, the key
+            lookup and the launch (no dispatcher);
+  dispatch  torch.ops.ktune.<op>(...): the same through torch's dispatcher (what a traced
+            or compiled caller gets);
+  torch     torch's own eager op, for reference.
+Each is called --calls times in a row, five times; the median batch's wall time per call is
+reported. overhead = op - bare.
+
+Under CUDA graphs: --graph-ops calls of the op captured into one graph, and the same number
+of bare launches of the same function into another; each replayed --replays times (CUDA
+events). added = op graph / bare graph - 1: what the op puts on the GPU beyond its kernels
+(an allocation in a graph is no node; a stray copy or memset would be one).
+
+    python3 bench/torch_overhead.py --target unix:///path/ktuned.sock --out DIR
+Writes DIR/torch_overhead.md and .json. Exit 0 when both goals are met, 1 otherwise.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import ktune
+import ktune.torch as kt
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import Timer  # noqa: E402
+
+GOAL_OVERHEAD_US = 5.0
+GOAL_GRAPH_ADDED = 0.02  # the two graphs' replays agree within noise
+
+
+def host_us_per_call(fn, calls, sleep_cycles):
+    """Median over five batches of `calls` calls of the wall time per call, in us. The GPU
+    sleeps through each batch (sleep_cycles, queued first), so no call waits for the GPU:
+    what is timed is the host's enqueueing alone."""
+    fn()
+    torch.cuda.synchronize()
+    batches = []
+    for _ in range(5):
+        torch.cuda._sleep(sleep_cycles)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        batches.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(batches)
+
+
+def graph_us(fn, count, replays):
+    """Replay time of a graph holding `count` calls of fn, per call, in us."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up outside the capture, as torch advises
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(count):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / (replays * count))
+    return statistics.median(times)
+
+
+def bare_launcher(entry, pointers, scalars, stream):
+    """A call that enqueues the entry's launches on `stream` (a CUstream) with everything
+    packed once."""
+    cu = entry.kernel.driver
+    if any(a.scalar_type == "tensor_map" for a in entry.artifact.args):
+        bound = entry.kernel.bind(pointers)
+        return lambda: bound.launch(stream)
+    entry.launch(pointers, stream, scalars)  # fills the slots
+    packed = entry._packed()
+    if scalars:
+        for params, _, slots in packed:
+            for name, value in scalars.items():
+                if name in slots:
+                    slots[name].value = value
+    work = [(fn, tuple(launch.grid), tuple(launch.block), launch.shared_bytes, params.address)
+            for (params, _, _), fn, launch in zip(packed, entry.kernel.functions,
+                                                  entry.artifact.launches)]
+    launch_kernel = cu.cuLaunchKernel
+
+    def run():
+        for fn, grid, block, smem, address in work:
+            launch_kernel(fn, *grid, *block, smem, stream, address, 0)
+    return run
+
+
+def cases(hidden, inter, n, k):
+    """(name, template, key dims, pointers, scalars, op call, dispatched call, torch call)
+    per op."""
+    dev = torch.device("cuda", 0)
+    bf = torch.bfloat16
+    x = torch.randn(1, hidden, dtype=bf, device=dev)
+    w = torch.randn(hidden, dtype=bf, device=dev)
+    res = torch.randn(1, hidden, dtype=bf, device=dev)
+    out = torch.empty_like(x)
+    gu = torch.randn(1, 2 * inter, dtype=bf, device=dev)
+    act = torch.empty(1, inter, dtype=bf, device=dev)
+    xg = torch.randn(1, k, dtype=bf, device=dev)
+    wg = torch.randn(n, k, dtype=bf, device=dev) / k ** 0.5
+    yg = torch.empty(1, n, dtype=bf, device=dev)
+    yield ("rms_norm", "rmsnorm", bf, {"tokens": 1, "hidden": hidden},
+           {"x": x.data_ptr(), "weight": w.data_ptr(), "out": out.data_ptr()}, {"eps": 1e-6},
+           lambda: kt.rms_norm(x, w, 1e-6), lambda: torch.ops.ktune.rms_norm(x, w, 1e-6),
+           lambda: F.rms_norm(x, (hidden,), w, 1e-6))
+    yield ("fused_add_rms_norm", "add_rmsnorm", bf, {"tokens": 1, "hidden": hidden},
+           {"x": x.data_ptr(), "residual": res.data_ptr(), "weight": w.data_ptr(),
+            "out": out.data_ptr()}, {"eps": 1e-6},
+           lambda: kt.fused_add_rms_norm(x, res, w, 1e-6),
+           lambda: torch.ops.ktune.fused_add_rms_norm(x, res, w, 1e-6),
+           lambda: F.rms_norm(res.add_(x), (hidden,), w, 1e-6))
+    yield ("silu_and_mul", "silu_and_mul", bf, {"tokens": 1, "inter": inter},
+           {"x": gu.data_ptr(), "out": act.data_ptr()}, None,
+           lambda: kt.silu_and_mul(gu), lambda: torch.ops.ktune.silu_and_mul(gu),
+           lambda: F.silu(gu[..., :inter]) * gu[..., inter:])
+    counters = torch.zeros(1 << 16, dtype=torch.int32, device=dev)
+    one = torch.ones(1, dtype=torch.float32, device=dev)
+    partial = torch.empty(1 << 22, dtype=torch.float32, device=dev)
+    yield ("linear", "gemm", bf, {"m": 1, "n": n, "k": k},
+           {"x": xg.data_ptr(), "w": wg.data_ptr(), "out": yg.data_ptr(),
+            "scale_x": one.data_ptr(), "scale_w": one.data_ptr(),
+            "partial": partial.data_ptr(), "counters": counters.data_ptr()}, None,
+           lambda: kt.linear(xg, wg), lambda: torch.ops.ktune.linear(xg, wg),
+           lambda: F.linear(xg, wg))
+
+
+def measure(args):
+    kt.configure(target=args.target, refresh_s=0)
+    sleep = Timer._cycles_for(args.calls * 100.0)  # 100 us a call: longer than any enqueue
+    rows = []
+    for name, template, dtype, shape, pointers, scalars, op, dispatched, peer in cases(
+            args.hidden, args.inter, args.n, args.k):
+        op()  # first call: asks ktuned (FALLBACK) and loads the kernel
+        torch.cuda.synchronize()
+        entry = kt.cache().peek(ktune.cache_key(template, kt._DTYPES[dtype], shape, 0))
+        if entry is None:
+            rows.append({"op": name, "error": "no ktune kernel (the op fell back to torch)"})
+            continue
+        stream = kt._stream(0, entry.kernel.driver)
+        bare = bare_launcher(entry, pointers, scalars, stream)
+        host = lambda fn: host_us_per_call(fn, args.calls, sleep)  # noqa: E731
+        row = {"op": name, "shape": shape, "provenance": entry.provenance,
+               "launches": len(entry.artifact.launches),
+               "bare_us": host(bare),
+               "cache_us": host(lambda: entry.launch(pointers, stream, scalars)),
+               "op_us": host(op),
+               "dispatch_us": host(dispatched),
+               "torch_us": host(peer)}
+        row["overhead_us"] = row["op_us"] - row["bare_us"]
+        row["graph_bare_us"] = graph_us(bare, args.graph_ops, args.replays)
+        row["graph_op_us"] = graph_us(op, args.graph_ops, args.replays)
+        row["graph_added"] = row["graph_op_us"] / row["graph_bare_us"] - 1
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def report(rows, out):
+    lines = ["| op | shape | launches | bare | cache | op | dispatch | torch eager | op - bare | "
+             "graph: bare / op per call | added |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    met = True
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['op']} | {r['error']} |")
+            met = False
+            continue
+        ok = r["overhead_us"] <= GOAL_OVERHEAD_US and abs(r["graph_added"]) <= GOAL_GRAPH_ADDED
+        met = met and ok
+        shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
+        lines.append(
+            f"| {r['op']} | {shape} | {r['launches']} | {r['bare_us']:.2f} | "
+            f"{r['cache_us']:.2f} | {r['op_us']:.2f} | {r['dispatch_us']:.2f} | "
+            f"{r['torch_us']:.2f} | "
+            f"{r['overhead_us']:.2f} {'ok' if r['overhead_us'] <= GOAL_OVERHEAD_US else 'MISS'} | "
+            f"{r['graph_bare_us']:.2f} / {r['graph_op_us']:.2f} | "
+            f"{100 * r['graph_added']:+.1f} % |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "torch_overhead.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out, "torch_overhead.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print(text)
+    return met
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--target", default=None, help="ktuned address (default: the client's)")
+    p.add_argument("--out", default=".")
+    p.add_argument("--calls", type=int, default=500,
+                   help="calls per timed batch (within the launch queue's depth)")
+    p.add_argument("--graph-ops", type=int, default=100, help="op calls captured per graph")
+    p.add_argument("--replays", type=int, default=20)
+    p.add_argument("--hidden", type=int, default=4096)
+    p.add_argument("--inter", type=int, default=14336)
+    p.add_argument("--n", type=int, default=4096, help="linear's output features")
+    p.add_argument("--k", type=int, default=4096, help="linear's input features")
+    args = p.parse_args(argv)
+    for flag in ("calls", "graph_ops", "replays", "hidden", "inter", "n", "k"):
+        if getattr(args, flag) <= 0:
+            p.error(f"--{flag.replace('_', '-')} must be positive")
+    os.makedirs(args.out, exist_ok=True)
+    torch.zeros(1, device="cuda")  # torch's context current on this thread
+    return 0 if report(measure(args), args.out) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
