@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "google/protobuf/descriptor.h"
 #include "ktune/v1/ktune.grpc.pb.h"
 #include "server/base/file.h"
 #include "server/base/file_lock.h"
@@ -25,6 +28,8 @@
 #include "frontends/ktuned/convert.h"
 #include "frontends/ktuned/health_checked_gpu.h"
 #include "frontends/ktuned/kernel_batch.h"
+#include "frontends/ktuned/log_limiter.h"
+#include "frontends/ktuned/parsed_request.h"
 #include "frontends/ktuned/reactors.h"
 #include "frontends/ktuned/request_validation.h"
 #include "frontends/ktuned/listener_guard.h"
@@ -38,6 +43,25 @@ namespace ktune {
 namespace {
 
 bool WantsTls(const ServerOptions& o);
+
+// How often a line about requests that do not parse may reach the log, per method.
+constexpr absl::Duration kBadRequestLogInterval = absl::Seconds(10);
+
+// The Ktune method `name` (gRPC numbers a service's methods in ktune.proto's order, as the
+// descriptor does). Its request type must be Request: a mismatch is a bug here, found at
+// start.
+template <class Request>
+const google::protobuf::MethodDescriptor& KtuneMethod(const std::string& name) {
+  const google::protobuf::MethodDescriptor* m =
+      google::protobuf::DescriptorPool::generated_pool()->FindMethodByName("ktune.v1.Ktune." +
+                                                                           name);
+  if (m == nullptr || m->input_type() != Request::descriptor()) {
+    std::fprintf(stderr, "ktuned: no method ktune.v1.Ktune.%s taking %s\n", name.c_str(),
+                 Request::descriptor()->full_name().c_str());
+    std::abort();
+  }
+  return *m;
+}
 
 bool SameToken(const std::string& a, const std::string& b) {
   // Constant time in the contents, so the token cannot be guessed byte by byte.
@@ -163,6 +187,12 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     vctx_.registry = options.registry;
     for (const GpuSlot& g : gpus_) vctx_.devices.push_back(g.info);
     vctx_.target = gpus_.empty() ? resolver_->Target(0) : options.compile_only_target;
+    TakeBadRequests("GetKernel", &KtuneServiceImpl::GetKernel);
+    TakeBadRequests("GetKernels", &KtuneServiceImpl::GetKernels);
+    TakeBadRequests("Tune", &KtuneServiceImpl::Tune);
+    TakeBadRequests("ListTemplates", &KtuneServiceImpl::ListTemplates);
+    TakeBadRequests("ListEntries", &KtuneServiceImpl::ListEntries);
+    TakeBadRequests("GetDevices", &KtuneServiceImpl::GetDevices);
   }
 
   grpc::ServerUnaryReactor* GetKernel(grpc::CallbackServerContext* ctx,
@@ -440,12 +470,66 @@ class KtuneServiceImpl final : public v1::Ktune::CallbackService {
     return CheckBearerToken(ctx->client_metadata(), options_.token);
   }
 
+  // gRPC's generated handlers answer request bytes that do not parse with UNIMPLEMENTED and
+  // no message, before the method's handler (and so its token check) runs. Each method is
+  // registered again for Parsed<Request> (parsed_request.h): a request that parses goes to
+  // its handler as before, one that does not gets Unparsable's answer. (The generated
+  // SetMessageAllocatorFor_* would now cast these handlers to the wrong type: not for use.)
+  template <class Request, class Response>
+  void TakeBadRequests(const std::string& name,
+                       grpc::ServerUnaryReactor* (KtuneServiceImpl::*handler)(
+                           grpc::CallbackServerContext*, const Request*, Response*)) {
+    const google::protobuf::MethodDescriptor& m = KtuneMethod<Request>(name);
+    MarkMethodCallback(
+        m.index(),
+        new grpc::internal::CallbackUnaryHandler<Parsed<Request>, Response>(
+            [this, handler, &m](grpc::CallbackServerContext* ctx, const Parsed<Request>* request,
+                                Response* response) -> grpc::ServerUnaryReactor* {
+              if (request->ok) return (this->*handler)(ctx, &request->message, response);
+              grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+              reactor->Finish(Unparsable(ctx, m));
+              return reactor;
+            }));
+  }
+  template <class Request>
+  void TakeBadRequests(const std::string& name,
+                       grpc::ServerWriteReactor<v1::TuneEvent>* (KtuneServiceImpl::*handler)(
+                           grpc::CallbackServerContext*, const Request*)) {
+    const google::protobuf::MethodDescriptor& m = KtuneMethod<Request>(name);
+    MarkMethodCallback(
+        m.index(),
+        new grpc::internal::CallbackServerStreamingHandler<Parsed<Request>, v1::TuneEvent>(
+            [this, handler, &m](grpc::CallbackServerContext* ctx, const Parsed<Request>* request)
+                -> grpc::ServerWriteReactor<v1::TuneEvent>* {
+              if (request->ok) return (this->*handler)(ctx, &request->message);
+              auto* stream = new TuneStream(ctx);
+              stream->state()->End(Unparsable(ctx, m));
+              return stream;
+            }));
+  }
+
+  // The answer to request bytes that do not parse as method `m`'s request: the token check
+  // first, as for every call (no log line for a caller without the token); then
+  // INVALID_ARGUMENT naming the method and the type, in the log at most once per method
+  // and interval (a looping client must not flood it).
+  grpc::Status Unparsable(grpc::CallbackServerContext* ctx,
+                          const google::protobuf::MethodDescriptor& m) {
+    if (absl::Status s = CheckToken(ctx); !s.ok()) return ToGrpcStatus(s);
+    const std::string why =
+        absl::StrCat("/", m.service()->full_name(), "/", m.name(),
+                     ": the request bytes do not parse as ", m.input_type()->full_name());
+    bad_requests_.Log(m.full_name(), absl::StrCat(why, " (from ", ctx->peer(), ")"));
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+  }
 
   const ServerOptions& options_;
   const std::vector<GpuSlot>& gpus_;
   const std::string compile_only_reason_;
   ArtifactCache artifacts_;
   ValidationContext vctx_;
+  LogLimiter bad_requests_{kBadRequestLogInterval, [](const std::string& line) {
+                             std::fprintf(stderr, "ktuned: %s\n", line.c_str());
+                           }};
   // Last: destroyed first, its threads joined while the rest is still there.
   const std::unique_ptr<KernelResolver> resolver_;
 };

@@ -19,13 +19,19 @@
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/fake_remote_tier.h"
 #include "tests/testing/fakes.h"
+#include "tests/testing/raw_call.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune {
 namespace {
 
+using ::ktune::testing::kKtuneMethods;
+using ::ktune::testing::kUnparsableBytes;
 using ::ktune::testing::OkMeasurement;
+using ::ktune::testing::RawCall;
+using ::ktune::testing::RawReply;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A FakeGpu whose memory size the test picks (0: the fake's own).
 class SizedFakeGpu : public testing::FakeGpu {
@@ -444,6 +450,42 @@ TEST_F(KtuneServerTest, TokenIsRequired) {
     v1::GetKernelResponse resp;
     EXPECT_EQ(stub_->GetKernel(&ctx, Req(1000, v1::CACHE_ONLY), &resp).error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
+  }
+}
+
+// gRPC's own handlers used to answer these UNIMPLEMENTED with an empty message, the token
+// check skipped: the caller could not tell a bad request from a missing method.
+TEST_F(KtuneServerTest, UnparsableRequestsAreInvalidArgumentNamingTheirType) {
+  Start();
+  for (const auto& [method, request] : kKtuneMethods) {
+    RawReply r = RawCall(channel_, method, kUnparsableBytes);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << r.status.error_message();
+    EXPECT_THAT(r.status.error_message(),
+                HasSubstr(absl::StrCat(method, ": the request bytes do not parse as ", request)));
+    EXPECT_EQ(r.answers, 0) << method;
+  }
+  // It goes on serving, the same raw path included: no bytes are an empty request.
+  EXPECT_TRUE(ListTemplatesWorks());
+  EXPECT_EQ(Get(Req(1000, v1::CACHE_ONLY)).status.error_code(), grpc::StatusCode::NOT_FOUND);
+  RawReply empty = RawCall(channel_, "/ktune.v1.Ktune/ListTemplates", "");
+  EXPECT_TRUE(empty.status.ok()) << empty.status.error_message();
+  EXPECT_EQ(empty.answers, 1);
+}
+
+TEST_F(KtuneServerTest, UnparsableRequestsWithoutTheTokenAreUnauthenticated) {
+  token_ = "s3cret";
+  Start();
+  for (const auto& [method, request] : kKtuneMethods) {
+    for (const char* token : {"", "guess"}) {
+      RawReply r = RawCall(channel_, method, kUnparsableBytes, token);
+      EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << method << " token '" << token << "': " << r.status.error_message();
+      EXPECT_THAT(r.status.error_message(), Not(HasSubstr("parse")));
+    }
+    RawReply r = RawCall(channel_, method, kUnparsableBytes, token_);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << r.status.error_message();
   }
 }
 

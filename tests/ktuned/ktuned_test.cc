@@ -1,10 +1,12 @@
 // Runs the built ktuned program as an operator would: on a unix socket in a temporary
 // folder with the shipped templates, from a config file, with TLS on loopback; checks that
-// it serves, that its socket is 0600, that SIGTERM ends it with status 0, and the exit
-// status and message of flags that do not fit. The worker path is made not to exist, so
-// ktuned runs compile-only on any host (a GPU host included) and the test needs no GPU.
+// it serves, that its socket is 0600, that SIGTERM ends it with status 0, the exit status
+// and message of flags that do not fit, and how it answers and logs a flood of bad requests.
+// The worker path is made not to exist, so ktuned runs compile-only on any host (a GPU host
+// included) and the test needs no GPU.
 #include <fcntl.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -25,6 +27,7 @@
 #include "tests/ktuned/ops_testing.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/ktuned_process.h"
+#include "tests/testing/raw_call.h"
 #include "tests/testing/subprocess.h"
 
 namespace ktune {
@@ -339,6 +342,40 @@ TEST_F(KtunedTest, AListenerThatStopsAcceptingEndsKtunedWithStatus3) {
 
   EXPECT_EQ(d.Wait(absl::Seconds(40)), 3) << d.Stderr();
   EXPECT_THAT(d.Stderr(), HasSubstr("the listener takes no connections"));
+}
+
+// A client looping on request bytes that do not parse: every call answered
+// INVALID_ARGUMENT, ktuned serving on, and its log holding a line per method every 10 s
+// (with how many it held back), not a line per call.
+TEST_F(KtunedTest, UnparsableRequestsAreAnsweredAndLoggedSparingly) {
+  const std::string socket = dir_ + "/ktuned.sock";
+  Ktuned d(dir_, With({"--listen", "unix://" + socket}));
+  ASSERT_THAT(d.WaitServing(), HasSubstr(socket)) << d.Stderr();
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials());
+  constexpr int kCalls = 1000;
+  int invalid = 0;
+  std::string other;  // the first answer that was not INVALID_ARGUMENT
+  for (int i = 0; i < kCalls && d.Running(); ++i) {
+    const std::string& method = testing::kKtuneMethods[i % 2].first;
+    testing::RawReply r = testing::RawCall(channel, method, testing::kUnparsableBytes);
+    if (r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      ++invalid;
+    } else if (other.empty()) {
+      other = absl::StrCat(method, ": ", r.status.error_code(), " '", r.status.error_message(),
+                           "'");
+    }
+  }
+  EXPECT_EQ(invalid, kCalls) << other;
+  EXPECT_TRUE(Templates("unix://" + socket).ok()) << d.Stderr();
+  d.Terminate();
+  EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+  const std::vector<std::string> lines = absl::StrSplit(d.Stderr(), '\n');
+  int logged = 0;
+  for (const std::string& line : lines) logged += absl::StrContains(line, "do not parse as");
+  // Two methods: a line each at once, and two more per 10 s should the calls take longer.
+  EXPECT_GE(logged, 1) << d.Stderr();
+  EXPECT_LE(logged, 6) << d.Stderr();
 }
 
 }  // namespace
