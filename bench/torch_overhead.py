@@ -89,14 +89,16 @@ def graph_us(fn, count, replays):
     return statistics.median(times)
 
 
-def bare_launcher(entry, pointers, scalars, stream):
-    """A call that enqueues the entry's launches on `stream` (a CUstream) with everything
-    packed once."""
+def bare_launcher(entry, pointers, scalars, stream=None):
+    """A call that enqueues the entry's launches with everything packed once, on `stream` (a
+    CUstream) or, when None, on torch's current stream looked up per call (so a graph
+    capture records them)."""
     cu = entry.kernel.driver
+    current = (lambda: kt._stream(0, cu)) if stream is None else (lambda: stream)
     if any(a.scalar_type == "tensor_map" for a in entry.artifact.args):
         bound = entry.kernel.bind(pointers)
-        return lambda: bound.launch(stream)
-    entry.launch(pointers, stream, scalars)  # fills the slots
+        return lambda: bound.launch(current())
+    entry.launch(pointers, current(), scalars)  # fills the slots
     packed = entry._packed()
     if scalars:
         for params, _, slots in packed:
@@ -108,10 +110,17 @@ def bare_launcher(entry, pointers, scalars, stream):
                                                   entry.artifact.launches)]
     launch_kernel = cu.cuLaunchKernel
 
-    def run():
+    if stream is not None:
+        def run():
+            for fn, grid, block, smem, address in work:
+                launch_kernel(fn, *grid, *block, smem, stream, address, 0)
+        return run
+
+    def run_current():
+        s = current()
         for fn, grid, block, smem, address in work:
-            launch_kernel(fn, *grid, *block, smem, stream, address, 0)
-    return run
+            launch_kernel(fn, *grid, *block, smem, s, address, 0)
+    return run_current
 
 
 def cases(hidden, inter, n, k):
@@ -176,7 +185,8 @@ def measure(args):
                "dispatch_us": host(dispatched),
                "torch_us": host(peer)}
         row["overhead_us"] = row["op_us"] - row["bare_us"]
-        row["graph_bare_us"] = graph_us(bare, args.graph_ops, args.replays)
+        row["graph_bare_us"] = graph_us(bare_launcher(entry, pointers, scalars),
+                                        args.graph_ops, args.replays)
         row["graph_op_us"] = graph_us(op, args.graph_ops, args.replays)
         row["graph_added"] = row["graph_op_us"] / row["graph_bare_us"] - 1
         rows.append(row)
