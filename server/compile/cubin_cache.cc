@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 #include "server/base/file.h"
 #include "server/base/sha256.h"
@@ -45,6 +48,10 @@ KernelResources ResourcesFromJson(const nlohmann::json& j) {
   return r;
 }
 
+// Concurrent compiles of one key are merged: the first caller compiles, the others wait for
+// its result instead of compiling the same program beside it. Two GPUs tuning keys of one
+// template at once ask for the same configs within moments of each other, before either
+// result is in the cache.
 class CachingCompiler : public Compiler {
  public:
   CachingCompiler(std::unique_ptr<Compiler> inner, const CubinCache* cache)
@@ -53,24 +60,52 @@ class CachingCompiler : public Compiler {
   absl::StatusOr<CompileResult> Compile(const CompileRequest& request) override {
     const auto start = std::chrono::steady_clock::now();
     const std::string key = CompileCacheKey(request, inner_->Identity());
-    if (std::optional<CompileResult> hit = cache_->Get(key)) {
-      hit->compile_ms = std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - start)
-                            .count();
-      return *std::move(hit);
+    if (std::optional<CompileResult> hit = cache_->Get(key)) return Timed(*std::move(hit), start);
+    std::promise<absl::StatusOr<CompileResult>> mine;
+    std::shared_future<absl::StatusOr<CompileResult>> theirs;
+    {
+      absl::MutexLock lock(&mu_);
+      auto [it, first] = in_flight_.try_emplace(key);
+      if (first) {
+        it->second = mine.get_future().share();
+      } else {
+        theirs = it->second;
+      }
     }
-    KTUNE_ASSIGN_OR_RETURN(CompileResult result, inner_->Compile(request));
-    result.key = key;
-    // A cache that cannot be written costs time, never a result.
-    cache_->Put(key, result).IgnoreError();
+    if (theirs.valid()) {
+      absl::StatusOr<CompileResult> result = theirs.get();
+      if (!result.ok()) return result.status();
+      CompileResult merged = *result;
+      merged.cache_hit = true;  // this caller compiled nothing
+      return Timed(std::move(merged), start);
+    }
+    absl::StatusOr<CompileResult> result = inner_->Compile(request);
+    if (result.ok()) {
+      result->key = key;
+      // A cache that cannot be written costs time, never a result.
+      cache_->Put(key, *result).IgnoreError();
+    }
+    mine.set_value(result);
+    absl::MutexLock lock(&mu_);
+    in_flight_.erase(key);
     return result;
   }
   std::string Identity() const override { return inner_->Identity(); }
   std::string Version() const override { return inner_->Version(); }
 
  private:
+  static CompileResult Timed(CompileResult r, std::chrono::steady_clock::time_point start) {
+    r.compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count();
+    return r;
+  }
+
   std::unique_ptr<Compiler> inner_;
   const CubinCache* cache_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_future<absl::StatusOr<CompileResult>>> in_flight_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -36,8 +36,9 @@ class CubinCache {
   std::string dir_;
 };
 
-// A Compiler that answers from `cache` when it can and fills it otherwise. `cache` must
-// outlive the result. Thread-safe as `inner` is.
+// A Compiler that answers from `cache` when it can and fills it otherwise; a compile of a key
+// already being compiled by another thread waits for that one's result (cache_hit set)
+// instead of compiling it again. `cache` must outlive the result. Thread-safe as `inner` is.
 std::unique_ptr<Compiler> NewCachingCompiler(std::unique_ptr<Compiler> inner,
                                              const CubinCache* cache);
 

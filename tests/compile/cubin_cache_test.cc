@@ -7,9 +7,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "server/base/file.h"
 #include "server/compile/cache_key.h"
 #include "server/compile/nvrtc_compiler.h"
@@ -18,6 +21,7 @@
 #include "server/templates/search_space.h"
 #include "server/tuning/compile_request.h"
 #include "tests/templates/template_fixture.h"
+#include "tests/testing/fakes.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune {
@@ -145,6 +149,46 @@ TEST_F(CubinCacheTest, FailedCompileIsCachedToo) {
   EXPECT_FALSE(second.ok);
   EXPECT_THAT(second.cubin, IsEmpty());
   ExpectSameResult(first, second);
+}
+
+// A FakeCompiler whose compiles wait for `release`.
+class GatedCompiler : public testing::FakeCompiler {
+ public:
+  absl::StatusOr<CompileResult> Compile(const CompileRequest& request) override {
+    entered.Notify();
+    release.WaitForNotification();
+    return FakeCompiler::Compile(request);
+  }
+  absl::Notification entered;
+  absl::Notification release;
+};
+
+TEST_F(CubinCacheTest, ConcurrentCompilesOfOneKeyCompileItOnce) {
+  auto gated = std::make_unique<GatedCompiler>();
+  GatedCompiler* inner = gated.get();
+  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(gated), cache_.get());
+  ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
+  absl::StatusOr<CompileResult> first, other[3];
+  std::thread compiling([&] { first = compiler->Compile(request); });
+  inner->entered.WaitForNotification();
+  std::vector<std::thread> waiting;
+  for (auto& r : other) waiting.emplace_back([&] { r = compiler->Compile(request); });
+  absl::SleepFor(absl::Milliseconds(200));  // the three reach the wait for the first's result
+  inner->release.Notify();
+  compiling.join();
+  for (std::thread& t : waiting) t.join();
+  EXPECT_EQ(inner->calls.load(), 1);
+  ASSERT_OK(first.status());
+  EXPECT_FALSE(first->cache_hit);
+  for (const auto& r : other) {
+    ASSERT_OK(r.status());
+    EXPECT_TRUE(r->cache_hit);
+    EXPECT_EQ(r->cubin, first->cubin);
+  }
+  // The next compile of the key reads the cache.
+  ASSERT_OK_AND_ASSIGN(CompileResult again, compiler->Compile(request));
+  EXPECT_TRUE(again.cache_hit);
+  EXPECT_EQ(inner->calls.load(), 1);
 }
 
 TEST_F(CubinCacheTest, ErrorsAreNotCached) {
