@@ -4,11 +4,9 @@ adds under a CUDA graph (issue #15's goals: <= 5 us of host time per call in eag
 added GPU time under graphs).
 
 For each op (small shapes, so the host, not the GPU, sets the pace):
-  bare      cuda-python's cuLaunchKernel of the op's loaded function with its parameters
-            packed once (tensor-map kernels: their maps encoded once): what a Python caller
-            of the usual driver binding pays at least for this kernel;
-  raw       the same through libcuda's cuLaunchKernel called by ctypes, which the kernel
-            cache uses with cuda-python's driver (ktune/_raw_launch.py);
+  bare      cuLaunchKernel of the op's loaded function with its parameters packed once: the
+            least any Python caller pays for this kernel (a BoundKernel for tensor-map
+            kernels, whose parameters are the maps);
   cache     the kernel cache's entry.launch(pointers, stream, scalars): the dict hit is
             outside, the per-call pointer and scalar updates inside;
   op        ktune.torch.<op>(...), eager: the argument checks, the output allocation, the key
@@ -40,7 +38,6 @@ import torch.nn.functional as F
 
 import ktune
 import ktune.torch as kt
-from ktune._raw_launch import handle, raw_launcher
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import Timer  # noqa: E402
@@ -92,37 +89,38 @@ def graph_us(fn, count, replays):
     return statistics.median(times)
 
 
-def bare_launcher(entry, pointers, scalars, stream=None, raw=False):
+def bare_launcher(entry, pointers, scalars, stream=None):
     """A call that enqueues the entry's launches with everything packed once, on `stream` (a
     CUstream) or, when None, on torch's current stream looked up per call (so a graph
-    capture records them); through cuda-python's cuLaunchKernel, or with raw=True through
-    libcuda's by ctypes (what the kernel cache uses with cuda-python's driver)."""
+    capture records them)."""
     cu = entry.kernel.driver
+    current = (lambda: kt._stream(0, cu)) if stream is None else (lambda: stream)
     if any(a.scalar_type == "tensor_map" for a in entry.artifact.args):
-        params = entry.kernel.bind(pointers)._params
-    else:
-        entry.launch(pointers, kt._stream(0, cu), scalars)  # fills this thread's slots
-        packed = entry._packed()
-        for _, _, slots in packed:
-            for name, value in (scalars or {}).items():
+        bound = entry.kernel.bind(pointers)
+        return lambda: bound.launch(current())
+    entry.launch(pointers, current(), scalars)  # fills the slots
+    packed = entry._packed()
+    if scalars:
+        for params, _, slots in packed:
+            for name, value in scalars.items():
                 if name in slots:
                     slots[name].value = value
-        params = [p for p, _, _ in packed]
-    if raw:
-        launch_kernel, functions = raw_launcher(cu), entry.kernel.raw_functions
-        extra, stream_arg = None, handle
-    else:
-        launch_kernel, functions = cu.cuLaunchKernel, entry.kernel.functions
-        extra, stream_arg = 0, (lambda s: s)
-    work = [(fn, tuple(launch.grid), tuple(launch.block), launch.shared_bytes, p.address)
-            for p, fn, launch in zip(params, functions, entry.artifact.launches)]
-    fixed = None if stream is None else stream_arg(stream)
+    work = [(fn, tuple(launch.grid), tuple(launch.block), launch.shared_bytes, params.address)
+            for (params, _, _), fn, launch in zip(packed, entry.kernel.functions,
+                                                  entry.artifact.launches)]
+    launch_kernel = cu.cuLaunchKernel
 
-    def run():
-        s = fixed if fixed is not None else stream_arg(kt._stream(0, cu))
+    if stream is not None:
+        def run():
+            for fn, grid, block, smem, address in work:
+                launch_kernel(fn, *grid, *block, smem, stream, address, 0)
+        return run
+
+    def run_current():
+        s = current()
         for fn, grid, block, smem, address in work:
-            launch_kernel(fn, *grid, *block, smem, s, address, extra)
-    return run
+            launch_kernel(fn, *grid, *block, smem, s, address, 0)
+    return run_current
 
 
 def cases(hidden, inter, n, k):
@@ -178,14 +176,10 @@ def measure(args):
             continue
         stream = kt._stream(0, entry.kernel.driver)
         bare = bare_launcher(entry, pointers, scalars, stream)
-        if raw_launcher(entry.kernel.driver) is None:
-            rows.append({"op": name, "error": "cuda-python's driver has no raw launch here"})
-            continue
         host = lambda fn: host_us_per_call(fn, args.calls, sleep)  # noqa: E731
         row = {"op": name, "shape": shape, "provenance": entry.provenance,
                "launches": len(entry.artifact.launches),
                "bare_us": host(bare),
-               "raw_us": host(bare_launcher(entry, pointers, scalars, stream, raw=True)),
                "cache_us": host(lambda: entry.launch(pointers, stream, scalars)),
                "op_us": host(op),
                "dispatch_us": host(dispatched),
@@ -201,9 +195,9 @@ def measure(args):
 
 
 def report(rows, out):
-    lines = ["| op | shape | launches | bare | raw | cache | op | dispatch | torch eager | "
-             "op - bare | graph: bare / op per call | added |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| op | shape | launches | bare | cache | op | dispatch | torch eager | op - bare | "
+             "graph: bare / op per call | added |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     met = True
     for r in rows:
         if "error" in r:
@@ -215,7 +209,6 @@ def report(rows, out):
         shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
         lines.append(
             f"| {r['op']} | {shape} | {r['launches']} | {r['bare_us']:.2f} | "
-            f"{r['raw_us']:.2f} | "
             f"{r['cache_us']:.2f} | {r['op_us']:.2f} | {r['dispatch_us']:.2f} | "
             f"{r['torch_us']:.2f} | "
             f"{r['overhead_us']:.2f} {'ok' if r['overhead_us'] <= GOAL_OVERHEAD_US else 'MISS'} | "

@@ -30,7 +30,6 @@ import time
 from ktune import _errors
 from ktune._launch import PackedParams, _SCALAR_CTYPES
 from ktune._loaded import LoadedKernel, cuda_check, cuda_driver
-from ktune._raw_launch import handle
 
 _MAX_BOUND = 32  # address sets a tensor-map kernel keeps bound (see CachedKernel)
 
@@ -125,13 +124,8 @@ class CachedKernel:
                 raise ValueError("this kernel takes tensor maps; its scalars are the artifact's")
             self._bound_kernel(pointers).launch(stream)
             return
-        kernel = self.kernel
-        raw = kernel.raw_launch
-        if raw is not None:
-            functions, s = kernel.raw_functions, handle(stream)
-        else:
-            functions, s = kernel.functions, stream
-        for (params, buffers, slots), fn, launch in zip(self._packed(), functions,
+        cu = self.kernel.driver
+        for (params, buffers, slots), fn, launch in zip(self._packed(), self.kernel.functions,
                                                         self.artifact.launches):
             for name, targets in buffers.items():
                 try:
@@ -148,20 +142,13 @@ class CachedKernel:
                         overridden.append((slot, slot.value))
                         slot.value = value
             try:
-                if raw is not None:
-                    err = raw(fn, *launch.grid, *launch.block, launch.shared_bytes, s,
-                              params.address, None)
-                else:
-                    err = kernel.driver.cuLaunchKernel(fn, *launch.grid, *launch.block,
-                                                       launch.shared_bytes, s, params.address, 0)
+                err = cu.cuLaunchKernel(fn, *launch.grid, *launch.block, launch.shared_bytes,
+                                        stream, params.address, 0)
             finally:
                 for slot, value in overridden:
                     slot.value = value
-            if raw is not None:
-                if err:
-                    kernel.raise_launch_error(err, launch)
-            elif int(err[0] if isinstance(err, tuple) else err) != 0:
-                cuda_check(kernel.driver, err, f"cuLaunchKernel({launch.lowered_name})")
+            if int(err[0] if isinstance(err, tuple) else err) != 0:
+                cuda_check(cu, err, f"cuLaunchKernel({launch.lowered_name})")
 
 
 class KernelCache:

@@ -15,7 +15,6 @@ cuda-python's driver functions: tests pass a fake).
 import ctypes
 
 from ktune._launch import check_tensor_map, pack_kernel_params
-from ktune._raw_launch import handle, raw_launcher
 
 # cuLaunchKernel's default limit; above it a function must opt in (cuFuncSetAttribute).
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024
@@ -89,14 +88,6 @@ class BoundKernel:
     def launch(self, stream):
         """Enqueues every launch of the artifact, in order, on `stream` (a CUstream or 0)."""
         k = self._kernel
-        if k.raw_launch is not None:
-            s = handle(stream)
-            for fn, launch, params in zip(k.raw_functions, k.artifact.launches, self._params):
-                err = k.raw_launch(fn, *launch.grid, *launch.block, launch.shared_bytes, s,
-                                   params.address, None)
-                if err:
-                    k.raise_launch_error(err, launch)
-            return
         launch_kernel = k.driver.cuLaunchKernel
         for fn, launch, params in zip(k.functions, k.artifact.launches, self._params):
             err = launch_kernel(fn, *launch.grid, *launch.block, launch.shared_bytes, stream,
@@ -152,18 +143,6 @@ class LoadedKernel:
         except Exception:
             self.close()
             raise
-        # With cuda-python's own driver, launches go straight to libcuda (see _raw_launch).
-        self.raw_launch = raw_launcher(cu)
-        try:
-            self.raw_functions = ([handle(fn) for fn in self.functions]
-                                  if self.raw_launch is not None else None)
-        except TypeError:  # a handle type without int(): keep cuda-python's launch
-            self.raw_launch, self.raw_functions = None, None
-
-    def raise_launch_error(self, err, launch):
-        """Raises the RuntimeError of a raw launch's CUresult `err` (an int)."""
-        cu = self.driver
-        cuda_check(cu, (cu.CUresult(err),), f"cuLaunchKernel({launch.lowered_name})")
 
     def bind(self, pointers):
         """A BoundKernel for these device pointers (buffer name -> address, e.g. a torch
