@@ -151,9 +151,14 @@ def cases(hidden, inter, n, k):
            {"x": gu.data_ptr(), "out": act.data_ptr()}, None,
            lambda: kt.silu_and_mul(gu), lambda: torch.ops.ktune.silu_and_mul(gu),
            lambda: F.silu(gu[..., :inter]) * gu[..., inter:])
-    counters = torch.zeros(1 << 16, dtype=torch.int32, device=dev)
+    # The gemm's scratch as the op passes it (sized by the artifact, per device and stream):
+    # ZERO_ONCE counters must be a buffer only launches that leave it zeroed have used.
     one = torch.ones(1, dtype=torch.float32, device=dev)
-    partial = torch.empty(1 << 22, dtype=torch.float32, device=dev)
+    kt.linear(xg, wg)
+    entry = kt.cache().peek(ktune.cache_key("gemm", "bf16", {"m": 1, "n": n, "k": k}, 0))
+    stream = kt._stream_handle(0)
+    counters = kt._scratch(entry, "counters", 0, stream, zeroed=True) if entry else one
+    partial = kt._scratch(entry, "partial", 0, stream) if entry else one
     yield ("linear", "gemm", bf, {"m": 1, "n": n, "k": k},
            {"x": xg.data_ptr(), "w": wg.data_ptr(), "out": yg.data_ptr(),
             "scale_x": one.data_ptr(), "scale_w": one.data_ptr(),
