@@ -141,7 +141,7 @@ class Daemon:
     """One ktuned on a unix socket in its own folder; the fake worker unless compile_only."""
 
     def __init__(self, env, name, compile_only=False, extra=(), db=None, templates=None,
-                 worker_env=None):
+                 worker_env=None, preexec=None):
         self.dir = env.fresh_dir(name)
         self.sock = os.path.join(self.dir, "k.sock")
         self.target = "unix://" + self.sock
@@ -152,7 +152,8 @@ class Daemon:
         self.err_path = os.path.join(self.dir, "stderr")
         self._err = open(self.err_path, "wb")
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=self._err,
-                                     env=env.env(worker_env), start_new_session=True)
+                                     env=env.env(worker_env), start_new_session=True,
+                                     preexec_fn=preexec)
         self.channel = None
         env.daemons.append(self)
 
@@ -1053,7 +1054,111 @@ def probe_floods(env):
     t.notes.append(" ".join(f"{k}:{v}" for k, v in sorted(counts.items())) +
                    f"; slowest answer {worst[0]:.2f} s; RSS {rss0 // 1024}->{rss // 1024} MiB; "
                    f"exit {took if took is None else round(took, 2)} s after SIGTERM")
+    flood_tunes(env, t)
+    flood_idle_connections(env, t)
     return t
+
+
+def flood_tunes(env, t, n=48):
+    """n concurrent Tune calls of distinct keys against a fake-worker ktuned with --queue 8:
+    the extra ones refused (RESOURCE_EXHAUSTED), none wedged; SIGTERM with tunes running."""
+    d = Daemon(env, "flood-tune", extra=["--queue", "8"], worker_env={"FAKE_WORKER_MEASURE_MS": "50"})
+    if not d.wait_serving():
+        t.finding("crashes", "tune flood start", d.stderr()[-300:])
+        return
+    answers, lock = {}, threading.Lock()
+
+    def tune(i):
+        stub = pb_grpc.KtuneStub(grpc.insecure_channel(d.target))
+        req = pb.TuneRequest(template_id="elementwise", dtype="f32", shape={"n": 5000 + i},
+                             budget=4)
+        try:
+            for _ in stub.Tune(req, timeout=3.0):
+                pass
+            key = "OK"
+        except grpc.RpcError as e:
+            # Our own 3 s deadline ends the tunes still queued: that is the probe leaving.
+            key = e.code().name + ("" if e.details() else "(no message)")
+        with lock:
+            answers[key] = answers.get(key, 0) + 1
+
+    threads = [threading.Thread(target=tune, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    time.sleep(1.5)
+    took = d.stop(signal.SIGTERM, timeout=30)
+    for th in threads:
+        th.join(10)
+    for key, k in answers.items():
+        t.cases += k
+        if key in ("OK", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED",
+                   "ABORTED"):
+            t.refused += k
+        else:
+            t.unclear += k
+            t.findings.append(f"[floods] unclear: {k} Tune calls answered {key}")
+    if "RESOURCE_EXHAUSTED" not in answers:
+        t.finding("wedges", "tune flood", f"no RESOURCE_EXHAUSTED past --queue 8: {answers}")
+    if took is None:
+        t.finding("wedges", "tune flood SIGTERM", "ktuned still running 30 s after SIGTERM")
+    t.notes.append("Tune x%d --queue 8: %s; exit %s s after SIGTERM" % (
+        n, " ".join(f"{k}:{v}" for k, v in sorted(answers.items())),
+        None if took is None else round(took, 2)))
+
+
+def flood_idle_connections(env, t):
+    """Idle connections (connected, never a byte sent). Under the inherited open files limit
+    ktuned must answer a good request while 2000 are held. Under a hard limit of 256, gRPC
+    1.51's listener stops accepting for good after one EMFILE (README, Security): ktuned must
+    then answer anyway or exit 3 ("the listener takes no connections") for its unit to
+    restart it, not stay up unreachable."""
+    import resource
+    import socket
+
+    def limit_256():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    for n, preexec in [(2000, None), (600, limit_256)]:
+        label = f"{n} idle connections" + (", hard limit 256 files" if preexec else "")
+        d = Daemon(env, "flood-idle", compile_only=True, preexec=preexec,
+                   extra=["--listener-probe-ms", "1000"])
+        if not d.wait_serving():
+            t.finding("crashes", label, d.stderr()[-300:])
+            continue
+        idle = []
+        for _ in range(n):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            try:
+                c.connect(d.sock)
+            except OSError:
+                pass
+            idle.append(c)
+        t.cases += 1
+        t0 = time.monotonic()
+        ch = grpc.insecure_channel(d.target)  # a new connection, retried for 20 s
+        answered, code = False, None
+        while not answered and d.alive() and time.monotonic() - t0 < 20:
+            try:
+                pb_grpc.KtuneStub(ch).GetKernel(good_request(), timeout=1, wait_for_ready=True)
+                answered = True
+            except grpc.RpcError as e:
+                code = e.code().name
+        took = time.monotonic() - t0
+        if answered:
+            t.refused += 1
+            t.notes.append(f"{label}: answered in {took:.1f} s")
+        elif d.proc.poll() == 3 and "the listener takes no connections" in d.stderr():
+            t.refused += 1
+            t.notes.append(f"{label}: no answer ({code}); ktuned exited 3 after {took:.1f} s "
+                           "for its unit to restart it")
+        else:
+            t.finding("wedges", label, f"no answer in 20 s ({code}) and ktuned "
+                      f"{'still up' if d.alive() else f'exited {d.proc.poll()}'}")
+        ch.close()
+        for c in idle:
+            c.close()
+        d.stop()
 
 
 # ---------------------------------------------------------------------------------------
