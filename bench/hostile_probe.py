@@ -207,7 +207,7 @@ def good_request():
 # 1. Bad RPC input
 
 
-def rpc_cases():
+def rpc_cases(gpus):
     """(name, method, request, keyword the message must contain (regex), kind).
 
     kind: "unary" (GetKernel & co.), "stream" (Tune), "key" (one GetKernels key: the
@@ -258,7 +258,7 @@ def rpc_cases():
         req.policy = policy
         cases.append((f"GetKernel policy={policy}", "GetKernel", req, "policy", "unary"))
         cases.append((f"GetKernels[0] policy={policy}", "GetKernels", req, "policy", "key"))
-    for gpu in [-1, 16, 2**31 - 1]:
+    for gpu in [-1, gpus, 2**31 - 1]:  # `gpus`: the daemon's count, one past the last ordinal
         req = good_request()
         req.gpu = gpu
         cases.append((f"GetKernel gpu={gpu}", "GetKernel", req, "gpu", "unary"))
@@ -277,8 +277,17 @@ def rpc_cases():
         # The message may name the field in words ("min gain: must be in [0, 1)").
         keyword = field.replace("_", "[_ ]").replace("time[_ ]s", "time")
         cases.append((f"Tune {field}={value!r}", "Tune", req, keyword, "stream"))
+    many = {f"d{i}": i for i in range(20_000)}
+    many["n"] = 4096
+    cases.append(("GetKernel elementwise shape with 20000 extra dims", "GetKernel",
+                  pb.GetKernelRequest(template_id="elementwise", dtype="f32", shape=many,
+                                      policy=pb.FALLBACK), "shape", "unary"))
     # Whole-call limits of GetKernels (MAX_KERNELS_PER_CALL in the proto).
     limit = pb.MAX_KERNELS_PER_CALL
+    bad_keys = [pb.GetKernelRequest(template_id="elementwise", dtype="f32", shape={"n": -i},
+                                    policy=pb.FALLBACK) for i in range(limit)]
+    cases.append((f"GetKernels {limit} bad keys", "GetKernels",
+                  pb.GetKernelsRequest(requests=bad_keys), "shape", "keys"))
     for n in [0, limit + 1, 10_000]:
         cases.append((f"GetKernels {n} keys", "GetKernels",
                       pb.GetKernelsRequest(requests=[good_request()] * n), "requests", "unary"))
@@ -346,6 +355,14 @@ def call(daemon, method, request, kind, metadata=None):
                                    metadata=metadata)
             r = resp.results[0]
             return grpc.StatusCode.OK if r.code == 0 else code_of(r.code), r.message, resp
+        if kind == "keys":  # every key bad: the first OK or unnamed answer is the call's
+            resp = stub.GetKernels(request, timeout=DEADLINE_S, metadata=metadata)
+            if len(resp.results) != len(request.requests):
+                return C.OK, "", resp
+            for i, r in enumerate(resp.results):
+                if r.code == 0 or f"requests[{i}]" not in r.message:
+                    return code_of(r.code), r.message, resp
+            return code_of(resp.results[-1].code), resp.results[-1].message, resp
         return C.OK, "", getattr(stub, method)(request, timeout=DEADLINE_S, metadata=metadata)
     except grpc.RpcError as e:
         return e.code(), e.details() or "", None
@@ -384,7 +401,8 @@ def probe_rpc(env):
         t.finding("crashes", "start", d.stderr()[-300:])
         return t
     codes = {}
-    for name, method, request, keyword, kind in rpc_cases():
+    gpus = len(d.stub().GetDevices(pb.GetDevicesRequest(), timeout=DEADLINE_S).devices)
+    for name, method, request, keyword, kind in rpc_cases(gpus):
         if not d.alive():
             d.stop()
             d = Daemon(env, "rpc-restart", extra=["--max-message-bytes", str(4 << 20)])
@@ -401,14 +419,20 @@ def probe_rpc(env):
                          ("empty bearer", [("authorization", "Bearer ")]),
                          ("basic scheme", [("authorization", "Basic s3cret")]),
                          ("token prefix", [("authorization", "Bearer s3cre")]),
-                         ("token + suffix", [("authorization", "Bearer s3cret2")])]:
+                         ("token + suffix", [("authorization", "Bearer s3cret2")]),
+                         ("64 KiB token", [("authorization", "Bearer " + "s" * 65536)])]:
             code, details, _ = call(g, "GetKernel", good_request(), "unary", metadata=md)
             judge_refusal(t, f"GetKernel {name}", code, details, "", g)
             codes[code.name] = codes.get(code.name, 0) + 1
-        code, details, _ = call(g, "GetKernel", good_request(), "unary",
-                                metadata=[("authorization", "bearer s3cret")])
-        if code != C.OK:
-            t.notes.append(f"good token refused: {code.name}")
+        # The right token (scheme case-insensitive) on a new connection is still served (a
+        # local subchannel pool: not the connection the oversize metadata had closed).
+        ch = grpc.insecure_channel(g.target, options=[("grpc.use_local_subchannel_pool", 1)])
+        try:
+            pb_grpc.KtuneStub(ch).GetKernel(good_request(), timeout=DEADLINE_S, wait_for_ready=True,
+                                            metadata=[("authorization", "bearer s3cret")])
+        except grpc.RpcError as e:
+            t.finding("wedges", "GetKernel with the right token", f"{e.code().name}: {e.details()}")
+        ch.close()
     g.stop()
     # Still alive and useful.
     code, details, _ = call(d, "GetKernel", good_request(), "unary")
