@@ -464,7 +464,9 @@ def flag_cases(env, work, daemon):
     d = [  # ktuned: (extra args, flag named); --listen defaults to `sock` unless given.
         (["--listen", ""], "--listen"), (["--listen", "garbage"], "--listen"),
         (["--listen", "unix://"], "--listen"), (["--listen", "unix:///proc/k/k.sock"], "/proc/k"),
-        (["--listen", "127.0.0.1:99999"], "--listen"), (["--listen", "0.0.0.0:0"], "--insecure"),
+        (["--listen", "127.0.0.1:99999"], "--listen"), (["--listen", "[::1]:70000"], "--listen"),
+        (["--listen", "127.0.0.1:abc"], "--listen"), (["--listen", "garbage", "--insecure"], "--listen"),
+        (["--listen", "0.0.0.0:0"], "--insecure"),
         (["--listen", "unix-abstract:kprobe"], "--insecure"), (["--listen", "http://x:1"], "--listen"),
         (["--max-message-bytes", "0"], "--max-message-bytes"),
         (["--max-message-bytes", "-1"], "--max-message-bytes"),
@@ -540,6 +542,9 @@ def flag_cases(env, work, daemon):
 def judge_exit(t, name, rc, out, err, keyword, limit_s, changed=False):
     """Counts one run of a program given bad input: exit status `rc` (None: killed after
     `limit_s`), its output; `changed`: whether it changed the store although refusing."""
+    if VERBOSE:
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        print(f"  {name[:60]!s:62} exit {rc}: {last[:170]!r}", file=sys.stderr)
     if rc is None:
         t.finding("wedges", name, f"no exit within {limit_s} s")
     elif rc < 0:
@@ -1214,7 +1219,8 @@ def main():
     ap.add_argument("--kills", type=int, default=50)
     ap.add_argument("--flood-s", type=float, default=6.0)
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--verbose", action="store_true", help="print every RPC case and its answer")
+    ap.add_argument("--verbose", action="store_true",
+                    help="print every case of rpc, flags and imports with its answer")
     args = ap.parse_args()
     global VERBOSE
     VERBOSE = args.verbose
