@@ -4,13 +4,15 @@
 Starts its own ktuned processes on unix sockets and stores in a temporary folder (the GPU
 played by fake_ktune_worker, or none: compile-only), throws six classes of hostile input at
 them and at the ktune CLI, checks every answer, prints a summary table and exits 0 only when
-every class has 0 silent accepts, 0 unclear errors, 0 crashes and 0 wedges.
+every class has 0 silent accepts, 0 unclear errors, 0 crashes and 0 wedges (1 otherwise, 2
+when the programs are missing).
 
   1. rpc       bad RPC input on every method of ktune.v1.Ktune (ids, dtypes, shapes, policies,
                GPUs, strategies, budgets, limits, tokens, oversize and unparseable bytes):
                each must be a non-OK status with a message naming the field (an error of
-               one GetKernels key: its KernelResult), within a 10 s deadline; afterwards the
-               daemon is alive and answers a good request.
+               one GetKernels key: its KernelResult), within a 10 s deadline; calls whose
+               1-50 ms deadline passes mid-work end by it; afterwards the daemon is alive
+               and answers a good request.
   2. flags     ktuned and ktune started with bad flag values: non-zero exit (not a signal)
                naming the flag within 10 s; the flags the README documents as accepted must
                start (ktuned: "serving on").
@@ -29,7 +31,9 @@ every class has 0 silent accepts, 0 unclear errors, 0 crashes and 0 wedges.
   6. floods    64 concurrent clients of GetKernel FALLBACK on distinct shapes against a
                compile-only ktuned: each answer OK, or RESOURCE_EXHAUSTED/UNAVAILABLE with a
                message (bounded queues), none past the deadline; then SIGTERM during the
-               flood must end the daemon well within systemd's 30 s stop timeout.
+               flood must end the daemon well within systemd's 30 s stop timeout. The same
+               for 48 Tune calls past --queue 8; and idle connections (2000: still answered;
+               600 under a hard limit of 256 files: answered, or exit 3 for a restart).
 
 Run (from the repository root, after a build; stdlib + grpc + the generated client only):
 
@@ -394,6 +398,37 @@ def judge_refusal(tally, name, code, details, keyword, daemon):
         tally.refused += 1
 
 
+def abandoned_calls(d, t, n=24):
+    """Calls whose deadline (1 ms to 50 ms) passes while the daemon works on them: TUNE and
+    FALLBACK GetKernel, Tune. Each must end by its deadline (DEADLINE_EXCEEDED, or OK if it
+    was quick), not hang; the work they started must not wedge the daemon."""
+    stub = d.stub()
+    for i in range(n):
+        deadline = [0.001, 0.01, 0.05][i % 3]
+        shape = {"n": 7000 + i}
+        kind = ["tune-policy", "fallback", "stream"][i % 3]
+        t0 = time.monotonic()
+        try:
+            if kind == "stream":
+                for _ in stub.Tune(pb.TuneRequest(template_id="elementwise", dtype="f32",
+                                                  shape=shape, budget=3), timeout=deadline):
+                    pass
+            else:
+                policy = pb.TUNE if kind == "tune-policy" else pb.FALLBACK
+                stub.GetKernel(pb.GetKernelRequest(template_id="elementwise", dtype="f32",
+                                                   shape=shape, policy=policy), timeout=deadline)
+            code = C.OK
+        except grpc.RpcError as e:
+            code = e.code()
+        took = time.monotonic() - t0
+        t.cases += 1
+        if code in (C.OK, C.DEADLINE_EXCEEDED) and took < deadline + 2.0:
+            t.refused += 1
+        else:
+            t.finding("wedges", f"{kind} with a {deadline * 1000:.0f} ms deadline",
+                      f"{code.name} after {took:.2f} s")
+
+
 def probe_rpc(env):
     t = Tally("rpc")
     d = Daemon(env, "rpc", extra=["--max-message-bytes", str(4 << 20)])
@@ -434,6 +469,7 @@ def probe_rpc(env):
             t.finding("wedges", "GetKernel with the right token", f"{e.code().name}: {e.details()}")
         ch.close()
     g.stop()
+    abandoned_calls(d, t)
     # Still alive and useful.
     code, details, _ = call(d, "GetKernel", good_request(), "unary")
     if not d.alive() or code != C.OK:
@@ -1224,6 +1260,11 @@ def main():
     args = ap.parse_args()
     global VERBOSE
     VERBOSE = args.verbose
+    for program in ["ktuned", "ktune", "fake_ktune_worker"]:
+        if not os.access(os.path.join(args.bin, program), os.X_OK):
+            print(f"hostile_probe: no {program} in {args.bin}; build first or give --bin",
+                  file=sys.stderr)
+            return 2
     env = Env(args)
     t0 = time.monotonic()
     tallies = []
