@@ -13,7 +13,9 @@
 #include "server/compile/cubin_sections.h"
 #include "server/templates/search_space.h"
 #include "server/templates/shape.h"
+#include "server/templates/instance.h"
 #include "server/templates/target.h"
+#include "server/tuning/launch_check.h"
 
 namespace ktune {
 namespace {
@@ -62,6 +64,9 @@ absl::Status CheckMetrics(absl::string_view field, const TrialMetrics& m, bool t
       {"batch", static_cast<double>(m.batch)}};
   for (const auto& [name, value] : figures) {
     KTUNE_RETURN_IF_ERROR(CheckNonNegative(absl::StrCat(f, ".", name), value));
+  }
+  if (m.occupancy > 1) {
+    return Bad(f + ".occupancy", absl::StrCat(m.occupancy, " is not a fraction (0..1)"));
   }
   return absl::OkStatus();
 }
@@ -114,6 +119,22 @@ absl::Status CheckBinary(const KernelTemplate& tmpl, const store::Entry& e) {
   return absl::OkStatus();
 }
 
+// The entry is what this template binds for its key and config: the config a candidate
+// for the shape on the entry's device, the launches its launches (kernel, geometry, args).
+// (A source hash other than the template's is not refused: the entry is then stale, as an
+// entry of another version of the template is, and served only until it is tuned again.)
+absl::Status CheckAgainstBinding(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
+                                 const Shape& shape, const TargetInfo& target,
+                                 const store::Entry& e) {
+  absl::StatusOr<BindResult> bound = Bind(tmpl, dtype, shape, e.config, target);
+  if (!bound.ok()) return Bad("config", bound.status().message());
+  if (!bound->instance) {
+    return Bad("config", absl::StrCat("not a candidate for this key on ", target.PortableTarget(),
+                                      ": ", bound->rejected_because));
+  }
+  return CheckLaunchesMatch(*bound->instance, e.launches);
+}
+
 absl::Status CheckBundle(const TemplateRegistry& registry,
                          const std::map<std::string, store::Device>& devices,
                          const store::EntryBundle& b) {
@@ -144,9 +165,8 @@ absl::Status CheckBundle(const TemplateRegistry& registry,
                absl::StrCat("'", Echo(e.key.device_model),
                             "' has no device row in the file or the store"));
   }
-  TargetInfo target;
-  SetComputeCapability(device->second.cc_major, device->second.cc_minor, &target);
-  target.sm_count = device->second.sm_count;
+  const TargetInfo target = TargetForStoredDevice(
+      device->second.cc_major, device->second.cc_minor, device->second.sm_count);
 
   if (absl::Status s = ValidateParams(tmpl, e.config.params); !s.ok()) {
     return Bad("config.params", s.message());
@@ -160,6 +180,7 @@ absl::Status CheckBundle(const TemplateRegistry& registry,
                             target.PortableTarget()));
   }
   KTUNE_RETURN_IF_ERROR(CheckBinary(tmpl, e));
+  KTUNE_RETURN_IF_ERROR(CheckAgainstBinding(*found, *dtype, *shape, target, e));
   KTUNE_RETURN_IF_ERROR(CheckMetrics("metrics", e.metrics, /*timed=*/true));
   KTUNE_RETURN_IF_ERROR(CheckNonNegative("default_time_ns", e.default_time_ns));
   KTUNE_RETURN_IF_ERROR(CheckNonNegative("tuning_seconds", e.tuning_seconds));

@@ -16,6 +16,7 @@
 #include "server/templates/search_space.h"
 #include "server/tuning/gpu_problem.h"
 #include "server/tuning/kernel_build.h"
+#include "server/tuning/launch_check.h"
 
 namespace ktune {
 namespace {
@@ -318,15 +319,7 @@ class KernelResolverImpl final : public KernelResolver {
     for (const BoundLaunch& l : ours.launches) {
       auto it = lowered.find(l.name_expression);
       if (it == lowered.end()) return absl::FailedPreconditionError("kernel not in the cubin");
-      LaunchSpec s;
-      s.lowered_name = it->second;
-      for (int i = 0; i < 3; ++i) {
-        s.grid[i] = static_cast<uint32_t>(l.grid[i]);
-        s.block[i] = static_cast<uint32_t>(l.block[i]);
-      }
-      s.shared_bytes = static_cast<uint32_t>(l.shared_bytes);
-      s.args = l.args;
-      out.push_back(std::move(s));
+      out.push_back(LaunchSpecFor(l, it->second));
     }
     return out;
   }

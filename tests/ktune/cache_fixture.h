@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,11 @@
 #include "server/base/outcome.h"
 #include "server/base/sha256.h"
 #include "server/store/store.h"
+#include "server/templates/instance.h"
+#include "server/templates/registry.h"
+#include "server/templates/shape.h"
+#include "server/templates/target.h"
+#include "server/tuning/launch_check.h"
 #include "tests/store/store_fixtures.h"
 #include "tests/testing/fake_cubin.h"
 #include "tests/testing/status_matchers.h"
@@ -29,6 +36,36 @@ struct Cost {
   double bytes;
   double flops;
 };
+
+// The launches the fixture's template (tests/ktune/testdata/templates) binds for `key` and
+// `config` on an H200-class target, each kernel named by its name expression (the fake
+// cubins carry the names unmangled).
+inline std::vector<LaunchSpec> BoundLaunches(const store::EntryKey& key, const Config& config) {
+  static const TemplateRegistry* registry = [] {
+    absl::StatusOr<std::unique_ptr<TemplateRegistry>> r =
+        LoadTemplateRegistry(KTUNE_SOURCE_DIR "/tests/ktune/testdata/templates");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->release() : nullptr;
+  }();
+  std::vector<LaunchSpec> out;
+  if (registry == nullptr) return out;
+  absl::StatusOr<std::shared_ptr<const KernelTemplate>> tmpl = registry->Get(key.template_id);
+  absl::StatusOr<Shape> shape = ParseShape(key.shape);
+  const std::optional<DType> dtype = ParseDType(key.dtype);
+  if (!tmpl.ok() || !shape.ok() || !dtype) {
+    ADD_FAILURE() << "cannot bind " << key.template_id << " " << key.dtype << " " << key.shape;
+    return out;
+  }
+  absl::StatusOr<BindResult> bound = Bind(*tmpl, *dtype, *shape, config, TargetInfo());
+  if (!bound.ok() || !bound->instance) {
+    ADD_FAILURE() << "config does not bind for " << key.shape;
+    return out;
+  }
+  for (const BoundLaunch& b : bound->instance->launches) {
+    out.push_back(LaunchSpecFor(b, b.name_expression));
+  }
+  return out;
+}
 
 // A trial whose figures follow from a time and the cost model, as the tuner's would.
 inline store::Trial TimedTrial(int64_t block, int64_t vec, double time_ns, const Cost& cost,
@@ -99,18 +136,15 @@ inline int64_t AddTuned(store::Store& s, const store::EntryKey& key, std::vector
   e.source_hash = source;
   e.nvrtc_version = nvrtc;
   e.config = best->config;
-  LaunchSpec l;
-  l.lowered_name = absl::StrCat("_Z7", key.template_id, "ILi", best->config.params.at("BLOCK"), "EEvv");
-  // A cubin of 2048 bytes holding the launch's kernel, as `ktune cache import` insists.
+  // The launches the template binds for the key and config, as `ktune cache import`
+  // insists, in a cubin of 2048 bytes holding their kernels.
+  e.launches = BoundLaunches(key, best->config);
+  std::vector<std::string> kernels;
+  for (const LaunchSpec& l : e.launches) kernels.push_back(l.lowered_name);
   const int64_t seed = static_cast<int64_t>(best->metrics.time_ns);
-  const size_t frame = testing::MakeFakeCubin({l.lowered_name}, seed, 0).size();
-  e.cubin = testing::MakeFakeCubin({l.lowered_name}, seed, 2048 - frame);
+  const size_t frame = testing::MakeFakeCubin(kernels, seed, 0).size();
+  e.cubin = testing::MakeFakeCubin(kernels, seed, 2048 - frame);
   e.cubin_sha256 = Sha256Hex(e.cubin);
-  l.grid = {4096, 1, 1};
-  l.block = {static_cast<uint32_t>(best->config.params.at("BLOCK")), 1, 1};
-  l.shared_bytes = 128;
-  l.args = {"x", "weight", "out", "tokens", "hidden"};
-  e.launches = {l};
   e.metrics = best->metrics;
   e.job_id = *job_id;
   e.trials_total = static_cast<int64_t>(trials.size());

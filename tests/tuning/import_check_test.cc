@@ -1,4 +1,5 @@
 #include "server/tuning/import_check.h"
+#include "server/tuning/launch_check.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -144,6 +145,29 @@ TEST_F(ImportCheckTest, EveryForgedFieldIsRefusedNamingEntryAndField) {
        "launches[0].block[1]: 0"},
       {"foreign arg", [&](auto* f) { entry(f).launches[0].args[1] = "secret"; },
        "launches[0].args[1]: 'secret' is not an arg"},
+      {"grid of another shape", [&](auto* f) { entry(f).launches[0].grid[0] = 1; },
+       "launches[0].grid: 1x1x1; the template launches 32x1x1 for this key and config"},
+      {"block of another config", [&](auto* f) { entry(f).launches[0].block[0] = 256; },
+       "launches[0].block: 256x1x1; the template launches 128x1x1"},
+      {"shared memory", [&](auto* f) { entry(f).launches[0].shared_bytes = 1 << 20; },
+       "launches[0].shared_bytes: 1048576; the template launches 0"},
+      {"args swapped",
+       [&](auto* f) { std::swap(entry(f).launches[0].args[0], entry(f).launches[0].args[1]); },
+       "launches[0].args: (out, x, count); the template launches (x, out, count)"},
+      {"a launch doubled",
+       [&](auto* f) { entry(f).launches.push_back(entry(f).launches[0]); },
+       "launches: 2 launches; the template launches 1"},
+      {"kernel of another config", [&](auto* f) { entry(f).config.params["BLOCK"] = 256; },
+       "launches[0].lowered_name: '_Z4tinyIfLi128ELi1EEvPKT_PS0_i'; the template launches "
+       "'tiny<float, 256, 1>'"},
+      {"config the shape rules out",
+       [&](auto* f) {
+         entry(f).config.params["VEC"] = 4;
+         entry(f).key.shape = "n=4098";
+       },
+       "config: not a candidate for this key on sm_90"},
+      {"occupancy", [&](auto* f) { entry(f).metrics.occupancy = 7; },
+       "metrics.occupancy: 7 is not a fraction"},
       {"unknown template", [&](auto* f) { entry(f).key.template_id = "nope"; },
        "key.template_id: unknown template 'nope'"},
       {"template path", [&](auto* f) { entry(f).key.template_id = "../tiny"; },
@@ -194,6 +218,7 @@ TEST_F(ImportCheckTest, EveryForgedFieldIsRefusedNamingEntryAndField) {
     c.forge(&f);
     // A good first entry, so the message must name the second.
     good.entry.key.shape = "n=1024";
+    good.entry.launches[0].grid[0] = 1024 / 128;
     f.entries.insert(f.entries.begin(), good);
     const bool about_device = std::string(c.message).rfind("devices[", 0) == 0;
     EXPECT_THAT(Check(f),
@@ -209,6 +234,29 @@ TEST_F(ImportCheckTest, EchoedTextIsEscapedAndShort) {
   const absl::Status s = Check(f);
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("evil\\n")));
   EXPECT_LT(s.message().size(), 600u);
+}
+
+TEST(LaunchCheckTest, SymbolsNameTheKernelOfTheirInstanceOnly) {
+  EXPECT_TRUE(SymbolNamesKernel("_Z4tinyIfLi128ELi1EEvPKT_PS0_i", "tiny<float, 128, 1>"));
+  EXPECT_TRUE(SymbolNamesKernel("_Z7rmsnormI13__nv_bfloat16Li256ELi4EEvv",
+                                "rmsnorm<__nv_bfloat16, 256, 4>"));
+  EXPECT_TRUE(SymbolNamesKernel("_ZN5ktune4tinyIfLi128ELi1EEEvv", "tiny<float, 128, 1>"));
+  EXPECT_TRUE(SymbolNamesKernel("_Z4tinyIfLin1ELi1EEvv", "tiny<float, -1, 1>"));
+  EXPECT_TRUE(SymbolNamesKernel("tiny<float, 128, 1>", "tiny<float,128,1>"));  // not mangled
+  EXPECT_FALSE(SymbolNamesKernel("_Z4tinyIfLi128ELi1EEvPKT_PS0_i", "tiny<float, 256, 1>"));
+  EXPECT_FALSE(SymbolNamesKernel("_Z4tinyIfLi128ELi1EEvPKT_PS0_i", "tiny<__half, 128, 1>"));
+  EXPECT_FALSE(SymbolNamesKernel("_Z8tiny_refIfEvv", "tiny<float, 128, 1>"));
+  EXPECT_FALSE(SymbolNamesKernel("_Z5nottyIfLi128ELi1EEvv", "tiny<float, 128, 1>"));
+}
+
+TEST(LaunchCheckTest, AStoredDeviceIsATargetOfItsArchitecturesThreadsPerSm) {
+  EXPECT_EQ(TargetForStoredDevice(9, 0, 132).max_threads_per_sm, 2048);
+  EXPECT_EQ(TargetForStoredDevice(8, 9, 142).max_threads_per_sm, 1536);
+  EXPECT_EQ(TargetForStoredDevice(7, 5, 40).max_threads_per_sm, 1024);
+  const TargetInfo a100 = TargetForStoredDevice(8, 0, 108);
+  EXPECT_EQ(a100.sm, 80);
+  EXPECT_EQ(a100.sm_count, 108);
+  EXPECT_FALSE(a100.has_arch_specific);
 }
 
 }  // namespace

@@ -1,0 +1,118 @@
+#include "server/tuning/launch_check.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/base/echo.h"
+
+namespace ktune {
+namespace {
+
+std::string WithoutSpaces(std::string s) {
+  s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }),
+          s.end());
+  return s;
+}
+
+absl::Status Mismatch(const std::string& field, const std::string& got, const std::string& want) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", got, "; the template launches ",
+                                                 want, " for this key and config"));
+}
+
+std::string Dims(const std::array<uint32_t, 3>& d) { return absl::StrJoin(d, "x"); }
+std::string Dims(const std::array<int64_t, 3>& d) { return absl::StrJoin(d, "x"); }
+
+}  // namespace
+
+bool SymbolNamesKernel(const std::string& lowered, const std::string& expression) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(
+      abi::__cxa_demangle(lowered.c_str(), nullptr, nullptr, &status), std::free);
+  if (status != 0 || demangled == nullptr) return WithoutSpaces(lowered) == WithoutSpaces(expression);
+  std::string name(demangled.get());
+  // The parameter list starts at the first '(' outside the template arguments.
+  int depth = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] == '<') ++depth;
+    if (name[i] == '>') --depth;
+    if (name[i] == '(' && depth == 0) {
+      name.resize(i);
+      break;
+    }
+  }
+  if (absl::StartsWith(name, "void ")) name.erase(0, 5);  // kernels return void
+  name = WithoutSpaces(name);
+  const std::string want = WithoutSpaces(expression);
+  return name == want || absl::EndsWith(name, "::" + want);
+}
+
+LaunchSpec LaunchSpecFor(const BoundLaunch& l, std::string lowered_name) {
+  LaunchSpec s;
+  s.lowered_name = std::move(lowered_name);
+  for (int d = 0; d < 3; ++d) {
+    s.grid[d] = static_cast<uint32_t>(l.grid[d]);
+    s.block[d] = static_cast<uint32_t>(l.block[d]);
+  }
+  s.shared_bytes = static_cast<uint32_t>(l.shared_bytes);
+  s.args = l.args;
+  return s;
+}
+
+absl::Status CheckLaunchesMatch(const Instance& instance,
+                                const std::vector<LaunchSpec>& launches) {
+  if (launches.size() != instance.launches.size()) {
+    return Mismatch("launches", absl::StrCat(launches.size(), " launches"),
+                    absl::StrCat(instance.launches.size()));
+  }
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const LaunchSpec& got = launches[i];
+    const BoundLaunch& want = instance.launches[i];
+    const std::string field = absl::StrCat("launches[", i, "]");
+    if (!SymbolNamesKernel(got.lowered_name, want.name_expression)) {
+      return Mismatch(field + ".lowered_name", Echo(got.lowered_name),
+                      absl::StrCat("'", want.name_expression, "'"));
+    }
+    for (int d = 0; d < 3; ++d) {
+      if (got.grid[d] != want.grid[d]) {
+        return Mismatch(field + ".grid", Dims(got.grid), Dims(want.grid));
+      }
+      if (got.block[d] != want.block[d]) {
+        return Mismatch(field + ".block", Dims(got.block), Dims(want.block));
+      }
+    }
+    if (got.shared_bytes != want.shared_bytes) {
+      return Mismatch(field + ".shared_bytes", absl::StrCat(got.shared_bytes),
+                      absl::StrCat(want.shared_bytes));
+    }
+    if (got.args != want.args) {
+      return Mismatch(field + ".args", absl::StrCat("(", absl::StrJoin(got.args, ", "), ")"),
+                      absl::StrCat("(", absl::StrJoin(want.args, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+TargetInfo TargetForStoredDevice(int cc_major, int cc_minor, int sm_count) {
+  TargetInfo t;
+  SetComputeCapability(cc_major, cc_minor, &t);
+  t.sm_count = sm_count;
+  // Resident threads per SM by architecture (CUDA's published limits): 1024 on Turing,
+  // 1536 on the consumer Ampere, Ada and Blackwell parts, 2048 elsewhere.
+  const int sm = t.sm;
+  if (sm == 75) {
+    t.max_threads_per_sm = 1024;
+  } else if (sm == 86 || sm == 87 || sm == 89 || sm >= 120) {
+    t.max_threads_per_sm = 1536;
+  }
+  return t;
+}
+
+}  // namespace ktune
