@@ -646,6 +646,19 @@ absl::Status Validator::CheckTolerances() {
     if (t.atol() < 0 || t.rtol() < 0) {
       return Fail({{"tolerances", i}}, field, "atol and rtol must be >= 0");
     }
+    // |out - ref| <= atol * scale + rtol * |ref|: with rtol >= 1 an output of zeros passes
+    // any reference, and an atol above the inputs' own scale (fills of about [-1, 1]) passes
+    // results off by as much as the data; such a bound switches verification off as inf does.
+    if (t.rtol() >= 1) {
+      return Fail({{"tolerances", i}}, field + ".rtol",
+                  absl::StrCat(t.rtol(), " must be below 1: an output of zeros would pass"));
+    }
+    if (t.atol() > 1) {
+      return Fail({{"tolerances", i}}, field + ".atol",
+                  absl::StrCat(t.atol(), " must be at most 1 (scaled by atol_scale where the "
+                               "result grows with the shape): a larger bound passes results "
+                               "off by more than the data's scale"));
+    }
     if (!t.atol_scale().empty()) {
       KTUNE_RETURN_IF_ERROR(CheckExpr({{"tolerances", i}, {"atol_scale"}},
                                       field + ".atol_scale", t.atol_scale()));
