@@ -182,6 +182,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
 // listener others can reach with neither TLS nor a token, unless --insecure. An exit status
 // when they do not fit.
 std::optional<int> CheckGuard(const Flags& f) {
+  if (absl::Status s = ktune::CheckListenAddress(f.listen); !s.ok()) {
+    return Usage(absl::StrCat("--listen ", f.listen, ": ", s.message()));
+  }
   if (f.max_message_bytes < kMinMessageBytes) {
     return Usage(absl::StrCat("--max-message-bytes: ", f.max_message_bytes,
                               " is below the floor of ", kMinMessageBytes,

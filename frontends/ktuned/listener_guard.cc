@@ -1,6 +1,10 @@
 #include "frontends/ktuned/listener_guard.h"
 
+#include <algorithm>
+#include <string>
+
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
@@ -45,6 +49,57 @@ bool IsLoopbackHost(absl::string_view host) {
 }  // namespace
 
 std::string ListenHost(const std::string& listen) { return std::string(HostOf(listen)); }
+
+absl::Status CheckListenAddress(const std::string& listen) {
+  absl::string_view rest = listen;
+  if (absl::ConsumePrefix(&rest, "unix-abstract:")) {
+    if (rest.empty()) return absl::InvalidArgumentError("unix-abstract: needs a name");
+    return absl::OkStatus();
+  }
+  if (absl::ConsumePrefix(&rest, "unix:")) {
+    if (absl::ConsumePrefix(&rest, "//") && !absl::StartsWith(rest, "/")) {
+      return absl::InvalidArgumentError("unix:// needs an absolute path (unix:///PATH)");
+    }
+    if (rest.empty()) return absl::InvalidArgumentError("unix: needs a socket path");
+    return absl::OkStatus();
+  }
+  for (absl::string_view scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) {
+    if (absl::ConsumePrefix(&rest, scheme)) break;
+  }
+  if (absl::StrContains(rest, "://")) {
+    return absl::InvalidArgumentError(
+        "not a listen address (unix:///PATH, unix-abstract:NAME or HOST:PORT)");
+  }
+  size_t port_at;
+  if (absl::StartsWith(rest, "[")) {
+    const size_t close = rest.find(']');
+    if (close == absl::string_view::npos || close == 1 || close + 1 >= rest.size() ||
+        rest[close + 1] != ':') {
+      return absl::InvalidArgumentError("expected [V6ADDRESS]:PORT");
+    }
+    port_at = close + 2;
+  } else {
+    const size_t colon = rest.rfind(':');
+    if (colon == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          "no port: expected HOST:PORT, unix:///PATH or unix-abstract:NAME");
+    }
+    if (colon == 0) return absl::InvalidArgumentError("no host before the port");
+    if (rest.substr(0, colon).find(':') != absl::string_view::npos) {
+      return absl::InvalidArgumentError("an IPv6 address needs brackets: [V6ADDRESS]:PORT");
+    }
+    port_at = colon + 1;
+  }
+  const absl::string_view port = rest.substr(port_at);
+  int value = 0;
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return absl::ascii_isdigit(c); }) ||
+      (value = std::stoi(std::string(port))) > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("port '", port, "' is not a number from 0 to 65535"));
+  }
+  return absl::OkStatus();
+}
 
 ListenerReach ReachOf(const std::string& listen) {
   if (absl::StartsWith(listen, "unix-abstract:")) return ListenerReach::kAbstract;

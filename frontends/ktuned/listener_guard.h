@@ -11,7 +11,16 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace ktune {
+
+// OK when `listen` is an address ktuned can serve as given: unix:PATH (unix:///ABS or
+// unix:REL, PATH not empty), unix-abstract:NAME (NAME not empty), or HOST:PORT / [V6]:PORT
+// (optionally ipv4:/ipv6:/dns: prefixed) with a host and a decimal port 0..65535. gRPC
+// itself takes port 99999 as 99999 mod 65536 and reports a bad address as a failure to
+// bind; this says what is wrong instead. kInvalidArgument naming the fault otherwise.
+absl::Status CheckListenAddress(const std::string& listen);
 
 enum class ListenerReach {
   kOwner,     // unix:PATH: the socket file's owner only
