@@ -773,7 +773,6 @@ def import_mutants(base):
         ("job done -1", entry(lambda e: e["job"].update(done=-1)), e0),
         ("trial outcome bogus", entry(lambda e: e["trials"][0].update(outcome="bogus")), e0),
         ("nvrtc_version 99.9", setpath(["nvrtc_version"], "99.9"), "nvrtc"),
-        ("source_hash zz", setpath(["source_hash"], "zz"), e0),
         ("entry duplicated", dup, "entries\\[1\\]|twice"),
         ("entry key missing", drop("key"), e0),
         ("format other", lambda doc: (doc.update(format="other"), doc)[1], "format"),
@@ -826,7 +825,32 @@ def probe_imports(env):
             for suffix in ["-wal", "-shm"]:
                 if os.path.exists(target_db + suffix):
                     os.remove(target_db + suffix)
+    probe_foreign_source_hash(env, t, base, work, do_import, target_db)
     return t
+
+
+def probe_foreign_source_hash(env, t, base, work, do_import, target_db):
+    """An entry whose source hash is not the template's is an entry of another version of the
+    template (an export from an older ktune): it imports, and it must be stale (served only
+    until the key is tuned again), never fresh."""
+    t.cases += 1
+    doc = copy.deepcopy(base)
+    doc["entries"][0]["source_hash"] = "zz"
+    path = os.path.join(work, "foreign-source.json")
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    rc, out, err, _ = do_import(path)
+    if rc != 0:
+        t.finding("unclear", "source_hash zz", f"refused (exit {rc}): {err[-200:]}")
+        return
+    rc, out, err, _ = run([env.ktune, "cache", "ls", "--json", "--db", target_db], timeout=30)
+    key = doc["entries"][0]["key"]
+    rows = [r for r in json.loads(out or "[]") if r.get("shape") == key["shape"]
+            and r.get("dtype") == key["dtype"]] if rc == 0 else []
+    if not rows or not all(r.get("stale") for r in rows):
+        t.finding("silent", "source_hash zz", f"imported but not stale: {rows!r:.200}")
+    else:
+        t.refused += 1  # handled as designed: imported as stale
 
 
 # ---------------------------------------------------------------------------------------

@@ -529,7 +529,9 @@ void AddReadCommands(CLI::App* cache, Subcommands* subs) {
                   "Entry id, or KEY as ls prints it: TEMPLATE/DTYPE/SHAPE[@DEVICE_MODEL]")
       ->required();
   app->add_option("--device-model", show->device_model, "Device model, when KEY has several");
-  app->add_option("--top", show->top, "Trials to list (0 = all)")->capture_default_str();
+  app->add_option("--top", show->top, "Trials to list (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   subs->emplace_back(app, [show] { return RunShow(*show); });
 
   auto stats = std::make_shared<StatsArgs>();

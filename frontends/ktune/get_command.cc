@@ -1,10 +1,12 @@
 // `ktune get`: asks ktuned for a template's tuned kernel (GetKernel) and prints what came
 // back; --out writes the cubin.
+#include <cmath>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "frontends/ktune/commands.h"
@@ -145,7 +147,15 @@ Command AddGetCommand(CLI::App& parent) {
   app->add_option("--token", args->token, "Bearer token, if ktuned wants one");
   app->add_option("--gpu", args->gpu, "The daemon's GPU ordinal")->capture_default_str();
   app->add_option("--timeout", args->timeout_s,
-                  "Seconds to wait (default: 30, none with --policy tune)");
+                  "Seconds to wait (default: 30, none with --policy tune)")
+      ->check([](const std::string& text) -> std::string {
+        double v = 0;
+        // CLI11's PositiveNumber lets nan through (no comparison with nan is false).
+        if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v <= 0) {
+          return "a positive, finite number of seconds";
+        }
+        return "";
+      });
   app->add_option("--out", args->out, "Write the cubin to this file");
   return {app, [args] { return RunGet(*args); }};
 }

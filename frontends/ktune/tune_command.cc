@@ -231,7 +231,9 @@ Command AddTuneCommand(CLI::App& parent) {
   app->add_option("--min-sample-us", args->spec.job.min_sample_us,
                   "Runs shorter than this are timed in back-to-back batches after one L2 flush "
                   "(0 = the worker's 20 us); 0.001 times each run alone after its own flush");
-  app->add_option("--top", args->top, "Candidates to list")->capture_default_str();
+  app->add_option("--top", args->top, "Candidates to list")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app->add_flag("--quiet", args->spec.job.quiet, "No progress display");
   return {app, [args, given] {
             for (const auto& [field, option] : *given) {
