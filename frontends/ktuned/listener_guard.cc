@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 
@@ -91,10 +92,11 @@ absl::Status CheckListenAddress(const std::string& listen) {
     port_at = colon + 1;
   }
   const absl::string_view port = rest.substr(port_at);
+  const bool digits = !port.empty() && port.size() <= 5 &&
+                      std::all_of(port.begin(), port.end(),
+                                  [](char c) { return absl::ascii_isdigit(c); });
   int value = 0;
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return absl::ascii_isdigit(c); }) ||
-      (value = std::stoi(std::string(port))) > 65535) {
+  if (!digits || !absl::SimpleAtoi(port, &value) || value > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("port '", port, "' is not a number from 0 to 65535"));
   }
