@@ -36,7 +36,9 @@ bool SymbolNamesKernel(const std::string& lowered, const std::string& expression
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> demangled(
       abi::__cxa_demangle(lowered.c_str(), nullptr, nullptr, &status), std::free);
-  if (status != 0 || demangled == nullptr) return WithoutSpaces(lowered) == WithoutSpaces(expression);
+  if (status != 0 || demangled == nullptr) {
+    return WithoutSpaces(lowered) == WithoutSpaces(expression);
+  }
   std::string name(demangled.get());
   // The parameter list starts at the first '(' outside the template arguments.
   int depth = 0;
