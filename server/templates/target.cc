@@ -10,6 +10,13 @@ namespace ktune {
 void SetComputeCapability(int cc_major, int cc_minor, TargetInfo* target) {
   target->sm = cc_major * 10 + cc_minor;
   target->has_arch_specific = cc_major >= 9;
+  // Resident threads per SM are the architecture's (CUDA's published limits): 1024 on
+  // Turing, 1536 on the consumer Ampere, Ada and Blackwell parts, 2048 elsewhere. They size
+  // grid-stride grids, so a device known only by its compute capability (a stored one, an
+  // --arch flag) must bind as a live one of that architecture does.
+  const int sm = target->sm;
+  target->max_threads_per_sm =
+      sm == 75 ? 1024 : (sm == 86 || sm == 87 || sm == 89 || sm >= 120) ? 1536 : 2048;
 }
 
 std::string TargetInfo::PortableTarget() const { return absl::StrCat("sm_", sm); }

@@ -28,8 +28,8 @@ struct TargetInfo {
   std::string ArchSpecificTarget() const;  // "sm_90a"
 };
 
-// Sets the architecture of `target` from a compute capability: sm = major * 10 + minor, and
-// the arch-specific target sm_XYa from 9.0 on. Every device description (a live GPU's, a
+// Sets the architecture of `target` from a compute capability: sm = major * 10 + minor, the
+// arch-specific target sm_XYa from 9.0 on, and the architecture's resident threads per SM. Every device description (a live GPU's, a
 // stored one's, an --arch flag) becomes a target through here.
 void SetComputeCapability(int cc_major, int cc_minor, TargetInfo* target);
 

@@ -1,5 +1,7 @@
 #include "server/tuning/gpu_problem.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "server/gpu/tensor_map_proto.h"
 
@@ -91,6 +93,18 @@ std::vector<LaunchSpec> LaunchSpecs(const Instance& instance, const v1::KernelBi
     specs.push_back(std::move(s));
   }
   return specs;
+}
+
+LaunchSpec LaunchSpecFor(const BoundLaunch& l, std::string lowered_name) {
+  LaunchSpec s;
+  s.lowered_name = std::move(lowered_name);
+  for (int d = 0; d < 3; ++d) {
+    s.grid[d] = static_cast<uint32_t>(l.grid[d]);
+    s.block[d] = static_cast<uint32_t>(l.block[d]);
+  }
+  s.shared_bytes = static_cast<uint32_t>(l.shared_bytes);
+  s.args = l.args;
+  return s;
 }
 
 TargetInfo TargetForDevice(const v1::DeviceInfo& device) {

@@ -33,6 +33,9 @@ absl::StatusOr<v1::Problem> BuildProblem(const Instance& reference,
 // The same launches as an artifact's launch specs (lowered names, geometry, arg names).
 std::vector<LaunchSpec> LaunchSpecs(const Instance& instance, const v1::KernelBinary& binary);
 
+// The launch spec of bound launch `l`, its kernel found in the cubin as `lowered_name`.
+LaunchSpec LaunchSpecFor(const BoundLaunch& l, std::string lowered_name);
+
 // The search space's view of a device.
 TargetInfo TargetForDevice(const v1::DeviceInfo& device);
 // The search space's view of a device known only from the store (a compile-only host):

@@ -15,6 +15,7 @@
 #include "server/templates/shape.h"
 #include "server/templates/instance.h"
 #include "server/templates/target.h"
+#include "server/tuning/gpu_problem.h"
 #include "server/tuning/launch_check.h"
 
 namespace ktune {
@@ -165,8 +166,9 @@ absl::Status CheckBundle(const TemplateRegistry& registry,
                absl::StrCat("'", Echo(e.key.device_model),
                             "' has no device row in the file or the store"));
   }
-  const TargetInfo target = TargetForStoredDevice(
-      device->second.cc_major, device->second.cc_minor, device->second.sm_count);
+  // The device's architecture and SM count; its other limits an H200-class device's, which
+  // only refuse configs, never change a binding that passed.
+  const TargetInfo target = TargetForStoredDevice(device->second, TargetInfo());
 
   if (absl::Status s = ValidateParams(tmpl, e.config.params); !s.ok()) {
     return Bad("config.params", s.message());

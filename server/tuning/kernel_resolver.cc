@@ -16,7 +16,6 @@
 #include "server/templates/search_space.h"
 #include "server/tuning/gpu_problem.h"
 #include "server/tuning/kernel_build.h"
-#include "server/tuning/launch_check.h"
 
 namespace ktune {
 namespace {

@@ -6,7 +6,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <memory>
-#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -56,18 +55,6 @@ bool SymbolNamesKernel(const std::string& lowered, const std::string& expression
   return name == want || absl::EndsWith(name, "::" + want);
 }
 
-LaunchSpec LaunchSpecFor(const BoundLaunch& l, std::string lowered_name) {
-  LaunchSpec s;
-  s.lowered_name = std::move(lowered_name);
-  for (int d = 0; d < 3; ++d) {
-    s.grid[d] = static_cast<uint32_t>(l.grid[d]);
-    s.block[d] = static_cast<uint32_t>(l.block[d]);
-  }
-  s.shared_bytes = static_cast<uint32_t>(l.shared_bytes);
-  s.args = l.args;
-  return s;
-}
-
 absl::Status CheckLaunchesMatch(const Instance& instance,
                                 const std::vector<LaunchSpec>& launches) {
   if (launches.size() != instance.launches.size()) {
@@ -100,21 +87,6 @@ absl::Status CheckLaunchesMatch(const Instance& instance,
     }
   }
   return absl::OkStatus();
-}
-
-TargetInfo TargetForStoredDevice(int cc_major, int cc_minor, int sm_count) {
-  TargetInfo t;
-  SetComputeCapability(cc_major, cc_minor, &t);
-  t.sm_count = sm_count;
-  // Resident threads per SM by architecture (CUDA's published limits): 1024 on Turing,
-  // 1536 on the consumer Ampere, Ada and Blackwell parts, 2048 elsewhere.
-  const int sm = t.sm;
-  if (sm == 75) {
-    t.max_threads_per_sm = 1024;
-  } else if (sm == 86 || sm == 87 || sm == 89 || sm >= 120) {
-    t.max_threads_per_sm = 1536;
-  }
-  return t;
 }
 
 }  // namespace ktune

@@ -11,7 +11,6 @@
 #include "absl/status/status.h"
 #include "server/base/launch_spec.h"
 #include "server/templates/instance.h"
-#include "server/templates/target.h"
 
 namespace ktune {
 
@@ -21,18 +20,10 @@ namespace ktune {
 // itself.
 bool SymbolNamesKernel(const std::string& lowered, const std::string& expression);
 
-// The launch spec of bound launch `l`, its kernel found in the cubin as `lowered_name`.
-LaunchSpec LaunchSpecFor(const BoundLaunch& l, std::string lowered_name);
-
 // OK when `launches` are `instance`'s: as many, each of the instance's kernel (by
 // SymbolNamesKernel) with its grid, block, dynamic shared memory and args. Otherwise
 // kInvalidArgument naming "launches[i].<field>" and both values.
 absl::Status CheckLaunchesMatch(const Instance& instance, const std::vector<LaunchSpec>& launches);
-
-// The target a stored device row stands for: its compute capability and SM count, the
-// threads per SM of its architecture (they size grid-stride grids), the rest an H200-class
-// device's (limits that only refuse configs, never change a binding that passed).
-TargetInfo TargetForStoredDevice(int cc_major, int cc_minor, int sm_count);
 
 }  // namespace ktune
 

@@ -21,7 +21,7 @@
 #include "server/templates/registry.h"
 #include "server/templates/shape.h"
 #include "server/templates/target.h"
-#include "server/tuning/launch_check.h"
+#include "server/tuning/gpu_problem.h"
 #include "tests/store/store_fixtures.h"
 #include "tests/testing/fake_cubin.h"
 #include "tests/testing/status_matchers.h"

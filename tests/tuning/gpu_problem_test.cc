@@ -105,6 +105,26 @@ TEST(GpuProblemTest, TensorMapProtoRoundTrips) {
                                 ::testing::HasSubstr("dtype: unknown 'f64'")));
 }
 
+// A device known only by its row in the store binds as a live one of its architecture:
+// threads per SM (they size grid-stride grids) come with the compute capability.
+TEST(GpuProblemTest, AStoredDeviceTakesItsArchitecturesThreadsPerSm) {
+  store::Device d;
+  d.cc_major = 9;
+  d.sm_count = 132;
+  EXPECT_EQ(TargetForStoredDevice(d, TargetInfo()).max_threads_per_sm, 2048);
+  d.cc_major = 8;
+  d.cc_minor = 9;
+  d.sm_count = 142;
+  const TargetInfo ada = TargetForStoredDevice(d, TargetInfo());
+  EXPECT_EQ(ada.max_threads_per_sm, 1536);
+  EXPECT_EQ(ada.sm, 89);
+  EXPECT_EQ(ada.sm_count, 142);
+  EXPECT_FALSE(ada.has_arch_specific);
+  EXPECT_EQ(TargetFromArch("sm_75")->max_threads_per_sm, 1024);
+  EXPECT_EQ(TargetFromArch("sm_120")->max_threads_per_sm, 1536);
+  EXPECT_EQ(TargetFromArch("sm_100a")->max_threads_per_sm, 2048);
+}
+
 TEST(GpuProblemTest, ProblemToleranceIsScaledByAtolScale) {
   auto t = LoadKernelTemplate(absl::StrCat(testing::TestTemplatesDir(), "/tiny"));
   ASSERT_TRUE(t.ok());

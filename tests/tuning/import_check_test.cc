@@ -249,15 +249,5 @@ TEST(LaunchCheckTest, SymbolsNameTheKernelOfTheirInstanceOnly) {
   EXPECT_FALSE(SymbolNamesKernel("_Z5nottyIfLi128ELi1EEvv", "tiny<float, 128, 1>"));
 }
 
-TEST(LaunchCheckTest, AStoredDeviceIsATargetOfItsArchitecturesThreadsPerSm) {
-  EXPECT_EQ(TargetForStoredDevice(9, 0, 132).max_threads_per_sm, 2048);
-  EXPECT_EQ(TargetForStoredDevice(8, 9, 142).max_threads_per_sm, 1536);
-  EXPECT_EQ(TargetForStoredDevice(7, 5, 40).max_threads_per_sm, 1024);
-  const TargetInfo a100 = TargetForStoredDevice(8, 0, 108);
-  EXPECT_EQ(a100.sm, 80);
-  EXPECT_EQ(a100.sm_count, 108);
-  EXPECT_FALSE(a100.has_arch_specific);
-}
-
 }  // namespace
 }  // namespace ktune
