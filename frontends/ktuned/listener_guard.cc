@@ -13,11 +13,17 @@
 namespace ktune {
 namespace {
 
-// The host part of HOST:PORT or [V6]:PORT, without brackets; "" when there is none.
-absl::string_view HostOf(absl::string_view address) {
+// A TCP address without its gRPC scheme (ipv4:, ipv6:, dns:///, dns:), if any.
+absl::string_view WithoutScheme(absl::string_view address) {
   for (absl::string_view scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) {
     if (absl::ConsumePrefix(&address, scheme)) break;
   }
+  return address;
+}
+
+// The host part of HOST:PORT or [V6]:PORT, without brackets; "" when there is none.
+absl::string_view HostOf(absl::string_view address) {
+  address = WithoutScheme(address);
   if (absl::StartsWith(address, "[")) {
     const size_t close = address.find(']');
     return close == absl::string_view::npos ? "" : address.substr(1, close - 1);
@@ -47,26 +53,8 @@ bool IsLoopbackHost(absl::string_view host) {
   return parts == 3;
 }
 
-}  // namespace
-
-std::string ListenHost(const std::string& listen) { return std::string(HostOf(listen)); }
-
-absl::Status CheckListenAddress(const std::string& listen) {
-  absl::string_view rest = listen;
-  if (absl::ConsumePrefix(&rest, "unix-abstract:")) {
-    if (rest.empty()) return absl::InvalidArgumentError("unix-abstract: needs a name");
-    return absl::OkStatus();
-  }
-  if (absl::ConsumePrefix(&rest, "unix:")) {
-    if (absl::ConsumePrefix(&rest, "//") && !absl::StartsWith(rest, "/")) {
-      return absl::InvalidArgumentError("unix:// needs an absolute path (unix:///PATH)");
-    }
-    if (rest.empty()) return absl::InvalidArgumentError("unix: needs a socket path");
-    return absl::OkStatus();
-  }
-  for (absl::string_view scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) {
-    if (absl::ConsumePrefix(&rest, scheme)) break;
-  }
+// HOST:PORT or [V6]:PORT with a host and a decimal port 0..65535 (CheckListenAddress).
+absl::Status CheckHostPort(absl::string_view rest) {
   if (absl::StrContains(rest, "://")) {
     return absl::InvalidArgumentError(
         "not a listen address (unix:///PATH, unix-abstract:NAME or HOST:PORT)");
@@ -101,6 +89,26 @@ absl::Status CheckListenAddress(const std::string& listen) {
         absl::StrCat("port '", port, "' is not a number from 0 to 65535"));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string ListenHost(const std::string& listen) { return std::string(HostOf(listen)); }
+
+absl::Status CheckListenAddress(const std::string& listen) {
+  absl::string_view rest = listen;
+  if (absl::ConsumePrefix(&rest, "unix-abstract:")) {
+    if (rest.empty()) return absl::InvalidArgumentError("unix-abstract: needs a name");
+    return absl::OkStatus();
+  }
+  if (absl::ConsumePrefix(&rest, "unix:")) {
+    if (absl::ConsumePrefix(&rest, "//") && !absl::StartsWith(rest, "/")) {
+      return absl::InvalidArgumentError("unix:// needs an absolute path (unix:///PATH)");
+    }
+    if (rest.empty()) return absl::InvalidArgumentError("unix: needs a socket path");
+    return absl::OkStatus();
+  }
+  return CheckHostPort(WithoutScheme(rest));
 }
 
 ListenerReach ReachOf(const std::string& listen) {
