@@ -193,9 +193,11 @@ def _stream_handle(device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def _stream(device, driver):
-    """The driver's CUstream for torch's current stream on device index `device`."""
-    handle = _stream_handle(device)
+def _stream(device, driver, handle=None):
+    """The driver's CUstream for torch's current stream on device index `device` (whose raw
+    handle the caller may have read already)."""
+    if handle is None:
+        handle = _stream_handle(device)
     stream = _streams.get(handle)
     if stream is None:
         stream = _streams[handle] = driver.CUstream(handle)
@@ -238,10 +240,11 @@ def _entry(op, key):
 _one_gpu = None  # whether torch sees one GPU (then the current device needs no check)
 
 
-def _launch(entry, device, pointers, scalars=None):
-    """Enqueues the entry's kernel on torch's current stream of device index `device`."""
+def _launch(entry, device, pointers, scalars=None, handle=None):
+    """Enqueues the entry's kernel on torch's current stream of device index `device`
+    (`handle`: that stream's raw handle, when the caller has read it)."""
     global _one_gpu
-    stream = _stream(device, entry.kernel.driver)
+    stream = _stream(device, entry.kernel.driver, handle)
     if _one_gpu is None:
         _one_gpu = torch.cuda.device_count() == 1
     if not _one_gpu and device != torch.cuda.current_device():
@@ -407,11 +410,13 @@ def _softmax(x):
     if entry is None or rows == 0:
         return torch.softmax(x, dim=-1)
     out = torch.empty_like(x)
-    partial = _scratch(entry, "partial", dev, _stream_handle(dev))
+    handle = _stream_handle(dev)
+    partial = _scratch(entry, "partial", dev, handle)
     # out_f32 is written only for f32 output of a narrower dtype (out_bytes 4): not here,
     # but its pointer must be a valid address.
     _launch(entry, dev, {"x": x.data_ptr(), "out": out.data_ptr(),
-                         "out_f32": partial.data_ptr(), "partial": partial.data_ptr()})
+                         "out_f32": partial.data_ptr(), "partial": partial.data_ptr()},
+            handle=handle)
     return out
 
 
@@ -567,13 +572,14 @@ def _linear(x, weight, bias):
     if entry is None or m == 0:
         return F.linear(x, weight, bias)
     out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=x.device)
-    stream = _stream_handle(dev)
-    counters = _scratch(entry, "counters", dev, stream, zeroed=True)
+    handle = _stream_handle(dev)
+    counters = _scratch(entry, "counters", dev, handle, zeroed=True)
     one = _constant(dev, "one", 1.0, torch.float32)
-    partial = _scratch(entry, "partial", dev, stream)
+    partial = _scratch(entry, "partial", dev, handle)
     _launch(entry, dev, {"x": x.data_ptr(), "w": weight.data_ptr(), "out": out.data_ptr(),
                          "scale_x": one.data_ptr(), "scale_w": one.data_ptr(),
-                         "partial": partial.data_ptr(), "counters": counters.data_ptr()})
+                         "partial": partial.data_ptr(), "counters": counters.data_ptr()},
+            handle=handle)
     if bias is not None:
         out.add_(bias)
     return out
