@@ -14,7 +14,8 @@
 //   gemm_probe time DTYPE M N K CONFIG...       median us over 30 read-flushed runs; cuBLAS
 //                                               (cublasGemmEx) first for 16-bit dtypes
 //
-// CONFIG is BM,BN,STAGES,SPLIT_K,GROUP,SWAP[,CLUSTER] for gemm_wgmma_kernel (sm_90a), or
+// CONFIG is BM,BN,STAGES,SPLIT_K,GROUP,SWAP[,CLUSTER[,SHARE_W[,EPI[,PINGPONG]]]] for the
+// Hopper kernels (sm_90a; EPI 1 is gemm_wgmma_tma_out_kernel), or
 // mBM,BN,STAGES for gemm_mma_kernel (sm_90; PROBE_ARCH=sm_80 etc. for `compile`). DTYPE: bf16,
 // f16, e4m3, e5m2. Templates come from $KTUNE_TEMPLATES (default ./kernel_templates). Built
 // by CMake as bench target gemm_probe; it runs on a GPU host with the CUDA 13 libraries.
@@ -55,11 +56,13 @@ namespace {
   } while (0)
 
 struct Config {
-  int bm, bn, stages, split, group, swap, cluster = 1;
+  int bm, bn, stages, split, group, swap, cluster = 1, share_w = 0, epi = 0, pingpong = 0;
   bool mma = false;  // gemm_mma_kernel (sm_90, no 'a'): config "mBM,BN,STAGES"
-  int Threads() const { return mma ? 128 : 128 * (1 + bm / 64); }
+  int Threads() const { return mma ? 128 : 128 * (1 + bm / 64 + pingpong); }
   int Smem() const {
-    return mma ? stages * (bm + bn) * 40 * 2 : stages * (bm + bn) * 128 + 1024 + 2 * stages * 8;
+    return mma ? stages * (bm + bn) * 40 * 2
+               : stages * (bm + bn) * 128 + (epi ? (bm / 64 + pingpong) * 16384 : 0) + 1024 +
+                     2 * stages * 8 + 16;
   }
   std::string Arch() const { return mma ? "sm_90" : "sm_90a"; }
 };
@@ -178,9 +181,15 @@ std::string KernelExpr(const std::string& dtype, const Config& c) {
                   c.bn, c.stages);
     return b;
   }
-  std::snprintf(b, sizeof b, "gemm_wgmma_kernel<%s, %d, %d, %d, %d, %d, %d, %d>",
+  if (c.epi) {
+    std::snprintf(b, sizeof b, "gemm_wgmma_tma_out_kernel<%s, %d, %d, %d, %d, %d, %d, %d>",
+                  TypeName(dtype).c_str(), c.bm, c.bn, c.stages, c.group, c.cluster, c.share_w,
+                  c.pingpong);
+    return b;
+  }
+  std::snprintf(b, sizeof b, "gemm_wgmma_kernel<%s, %d, %d, %d, %d, %d, %d, %d, %d, %d>",
                 TypeName(dtype).c_str(), c.bm, c.bn, c.stages, c.split, c.group, c.swap,
-                c.cluster);
+                c.cluster, c.share_w, c.pingpong);
   return b;
 }
 
@@ -192,8 +201,8 @@ Config ParseConfig(const char* s) {
     c.split = c.group = 1;
     return c;
   }
-  int got = std::sscanf(s, "%d,%d,%d,%d,%d,%d,%d", &c.bm, &c.bn, &c.stages, &c.split,
-                        &c.group, &c.swap, &c.cluster);
+  int got = std::sscanf(s, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &c.bm, &c.bn, &c.stages, &c.split,
+                        &c.group, &c.swap, &c.cluster, &c.share_w, &c.epi, &c.pingpong);
   if (got < 6) {
     std::fprintf(stderr, "bad config %s\n", s);
     std::exit(2);
@@ -205,6 +214,7 @@ CUtensorMap MakeMap(CUdeviceptr base, int elem_bytes, long long rows, long long 
   CUtensorMap map;
   cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
   cuuint64_t strides[1] = {static_cast<cuuint64_t>(k * elem_bytes)};
+  // 128 bytes of the inner dimension per box (64 columns of out for the TMA-store map).
   cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / elem_bytes),
                        static_cast<cuuint32_t>(box_rows)};
   cuuint32_t estr[2] = {1, 1};
@@ -313,13 +323,23 @@ void RunCandidate(const Kernel& k, Problem& p) {
   }
   int eb = ElemBytes(p.dtype);
   long long rows_p = c.swap ? p.n : p.m, rows_q = c.swap ? p.m : p.n;
-  CUtensorMap ma = MakeMap(c.swap ? p.w : p.x, eb, rows_p, p.k, c.swap ? c.bm : c.bm / c.cluster);
-  CUtensorMap mb = MakeMap(c.swap ? p.x : p.w, eb, rows_q, p.k, c.swap ? c.bn / c.cluster : c.bn);
+  // The cluster's neighbours lie along p (sharing B's tile) or along q (sharing A's).
+  bool along_p = c.swap ? !c.share_w : c.share_w;
+  CUtensorMap ma = MakeMap(c.swap ? p.w : p.x, eb, rows_p, p.k, along_p ? c.bm : c.bm / c.cluster);
+  CUtensorMap mb = MakeMap(c.swap ? p.x : p.w, eb, rows_q, p.k, along_p ? c.bn / c.cluster : c.bn);
   long long tp = (rows_p + c.bm - 1) / c.bm, tq = (rows_q + c.bn - 1) / c.bn;
-  if (c.swap) tp = (tp + c.cluster - 1) / c.cluster; else tq = (tq + c.cluster - 1) / c.cluster;
+  if (along_p) tp = (tp + c.cluster - 1) / c.cluster; else tq = (tq + c.cluster - 1) / c.cluster;
   long long units = tp * tq * c.split;
   unsigned grid = static_cast<unsigned>(std::min<long long>(units, SmCount() / c.cluster) * c.cluster);
   int m = p.m, n = p.n, kk = p.k;
+  if (c.epi) {
+    // out as [m rows, n columns], boxes of 64 columns x 16 rows (its element type is 2
+    // bytes: bf16 bits are all the map needs to move).
+    CUtensorMap mo = MakeMap(p.out, 2, p.m, p.n, 16);
+    void* a[] = {&ma, &mb, &mo, &p.sx, &p.sw, &m, &n, &kk};
+    Launch(k.f, grid, 1, c.Threads(), 1, c.Smem(), a);
+    return;
+  }
   void* a[] = {&ma, &mb, &p.out, &p.partial, &p.counters, &p.sx, &p.sw, &m, &n, &kk};
   Launch(k.f, grid, 1, c.Threads(), 1, c.Smem(), a);
 }

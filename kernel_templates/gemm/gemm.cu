@@ -102,6 +102,20 @@ __device__ __forceinline__ void StoreTwo(float* p, float a, float b) {
   *reinterpret_cast<float2*>(p) = make_float2(a, b);
 }
 
+/// a and b rounded to V and packed into 32 bits, a in the low half (the lower address).
+template <typename V>
+__device__ __forceinline__ unsigned PackTwo(float a, float b);
+template <>
+__device__ __forceinline__ unsigned PackTwo<__nv_bfloat16>(float a, float b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+template <>
+__device__ __forceinline__ unsigned PackTwo<__half>(float a, float b) {
+  const __half2 v = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+
 template <int SWAP, typename V>
 __device__ __forceinline__ void StorePair(V* c, int pi, int qi, int rows_p, int rows_q, int n,
                                           float a, float b) {
@@ -153,8 +167,408 @@ __device__ __forceinline__ void Mma16816(float (&d)[4], const unsigned (&a)[4],
 }  // namespace gemm
 
 // Clusters and the bulk copies exist from sm_90 on: the portable kernel below compiles for
-// sm_80 without this one (the manifest never names it for such targets).
+// sm_80 without these (the manifest never names them for such targets).
 #if __CUDA_ARCH__ >= 900
+namespace gemm {
+
+/// The pieces of one instance of the Hopper path; the params are gemm_wgmma_kernel's (below)
+/// plus EPI: 0 writes out from the accumulators, 1 through shared memory with TMA stores.
+template <typename T, int BM, int BN, int STAGES, int SPLIT_K, int GROUP, int SWAP, int CLUSTER,
+          int SHARE_W, int PINGPONG, int EPI>
+struct Hopper {
+  using TOut = typename Out<T>::type;
+  static_assert(BM == 64 || BM == 128, "BM: 64 rows per consumer warpgroup, 1 or 2 of them");
+  static_assert(STAGES >= 2, "STAGES: at least two slots, or copies never overlap math");
+  static_assert(SPLIT_K >= 1 && GROUP >= 1, "SPLIT_K and GROUP are at least 1");
+  static_assert(CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4, "CLUSTER: 1, 2 or 4 blocks");
+  static_assert(EPI == 0 || (SWAP == 0 && SPLIT_K == 1 && BN % 64 == 0),
+                "EPI 1: out in row-major chunks of 64 columns, no SWAP, no split-K");
+  static_assert(PINGPONG == 0 || (BM == 64 && SPLIT_K == 1),
+                "PINGPONG: two consumers of 64-row tiles, no split-K");
+  // Consumer warpgroups: BM / 64 sharing each tile, or two taking turns (PINGPONG), each
+  // freeing a slot it has read: the arrivals a slot's `empty` barrier waits for per block.
+  static constexpr int kConsumers = PINGPONG ? 2 : BM / 64;
+  static constexpr int kReleasers = PINGPONG ? 1 : kConsumers;
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kRowBytes = 128;  // K bytes per row of a slot: one swizzle span
+  static constexpr int kBK = kRowBytes / sizeof(T);
+  static constexpr int kSlotA = BM * kRowBytes;
+  static constexpr int kSlotB = BN * kRowBytes;
+  static constexpr int kAcc = BN / 2;
+  static constexpr bool kPromote = sizeof(T) == 1;
+  // The blocks of a cluster take neighbouring tiles along p, sharing B's tile, or along q,
+  // sharing A's. x is A without SWAP and B with it; SHARE_W shares w instead of x.
+  static constexpr bool kAlongP = SWAP ? !SHARE_W : SHARE_W;
+  static constexpr int kSlice = (kAlongP ? BN : BM) / CLUSTER;
+  static_assert(kSlice % 8 == 0, "CLUSTER: the shared tile's rows / CLUSTER must be a multiple of 8");
+  // EPI 1 stages out through two chunks per warp of 16 rows x 128 bytes (64 columns),
+  // 128-byte swizzled: a TMA store drains one while the warp fills the other. Each warp
+  // stores its own rows, so no warp waits for another.
+  static constexpr int kChunkBytes = 16 * 128;
+  static constexpr int kStagingBytes = EPI ? kConsumers * 4 * 2 * kChunkBytes : 0;
+
+  /// Where this block's tiles lie and which of them it takes (units of CLUSTER neighbouring
+  /// tiles, one per block of the cluster, walked by the clusters in turn).
+  struct Walk {
+    int tiles_p, tiles_q, units_p, units_q, units, kblocks, rank, first, stride;
+
+    __device__ Walk(int m, int n, int k) {
+      const int rows_p = SWAP ? n : m;
+      const int rows_q = SWAP ? m : n;
+      tiles_p = (rows_p + BM - 1) / BM;
+      tiles_q = (rows_q + BN - 1) / BN;
+      units_p = kAlongP ? (tiles_p + CLUSTER - 1) / CLUSTER : tiles_p;
+      units_q = kAlongP ? tiles_q : (tiles_q + CLUSTER - 1) / CLUSTER;
+      units = units_p * units_q * SPLIT_K;
+      kblocks = (k + kBK - 1) / kBK;
+      rank = CLUSTER > 1 ? static_cast<int>(ktune::ClusterRank()) : 0;
+      first = blockIdx.x / CLUSTER;
+      stride = gridDim.x / CLUSTER;
+    }
+    /// This block's tile of unit u. A cluster's last unit may hang past the matrix: such a
+    /// block only copies its slice of the shared tile (zeros) and writes nothing.
+    __device__ TileCoord Tile(int u) const {
+      TileCoord c = TileAt<SPLIT_K, GROUP>(u, units_p, units_q);
+      if (kAlongP) {
+        c.p = c.p * CLUSTER + rank;
+      } else {
+        c.q = c.q * CLUSTER + rank;
+      }
+      return c;
+    }
+    __device__ int KBegin(const TileCoord& c) const { return c.split * kblocks / SPLIT_K; }
+    __device__ int KEnd(const TileCoord& c) const { return (c.split + 1) * kblocks / SPLIT_K; }
+    __device__ bool Inside(const TileCoord& c) const { return c.p < tiles_p && c.q < tiles_q; }
+  };
+
+  /// The producer's one working thread: copies every K slot of every tile of the walk into
+  /// the ring, the shared operand's slice multicast to the whole cluster.
+  static __device__ __forceinline__ void Produce(const Walk& w, const ktune::TensorMap* tm_a,
+                                                 const ktune::TensorMap* tm_b,
+                                                 unsigned char* slots_a, unsigned char* slots_b,
+                                                 unsigned long long* full,
+                                                 unsigned long long* empty) {
+    constexpr unsigned short kMask = (1 << CLUSTER) - 1;
+    int slot = 0;
+    unsigned phase = 0;
+    for (int u = w.first; u < w.units; u += w.stride) {
+      const TileCoord c = w.Tile(u);
+      for (int kb = w.KBegin(c); kb < w.KEnd(c); ++kb) {
+        ktune::MbarrierWait(&empty[slot], phase ^ 1);
+        ktune::MbarrierArriveExpectTx(&full[slot], kSlotA + kSlotB);
+        unsigned char* a = slots_a + slot * kSlotA;
+        unsigned char* b = slots_b + slot * kSlotB;
+        if constexpr (CLUSTER == 1) {
+          ktune::TmaLoad2d(b, tm_b, kb * kBK, c.q * BN, &full[slot]);
+          ktune::TmaLoad2d(a, tm_a, kb * kBK, c.p * BM, &full[slot]);
+        } else if constexpr (kAlongP) {
+          ktune::TmaLoad2d(a, tm_a, kb * kBK, c.p * BM, &full[slot]);
+          ktune::TmaLoad2dMulticast(b + w.rank * kSlice * kRowBytes, tm_b, kb * kBK,
+                                    c.q * BN + w.rank * kSlice, &full[slot], kMask);
+        } else {
+          ktune::TmaLoad2d(b, tm_b, kb * kBK, c.q * BN, &full[slot]);
+          ktune::TmaLoad2dMulticast(a + w.rank * kSlice * kRowBytes, tm_a, kb * kBK,
+                                    c.p * BM + w.rank * kSlice, &full[slot], kMask);
+        }
+        if (++slot == STAGES) {
+          slot = 0;
+          phase ^= 1;
+        }
+      }
+    }
+  }
+
+  /// Frees slot s in every block of the cluster (one thread per consumer warpgroup).
+  static __device__ __forceinline__ void Release(unsigned long long* empty, int s, int tid) {
+    if (tid != 0) return;
+    if constexpr (CLUSTER == 1) {
+      ktune::MbarrierArrive(&empty[s]);
+    } else {
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r) ktune::MbarrierArriveCluster(&empty[s], r);
+    }
+  }
+
+  /// The first of a consumer's 64 rows in the A tile (PINGPONG: each has the whole tile).
+  static __device__ __forceinline__ int RowOffset(int consumer) {
+    return PINGPONG ? 0 : consumer * 64;
+  }
+
+  static __device__ __forceinline__ void Advance(int& slot, unsigned& phase) {
+    if (++slot == STAGES) {
+      slot = 0;
+      phase ^= 1;
+    }
+  }
+
+  /// Waits for `slot` to land and issues its wgmmas (this consumer's 64 rows of A) into d as
+  /// one committed group: d = A . B + (accumulate ? d : 0).
+  static __device__ __forceinline__ void Issue(float (&d)[kAcc], int slot, unsigned phase,
+                                               int consumer, unsigned char* slots_a,
+                                               unsigned char* slots_b,
+                                               unsigned long long* full, bool accumulate) {
+    ktune::MbarrierWait(&full[slot], phase);
+    const unsigned long long desc_a =
+        ktune::WgmmaDescSw128(slots_a + slot * kSlotA + RowOffset(consumer) * kRowBytes);
+    const unsigned long long desc_b = ktune::WgmmaDescSw128(slots_b + slot * kSlotB);
+    ktune::WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kRowBytes / ktune::kWgmmaKBytes; ++kk) {
+      // + 2 per step: the descriptor counts 16-byte units.
+      ktune::Wgmma<T, BN>(d, desc_a + 2 * kk, desc_b + 2 * kk, accumulate || kk > 0);
+    }
+    ktune::WgmmaCommit();
+  }
+
+  /// fp8: adds a slot's partial product to acc once at most `Pending` groups are still
+  /// running, and frees the slot.
+  template <int Pending>
+  static __device__ __forceinline__ void Retire(float (&acc)[kAcc], float (&part)[kAcc],
+                                                unsigned long long* empty, int slot, int tid) {
+    ktune::WgmmaWait<Pending>();
+    ktune::WgmmaFenceOperands(part);
+    Release(empty, slot, tid);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
+  }
+
+  /// acc = this consumer's 64 rows of A . B over K slots [kb_begin, kb_end), read from the
+  /// ring as they land; `slot` and `phase` carry on from tile to tile.
+  ///
+  /// fp8: the tensor cores keep fewer mantissa bits than float while they accumulate (a
+  /// 4096-long sum drifts by ~1e-3 of its size), so each slot's product is summed apart,
+  /// waited for and added to the float accumulators before the next slot is issued (the
+  /// other consumer's wgmmas fill the gap). Two partials alternating, so that one slot's
+  /// wgmmas would run while the one before is added, cannot be written: ptxas serializes
+  /// every wgmma of a kernel that reads accumulators while another group is in flight (its
+  /// warning C7514).
+  static __device__ __forceinline__ void Mainloop(int kb_begin, int kb_end, int consumer,
+                                                  int tid, unsigned char* slots_a,
+                                                  unsigned char* slots_b,
+                                                  unsigned long long* full,
+                                                  unsigned long long* empty, int& slot,
+                                                  unsigned& phase, float (&acc)[kAcc]) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+    if constexpr (kPromote) {
+      float part[kAcc];
+      for (int kb = kb_begin; kb < kb_end; ++kb) {
+        Issue(part, slot, phase, consumer, slots_a, slots_b, full, false);
+        Retire<0>(acc, part, empty, slot, tid);
+        Advance(slot, phase);
+      }
+    } else {
+      int prev = -1;
+      for (int kb = kb_begin; kb < kb_end; ++kb) {
+        Issue(acc, slot, phase, consumer, slots_a, slots_b, full, true);
+        // The group before this one is done: its slot can be refilled.
+        ktune::WgmmaWait<1>();
+        ktune::WgmmaFenceOperands(acc);
+        if (prev >= 0) Release(empty, prev, tid);
+        prev = slot;
+        Advance(slot, phase);
+      }
+      ktune::WgmmaWait<0>();
+      ktune::WgmmaFenceOperands(acc);
+      if (prev >= 0) Release(empty, prev, tid);
+    }
+  }
+
+  // Thread tid of a consumer holds, for j < BN / 8 and h < 2, row r + 8 h of its 64 (r = 16 *
+  // warp + lane / 4) at columns 8 j + 2 (lane % 4) and the one after: acc[4 j + 2 h] and
+  // acc[4 j + 2 h + 1]. Row0 and Col0 are the first of them in C.
+  static __device__ __forceinline__ int Row0(const TileCoord& c, int consumer, int tid) {
+    return c.p * BM + RowOffset(consumer) + 16 * (tid / 32) + (tid % 32) / 4;
+  }
+  static __device__ __forceinline__ int Col0(const TileCoord& c, int tid) {
+    return c.q * BN + 2 * (tid % 4);
+  }
+
+  /// Writes acc * scale to out straight from the registers.
+  static __device__ __forceinline__ void StoreDirect(const TileCoord& c, int consumer, int tid,
+                                                     const float (&acc)[kAcc], TOut* out,
+                                                     int m, int n, float scale) {
+    const int row0 = Row0(c, consumer, tid), col0 = Col0(c, tid);
+    const int rows_p = SWAP ? n : m, rows_q = SWAP ? m : n;
+#pragma unroll
+    for (int i = 0; i < kAcc; i += 2) {
+      StorePair<SWAP>(out, row0 + 8 * ((i / 2) % 2), col0 + 8 * (i / 4), rows_p, rows_q, n,
+                      acc[i] * scale, acc[i + 1] * scale);
+    }
+  }
+
+  /// Split-K: writes this slice's float partials; the last block of the tile to do so adds
+  /// all slices in order and writes out (see the top of this file).
+  static __device__ __forceinline__ void StoreSplitK(const TileCoord& c, const Walk& w,
+                                                     int consumer, int tid,
+                                                     const float (&acc)[kAcc], TOut* out,
+                                                     float* partial, int* counters, int m,
+                                                     int n, float scale, int* last_of_tile) {
+    const int row0 = Row0(c, consumer, tid), col0 = Col0(c, tid);
+    const int rows_p = SWAP ? n : m, rows_q = SWAP ? m : n;
+    float* slice = partial + static_cast<long long>(c.split) * m * n;
+#pragma unroll
+    for (int i = 0; i < kAcc; i += 2) {
+      StorePair<SWAP>(slice, row0 + 8 * ((i / 2) % 2), col0 + 8 * (i / 4), rows_p, rows_q, n,
+                      acc[i], acc[i + 1]);
+    }
+    __threadfence();
+    ConsumerSync<kConsumerThreads>();
+    const int tile = c.p * w.tiles_q + c.q;
+    if (threadIdx.x == 128) {
+      const int before = atomicAdd(&counters[tile], 1);
+      *last_of_tile = before == SPLIT_K - 1;
+      if (*last_of_tile) counters[tile] = 0;
+    }
+    ConsumerSync<kConsumerThreads>();
+    if (!*last_of_tile) return;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < kAcc; i += 2) {
+      const int pi = row0 + 8 * ((i / 2) % 2), qi = col0 + 8 * (i / 4);
+      float a = 0.f, b = 0.f;
+      for (int s = 0; s < SPLIT_K; ++s) {
+        LoadPair<SWAP>(partial + static_cast<long long>(s) * m * n, pi, qi, rows_p, rows_q, n,
+                       a, b);
+      }
+      StorePair<SWAP>(out, pi, qi, rows_p, rows_q, n, a * scale, b * scale);
+    }
+  }
+
+  /// EPI 1: each warp writes its 16 rows of acc * scale into its staging chunks, 64 columns
+  /// at a time, and has its first lane store each with TMA, which clips at the matrix's
+  /// edges. The warp goes on to its next tile while the last stores drain; `chunks` counts
+  /// the chunks it has stored, so it alternates buffers across tiles too.
+  static __device__ __forceinline__ void StoreTma(const TileCoord& c, int consumer, int tid,
+                                                  const float (&acc)[kAcc],
+                                                  const ktune::TensorMap* tm_out,
+                                                  unsigned char* staging, int m, int n,
+                                                  float scale, int& chunks) {
+    const int warp = tid / 32, lane = tid % 32;
+    const int row = c.p * BM + RowOffset(consumer) + 16 * warp;
+    if (row >= m) return;
+#pragma unroll
+    for (int ch = 0; ch < BN / 64; ++ch) {
+      const int col = c.q * BN + ch * 64;
+      if (col >= n) break;
+      unsigned char* buf = staging + ((consumer * 4 + warp) * 2 + (chunks & 1)) * kChunkBytes;
+      // The store that last read this buffer (two chunks ago) must be done reading it.
+      if (lane == 0) ktune::BulkWaitGroupRead<1>();
+      __syncwarp();
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = 4 * (ch * 8 + jj) + 2 * h;
+          const int r = lane / 4 + 8 * h;
+          // 128-byte swizzle: 16-byte unit jj of row r sits at unit jj ^ (r % 8), which also
+          // spreads the warp's 8 rows of one store over all 32 banks.
+          unsigned char* p = buf + r * 128 + ((jj ^ (r % 8)) << 4) + 4 * (lane % 4);
+          *reinterpret_cast<unsigned*>(p) = PackTwo<TOut>(acc[i] * scale, acc[i + 1] * scale);
+        }
+      }
+      ktune::FenceProxyAsyncShared();
+      __syncwarp();
+      if (lane == 0) {
+        ktune::TmaStore2d(tm_out, buf, col, row);
+        ktune::BulkCommitGroup();
+      }
+      ++chunks;
+    }
+  }
+
+  static __device__ __forceinline__ void Run(const ktune::TensorMap* tm_a,
+                                             const ktune::TensorMap* tm_b,
+                                             const ktune::TensorMap* tm_out, TOut* out,
+                                             float* partial, int* counters,
+                                             const float* scale_x, const float* scale_w, int m,
+                                             int n, int k) {
+    // Slots and staging need 1024-byte alignment for the swizzle; the runtime promises 16.
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+    unsigned char* slots_a = smem;
+    unsigned char* slots_b = smem + STAGES * kSlotA;
+    unsigned char* staging = slots_b + STAGES * kSlotB;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(staging + kStagingBytes);
+    unsigned long long* empty = full + STAGES;
+    // PINGPONG: turn[c] completes a phase each time consumer c has issued a tile's last slot.
+    unsigned long long* turn = empty + STAGES;
+    __shared__ int last_of_tile;
+    const Walk w(m, n, k);
+
+    if (threadIdx.x == 0) {
+      ktune::PrefetchTensorMap(tm_a);
+      ktune::PrefetchTensorMap(tm_b);
+      if (EPI) ktune::PrefetchTensorMap(tm_out);
+      for (int s = 0; s < STAGES; ++s) {
+        ktune::MbarrierInit(&full[s], 1);
+        // Every consumer of every block in the cluster frees a slot: the slot is refilled by
+        // copies that land in all of them.
+        ktune::MbarrierInit(&empty[s], kReleasers * CLUSTER);
+      }
+      ktune::MbarrierInit(&turn[0], 1);
+      ktune::MbarrierInit(&turn[1], 1);
+      ktune::FenceMbarrierInit();
+    }
+    if constexpr (CLUSTER > 1) {
+      ktune::ClusterSync();
+    } else {
+      __syncthreads();
+    }
+
+    const int warpgroup = threadIdx.x / 128;
+    if (warpgroup == 0) {
+      // Producer. Only its first thread works; the others leave their registers to the
+      // consumers (setmaxnreg needs the cap at entry that min_blocks 1 gives).
+      if constexpr (kConsumers == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+      if (threadIdx.x == 0) Produce(w, tm_a, tm_b, slots_a, slots_b, full, empty);
+    } else {
+      if constexpr (kConsumers == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+      const int consumer = warpgroup - 1;
+      const int tid = threadIdx.x % 128;
+      const float scale = scale_x[0] * scale_w[0];
+      float acc[kAcc];
+      int slot = 0, chunks = 0, turns = 0;
+      unsigned phase = 0;
+      for (int u = w.first, i = 0; u < w.units; u += w.stride, ++i) {
+        const TileCoord c = w.Tile(u);
+        if (PINGPONG && i % 2 != consumer) {
+          // The other consumer's tile: step past its slots in the ring.
+          const int next = slot + (w.KEnd(c) - w.KBegin(c));
+          phase ^= (next / STAGES) % 2;
+          slot = next % STAGES;
+          continue;
+        }
+        // PINGPONG: start only once the other consumer has issued the tile before this one.
+        // Then each full barrier this consumer waits on is at most one phase behind the
+        // phase it waits for, which is all a parity wait can tell apart; and the tensor cores
+        // run one consumer's tile while the other writes its last one out.
+        if (PINGPONG && i > 0) ktune::MbarrierWait(&turn[1 - consumer], (turns++) % 2);
+        Mainloop(w.KBegin(c), w.KEnd(c), consumer, tid, slots_a, slots_b, full, empty, slot,
+                 phase, acc);
+        if (PINGPONG && tid == 0) ktune::MbarrierArrive(&turn[consumer]);
+        if (!w.Inside(c)) continue;
+        if constexpr (EPI == 1) {
+          StoreTma(c, consumer, tid, acc, tm_out, staging, m, n, scale, chunks);
+        } else if constexpr (SPLIT_K == 1) {
+          StoreDirect(c, consumer, tid, acc, out, m, n, scale);
+        } else {
+          StoreSplitK(c, w, consumer, tid, acc, out, partial, counters, m, n, scale,
+                      &last_of_tile);
+        }
+      }
+      // Shared memory must outlive the stores that read it.
+      if (EPI && tid % 32 == 0) ktune::BulkWaitGroup<0>();
+    }
+    // No block may leave while another of its cluster can still copy into its slots or
+    // arrive on its barriers.
+    if constexpr (CLUSTER > 1) ktune::ClusterSync();
+  }
+};
+
+}  // namespace gemm
+
 /// Hopper GEMM, described at the top of this file.
 ///   T:       __nv_bfloat16, __half, __nv_fp8_e4m3 or __nv_fp8_e5m2 (x and w).
 ///   BM:      rows of A per tile, 64 per consumer warpgroup (64 or 128).
@@ -165,246 +579,43 @@ __device__ __forceinline__ void Mma16816(float (&d)[4], const unsigned (&a)[4],
 ///   GROUP:   rows of tiles walked together (1: row by row).
 ///   SWAP:    0: A = x, B = w; 1: A = w, B = x (see above).
 ///   CLUSTER: blocks per thread-block cluster (1, 2 or 4). The blocks of a cluster take
-///            neighbouring tiles along n, which share their rows of x: each block copies
-///            1 / CLUSTER of the x tile and multicasts it to all, so L2 serves x once per
-///            cluster instead of once per block. The x tile's rows divided by CLUSTER must be
-///            a multiple of 8 (the swizzle's row group).
+///            neighbouring tiles that share one operand's tile: each block copies 1 / CLUSTER
+///            of it and multicasts it to all, so L2 serves it once per cluster instead of
+///            once per block. The shared tile's rows divided by CLUSTER must be a multiple of
+///            8 (the swizzle's row group).
+///   SHARE_W: 0: the cluster shares x's tile (neighbours along n); 1: w's (neighbours along
+///            m), the larger saving where w's tile is the larger one.
+///   PINGPONG: 0: the BM / 64 consumers share each tile; 1 (BM 64, no split-K): two consumers
+///            take the block's tiles in turns, so one multiplies while the other writes out.
 /// tm_a and tm_b are 2-D maps (K innermost) over A's and B's buffers, box (128 bytes of K,
-/// BM or BN rows; x's rows divided by CLUSTER), 128-byte swizzle, zero fill: rows and K
-/// beyond the matrix read as 0.
-template <typename T, int BM, int BN, int STAGES, int SPLIT_K, int GROUP, int SWAP, int CLUSTER>
+/// BM or BN rows; the shared operand's rows divided by CLUSTER), 128-byte swizzle, zero
+/// fill: rows and K beyond the matrix read as 0.
+template <typename T, int BM, int BN, int STAGES, int SPLIT_K, int GROUP, int SWAP, int CLUSTER,
+          int SHARE_W, int PINGPONG>
 __global__ void KTUNE_LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1)
 gemm_wgmma_kernel(const __grid_constant__ ktune::TensorMap tm_a,
                   const __grid_constant__ ktune::TensorMap tm_b, typename gemm::Out<T>::type* out,
                   float* __restrict__ partial, int* __restrict__ counters,
                   const float* __restrict__ scale_x, const float* __restrict__ scale_w, int m,
                   int n, int k) {
-  using TOut = typename gemm::Out<T>::type;
-  using gemm::TileCoord;
-  static_assert(BM == 64 || BM == 128, "BM: 64 rows per consumer warpgroup, 1 or 2 of them");
-  static_assert(STAGES >= 2, "STAGES: at least two slots, or copies never overlap math");
-  static_assert(SPLIT_K >= 1 && GROUP >= 1, "SPLIT_K and GROUP are at least 1");
-  static_assert(CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4, "CLUSTER: 1, 2 or 4 blocks");
-  constexpr int kConsumers = BM / 64;
-  constexpr int kConsumerThreads = 128 * kConsumers;
-  constexpr int kRowBytes = 128;  // K bytes per row of a slot: one swizzle span
-  constexpr int kBK = kRowBytes / sizeof(T);
-  constexpr int kSlotA = BM * kRowBytes;
-  constexpr int kSlotB = BN * kRowBytes;
-  constexpr int kAcc = BN / 2;
-  constexpr bool kPromote = sizeof(T) == 1;
-  // x is A without SWAP and B with it; its slice per block of the cluster.
-  constexpr int kXRows = SWAP ? BN : BM;
-  constexpr int kXSlice = kXRows / CLUSTER;
-  static_assert(kXSlice % 8 == 0, "CLUSTER: x's tile rows / CLUSTER must be a multiple of 8");
+  gemm::Hopper<T, BM, BN, STAGES, SPLIT_K, GROUP, SWAP, CLUSTER, SHARE_W, PINGPONG, 0>::Run(
+      &tm_a, &tm_b, nullptr, out, partial, counters, scale_x, scale_w, m, n, k);
+}
 
-  // Slots need 1024-byte alignment for the swizzle; the runtime only promises 16.
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
-  unsigned char* slots_a = smem;
-  unsigned char* slots_b = smem + STAGES * kSlotA;
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(slots_b + STAGES * kSlotB);
-  unsigned long long* empty = full + STAGES;
-  __shared__ int last_of_tile;
-
-  const int rows_p = SWAP ? n : m;
-  const int rows_q = SWAP ? m : n;
-  const int tiles_p = (rows_p + BM - 1) / BM;
-  const int tiles_q = (rows_q + BN - 1) / BN;
-  // The cluster walks units of CLUSTER neighbouring tiles along n (p with SWAP, q without).
-  const int units_p = SWAP ? (tiles_p + CLUSTER - 1) / CLUSTER : tiles_p;
-  const int units_q = SWAP ? tiles_q : (tiles_q + CLUSTER - 1) / CLUSTER;
-  const int units = units_p * units_q * SPLIT_K;
-  const int kblocks = (k + kBK - 1) / kBK;
-  const int warpgroup = threadIdx.x / 128;
-  const int rank = CLUSTER > 1 ? static_cast<int>(ktune::ClusterRank()) : 0;
-  const int cluster = blockIdx.x / CLUSTER;
-  const int clusters = gridDim.x / CLUSTER;
-  // This block's tile of a unit.
-  auto tile_of = [&](int u) {
-    TileCoord c = gemm::TileAt<SPLIT_K, GROUP>(u, units_p, units_q);
-    if (SWAP) {
-      c.p = c.p * CLUSTER + rank;
-    } else {
-      c.q = c.q * CLUSTER + rank;
-    }
-    return c;
-  };
-
-  if (threadIdx.x == 0) {
-    ktune::PrefetchTensorMap(&tm_a);
-    ktune::PrefetchTensorMap(&tm_b);
-    for (int s = 0; s < STAGES; ++s) {
-      ktune::MbarrierInit(&full[s], 1);
-      // Every consumer of every block in the cluster frees a slot: the slot is refilled by
-      // copies that land in all of them.
-      ktune::MbarrierInit(&empty[s], kConsumers * CLUSTER);
-    }
-    ktune::FenceMbarrierInit();
-  }
-  if constexpr (CLUSTER > 1) {
-    ktune::ClusterSync();
-  } else {
-    __syncthreads();
-  }
-
-  if (warpgroup == 0) {
-    // Producer. Only its first thread works; the others leave their registers to the
-    // consumers (setmaxnreg needs the cap at entry that min_blocks 1 gives).
-    if constexpr (kConsumers == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (threadIdx.x == 0) {
-      unsigned char* slots_x = SWAP ? slots_b : slots_a;
-      unsigned char* slots_w = SWAP ? slots_a : slots_b;
-      const ktune::TensorMap* tm_x = SWAP ? &tm_b : &tm_a;
-      const ktune::TensorMap* tm_w = SWAP ? &tm_a : &tm_b;
-      constexpr int kSlotX = SWAP ? kSlotB : kSlotA;
-      constexpr int kSlotW = SWAP ? kSlotA : kSlotB;
-      constexpr int kWRows = SWAP ? BM : BN;
-      int slot = 0;
-      unsigned phase = 0;
-      for (int u = cluster; u < units; u += clusters) {
-        const TileCoord c = tile_of(u);
-        const int tile_x = SWAP ? c.q : c.p;
-        const int tile_w = SWAP ? c.p : c.q;
-        const int kb_end = (c.split + 1) * kblocks / SPLIT_K;
-        for (int kb = c.split * kblocks / SPLIT_K; kb < kb_end; ++kb) {
-          ktune::MbarrierWait(&empty[slot], phase ^ 1);
-          ktune::MbarrierArriveExpectTx(&full[slot], kSlotA + kSlotB);
-          ktune::TmaLoad2d(slots_w + slot * kSlotW, tm_w, kb * kBK, tile_w * kWRows, &full[slot]);
-          if constexpr (CLUSTER == 1) {
-            ktune::TmaLoad2d(slots_x + slot * kSlotX, tm_x, kb * kBK, tile_x * kXRows,
-                             &full[slot]);
-          } else {
-            ktune::TmaLoad2dMulticast(slots_x + slot * kSlotX + rank * kXSlice * kRowBytes,
-                                      tm_x, kb * kBK, tile_x * kXRows + rank * kXSlice,
-                                      &full[slot], (1 << CLUSTER) - 1);
-          }
-          if (++slot == STAGES) {
-            slot = 0;
-            phase ^= 1;
-          }
-        }
-      }
-    }
-  } else {
-    // Consumers.
-    if constexpr (kConsumers == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    const int consumer = warpgroup - 1;
-    const int tid = threadIdx.x % 128;
-    const float scale = scale_x[0] * scale_w[0];
-    // Frees a slot in every block of the cluster (one thread per warpgroup).
-    auto release = [&](int s) {
-      if (tid != 0) return;
-      if constexpr (CLUSTER == 1) {
-        ktune::MbarrierArrive(&empty[s]);
-      } else {
-#pragma unroll
-        for (int r = 0; r < CLUSTER; ++r) ktune::MbarrierArriveCluster(&empty[s], r);
-      }
-    };
-    float acc[kAcc];
-    int slot = 0;
-    unsigned phase = 0;
-    for (int u = cluster; u < units; u += clusters) {
-      const TileCoord c = tile_of(u);
-      const int kb_end = (c.split + 1) * kblocks / SPLIT_K;
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
-      int prev_slot = -1;
-      for (int kb = c.split * kblocks / SPLIT_K; kb < kb_end; ++kb) {
-        ktune::MbarrierWait(&full[slot], phase);
-        const unsigned long long desc_a =
-            ktune::WgmmaDescSw128(slots_a + slot * kSlotA + consumer * 64 * kRowBytes);
-        const unsigned long long desc_b = ktune::WgmmaDescSw128(slots_b + slot * kSlotB);
-        if constexpr (kPromote) {
-          // fp8: the tensor cores keep fewer mantissa bits than float while they accumulate
-          // (a 4096-long sum drifts by ~1e-3 of its size), so each slot's product is summed
-          // apart and added to the float accumulators here. Waiting for the group before the
-          // add costs the overlap of this warpgroup's slots; the other consumer fills in.
-          float part[kAcc];
-          ktune::WgmmaFence();
-#pragma unroll
-          for (int kk = 0; kk < kRowBytes / ktune::kWgmmaKBytes; ++kk) {
-            ktune::Wgmma<T, BN>(part, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0);
-          }
-          ktune::WgmmaCommit();
-          ktune::WgmmaWait<0>();
-          ktune::WgmmaFenceOperands(part);
-          release(slot);
-#pragma unroll
-          for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
-        } else {
-          ktune::WgmmaFence();
-#pragma unroll
-          for (int kk = 0; kk < kRowBytes / ktune::kWgmmaKBytes; ++kk) {
-            // + 2 per step: the descriptor counts 16-byte units.
-            ktune::Wgmma<T, BN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, 1);
-          }
-          ktune::WgmmaCommit();
-          // The group before this one is done: its slot can be refilled.
-          ktune::WgmmaWait<1>();
-          ktune::WgmmaFenceOperands(acc);
-          if (prev_slot >= 0) release(prev_slot);
-          prev_slot = slot;
-        }
-        if (++slot == STAGES) {
-          slot = 0;
-          phase ^= 1;
-        }
-      }
-      ktune::WgmmaWait<0>();
-      ktune::WgmmaFenceOperands(acc);
-      if (prev_slot >= 0) release(prev_slot);
-      // A cluster's last unit may hang past n: such a block only fed its x slice.
-      if (c.p >= tiles_p || c.q >= tiles_q) continue;
-
-      // Epilogue. Thread tid holds, for j < BN / 8 and h < 2, row r + 8 h (r = 16 * warp +
-      // lane / 4 of its 64) at columns 8 j + 2 (lane % 4) and the one after:
-      // acc[4 j + 2 h] and acc[4 j + 2 h + 1].
-      const int row0 = c.p * BM + consumer * 64 + 16 * (tid / 32) + (tid % 32) / 4;
-      const int col0 = c.q * BN + 2 * (tid % 4);
-      if constexpr (SPLIT_K == 1) {
-#pragma unroll
-        for (int i = 0; i < kAcc; i += 2) {
-          gemm::StorePair<SWAP>(out, row0 + 8 * ((i / 2) % 2), col0 + 8 * (i / 4), rows_p,
-                                rows_q, n, acc[i] * scale, acc[i + 1] * scale);
-        }
-      } else {
-        float* slice = partial + static_cast<long long>(c.split) * m * n;
-#pragma unroll
-        for (int i = 0; i < kAcc; i += 2) {
-          gemm::StorePair<SWAP>(slice, row0 + 8 * ((i / 2) % 2), col0 + 8 * (i / 4), rows_p,
-                                rows_q, n, acc[i], acc[i + 1]);
-        }
-        __threadfence();
-        gemm::ConsumerSync<kConsumerThreads>();
-        const int tile = c.p * tiles_q + c.q;
-        if (threadIdx.x == 128) {
-          const int before = atomicAdd(&counters[tile], 1);
-          last_of_tile = before == SPLIT_K - 1;
-          if (last_of_tile) counters[tile] = 0;
-        }
-        gemm::ConsumerSync<kConsumerThreads>();
-        if (last_of_tile) {
-          __threadfence();
-#pragma unroll
-          for (int i = 0; i < kAcc; i += 2) {
-            const int pi = row0 + 8 * ((i / 2) % 2), qi = col0 + 8 * (i / 4);
-            float a = 0.f, b = 0.f;
-            for (int s = 0; s < SPLIT_K; ++s) {
-              gemm::LoadPair<SWAP>(partial + static_cast<long long>(s) * m * n, pi, qi, rows_p,
-                                   rows_q, n, a, b);
-            }
-            gemm::StorePair<SWAP>(out, pi, qi, rows_p, rows_q, n, a * scale, b * scale);
-          }
-        }
-      }
-    }
-  }
-  // No block may leave while another of its cluster can still copy into its slots or
-  // arrive on its barriers.
-  if constexpr (CLUSTER > 1) ktune::ClusterSync();
+/// gemm_wgmma_kernel (SWAP 0, no split-K) with out written through shared memory by TMA
+/// stores, which overlap the consumer's next tile: tm_out is a 2-D map over out (n
+/// innermost), box 64 x 16 (a warp's rows), 128-byte swizzle; n * 2 bytes must be a multiple of 16. BN is a
+/// multiple of 64.
+template <typename T, int BM, int BN, int STAGES, int GROUP, int CLUSTER, int SHARE_W,
+          int PINGPONG>
+__global__ void KTUNE_LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1)
+gemm_wgmma_tma_out_kernel(const __grid_constant__ ktune::TensorMap tm_a,
+                          const __grid_constant__ ktune::TensorMap tm_b,
+                          const __grid_constant__ ktune::TensorMap tm_out,
+                          const float* __restrict__ scale_x, const float* __restrict__ scale_w,
+                          int m, int n, int k) {
+  gemm::Hopper<T, BM, BN, STAGES, 1, GROUP, 0, CLUSTER, SHARE_W, PINGPONG, 1>::Run(
+      &tm_a, &tm_b, &tm_out, nullptr, nullptr, nullptr, scale_x, scale_w, m, n, k);
 }
 #endif  // __CUDA_ARCH__ >= 900
 

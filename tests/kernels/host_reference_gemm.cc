@@ -34,9 +34,12 @@ std::vector<Shape> GemmShapes(DType dtype) {
   // m 1, 3 and 77 (decode rows, partial tiles of every BN and of x's rows), 200 (two
   // 128-row tiles, the second partial); n 1000 and 1003 (partial tiles, odd rows of out);
   // k 144 and 4112 (16-byte rows for fp8 too, and a partial 128-byte slot at the end of K;
-  // 4112 has slots for every split-K).
+  // 4112 has slots for every split-K). m 260 x n 1000: three 128-row tiles, so a cluster
+  // sharing w's tile along m has a last unit hanging past m, and rows of out 2000 bytes long
+  // (a multiple of 16) for TMA stores, which clip the partial tiles at both edges.
   std::vector<Shape> shapes = {GemmShape(1, 1000, 4112), GemmShape(3, 1003, 144),
-                               GemmShape(77, 1000, 4112), GemmShape(200, 1003, 4112)};
+                               GemmShape(77, 1000, 4112), GemmShape(200, 1003, 4112),
+                               GemmShape(260, 1000, 144)};
   // The portable path also takes rows TMA cannot read: k not a multiple of 16 bytes.
   if (DTypeSize(dtype) == 2) shapes.push_back(GemmShape(33, 70, 77));
   return shapes;

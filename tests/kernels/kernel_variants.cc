@@ -40,8 +40,23 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
          [](const Config &c) { return P(c, "WGMMA") == 1 && P(c, "SPLIT_K") > 1; }},
         {"Hopper, one consumer",
          [](const Config &c) { return P(c, "WGMMA") == 1 && P(c, "BM") == 64 && P(c, "SWAP") == 0; }},
-        {"Hopper, cluster",
-         [](const Config &c) { return P(c, "WGMMA") == 1 && P(c, "CLUSTER") > 1; }},
+        {"Hopper, cluster sharing x",
+         [](const Config &c) {
+           return P(c, "WGMMA") == 1 && P(c, "CLUSTER") > 1 && P(c, "SHARE_W") == 0 &&
+                  P(c, "EPI") == 0;
+         }},
+        {"Hopper, cluster sharing w",
+         [](const Config &c) {
+           return P(c, "WGMMA") == 1 && P(c, "SHARE_W") == 1 && P(c, "EPI") == 0;
+         }},
+        {"Hopper, TMA-store epilogue",
+         [](const Config &c) { return P(c, "WGMMA") == 1 && P(c, "EPI") == 1; }},
+        {"Hopper, TMA-store epilogue, cluster sharing w",
+         [](const Config &c) { return P(c, "EPI") == 1 && P(c, "SHARE_W") == 1; }},
+        {"Hopper, ping-pong",
+         [](const Config &c) { return P(c, "PINGPONG") == 1 && P(c, "EPI") == 0; }},
+        {"Hopper, ping-pong, TMA-store epilogue",
+         [](const Config &c) { return P(c, "PINGPONG") == 1 && P(c, "EPI") == 1; }},
         {"portable (mma.sync)", [](const Config &c) { return P(c, "WGMMA") == 0; }}}},
       {"gemv",
        {{"tensor cores",

@@ -88,6 +88,46 @@ __device__ __forceinline__ void PrefetchTensorMap(const TensorMap* map) {
                : "memory");
 }
 
+// --- Stores from shared memory -----------------------------------------------------------
+
+/// Makes this thread's ordinary shared-memory writes visible to the copy engine (the async
+/// proxy): each writer runs it before the barrier after which one thread issues TmaStore2d.
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/// Copies shared memory at `src` (laid out as `map`'s box, 128-byte aligned for swizzled
+/// maps) to the box at element coordinates (c0, c1) of a rank-2 `map`; elements outside the
+/// tensor are not written. Asynchronous: BulkCommitGroup closes the stores issued so far
+/// into a group that BulkWaitGroupRead / BulkWaitGroup wait for. One thread issues it.
+__device__ __forceinline__ void TmaStore2d(const TensorMap* map, const void* src, int c0,
+                                           int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
+          reinterpret_cast<unsigned long long>(map)),
+      "r"(c0), "r"(c1), "r"(SmemAddress(src))
+      : "memory");
+}
+
+/// Closes this thread's bulk stores issued since the last commit into one group.
+__device__ __forceinline__ void BulkCommitGroup() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+/// Waits until at most N of this thread's committed store groups still read shared memory:
+/// the sources of the others may be written again.
+template <int N>
+__device__ __forceinline__ void BulkWaitGroupRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+/// Waits until at most N of this thread's committed store groups are incomplete (written to
+/// global memory).
+template <int N>
+__device__ __forceinline__ void BulkWaitGroup() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // --- Thread-block clusters ---------------------------------------------------------------
 
 /// This block's rank in its cluster (0 for a kernel launched without clusters).
