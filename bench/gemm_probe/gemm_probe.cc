@@ -14,8 +14,8 @@
 //   gemm_probe time DTYPE M N K CONFIG...       median us over 30 read-flushed runs; cuBLAS
 //                                               (cublasGemmEx) first for 16-bit dtypes
 //
-// CONFIG is BM,BN,STAGES,SPLIT_K,GROUP,SWAP[,CLUSTER[,SHARE_W[,EPI[,PINGPONG]]]] for the
-// Hopper kernels (sm_90a; EPI 1 is gemm_wgmma_tma_out_kernel), or
+// CONFIG is BM,BN,STAGES,SPLIT_K,GROUP,SWAP[,CLUSTER[,SHARE_W[,EPI]]] for the Hopper kernels
+// (sm_90a; EPI 1 is gemm_wgmma_tma_out_kernel), or
 // mBM,BN,STAGES for gemm_mma_kernel (sm_90; PROBE_ARCH=sm_80 etc. for `compile`). DTYPE: bf16,
 // f16, e4m3, e5m2. Templates come from $KTUNE_TEMPLATES (default ./kernel_templates). Built
 // by CMake as bench target gemm_probe; it runs on a GPU host with the CUDA 13 libraries.
@@ -56,13 +56,12 @@ namespace {
   } while (0)
 
 struct Config {
-  int bm, bn, stages, split, group, swap, cluster = 1, share_w = 0, epi = 0, pingpong = 0;
+  int bm, bn, stages, split, group, swap, cluster = 1, share_w = 0, epi = 0;
   bool mma = false;  // gemm_mma_kernel (sm_90, no 'a'): config "mBM,BN,STAGES"
-  int Threads() const { return mma ? 128 : 128 * (1 + bm / 64 + pingpong); }
+  int Threads() const { return mma ? 128 : 128 * (1 + bm / 64); }
   int Smem() const {
     return mma ? stages * (bm + bn) * 40 * 2
-               : stages * (bm + bn) * 128 + (epi ? (bm / 64 + pingpong) * 16384 : 0) + 1024 +
-                     2 * stages * 8 + 16;
+               : stages * (bm + bn) * 128 + (epi ? bm / 64 * 16384 : 0) + 1024 + 2 * stages * 8;
   }
   std::string Arch() const { return mma ? "sm_90" : "sm_90a"; }
 };
@@ -182,14 +181,13 @@ std::string KernelExpr(const std::string& dtype, const Config& c) {
     return b;
   }
   if (c.epi) {
-    std::snprintf(b, sizeof b, "gemm_wgmma_tma_out_kernel<%s, %d, %d, %d, %d, %d, %d, %d>",
-                  TypeName(dtype).c_str(), c.bm, c.bn, c.stages, c.group, c.cluster, c.share_w,
-                  c.pingpong);
+    std::snprintf(b, sizeof b, "gemm_wgmma_tma_out_kernel<%s, %d, %d, %d, %d, %d, %d>",
+                  TypeName(dtype).c_str(), c.bm, c.bn, c.stages, c.group, c.cluster, c.share_w);
     return b;
   }
-  std::snprintf(b, sizeof b, "gemm_wgmma_kernel<%s, %d, %d, %d, %d, %d, %d, %d, %d, %d>",
+  std::snprintf(b, sizeof b, "gemm_wgmma_kernel<%s, %d, %d, %d, %d, %d, %d, %d, %d>",
                 TypeName(dtype).c_str(), c.bm, c.bn, c.stages, c.split, c.group, c.swap,
-                c.cluster, c.share_w, c.pingpong);
+                c.cluster, c.share_w);
   return b;
 }
 
@@ -201,8 +199,8 @@ Config ParseConfig(const char* s) {
     c.split = c.group = 1;
     return c;
   }
-  int got = std::sscanf(s, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &c.bm, &c.bn, &c.stages, &c.split,
-                        &c.group, &c.swap, &c.cluster, &c.share_w, &c.epi, &c.pingpong);
+  int got = std::sscanf(s, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &c.bm, &c.bn, &c.stages, &c.split,
+                        &c.group, &c.swap, &c.cluster, &c.share_w, &c.epi);
   if (got < 6) {
     std::fprintf(stderr, "bad config %s\n", s);
     std::exit(2);

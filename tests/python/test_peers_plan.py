@@ -197,7 +197,7 @@ class GemmPlanTest(unittest.TestCase):
 
     def test_manifest_parse(self):
         bufs, tmaps, cost = peers_mod._manifest(TEMPLATES, "gemm")
-        self.assertEqual(tmaps, {"tm_x": "x", "tm_w": "w"})
+        self.assertEqual(tmaps, {"tm_x": "x", "tm_w": "w", "tm_out": "out"})
         self.assertEqual(bufs["out"].resolved_dtype("f8e4m3"), "bf16")
         self.assertEqual(bufs["out"].resolved_dtype("bf16"), "bf16")
         self.assertEqual(bufs["scale_x"].resolved_dtype("f8e4m3"), "f32")
