@@ -323,12 +323,15 @@ void RunCandidate(const Kernel& k, Problem& p) {
   long long rows_p = c.swap ? p.n : p.m, rows_q = c.swap ? p.m : p.n;
   // The cluster's neighbours lie along p (sharing B's tile) or along q (sharing A's).
   bool along_p = c.swap ? !c.share_w : c.share_w;
-  CUtensorMap ma = MakeMap(c.swap ? p.w : p.x, eb, rows_p, p.k, along_p ? c.bm : c.bm / c.cluster);
-  CUtensorMap mb = MakeMap(c.swap ? p.x : p.w, eb, rows_q, p.k, along_p ? c.bn / c.cluster : c.bn);
+  CUtensorMap ma =
+      MakeMap(c.swap ? p.w : p.x, eb, rows_p, p.k, along_p ? c.bm : c.bm / c.cluster);
+  CUtensorMap mb =
+      MakeMap(c.swap ? p.x : p.w, eb, rows_q, p.k, along_p ? c.bn / c.cluster : c.bn);
   long long tp = (rows_p + c.bm - 1) / c.bm, tq = (rows_q + c.bn - 1) / c.bn;
   if (along_p) tp = (tp + c.cluster - 1) / c.cluster; else tq = (tq + c.cluster - 1) / c.cluster;
   long long units = tp * tq * c.split;
-  unsigned grid = static_cast<unsigned>(std::min<long long>(units, SmCount() / c.cluster) * c.cluster);
+  unsigned grid =
+      static_cast<unsigned>(std::min<long long>(units, SmCount() / c.cluster) * c.cluster);
   int m = p.m, n = p.n, kk = p.k;
   if (c.epi) {
     // out as [m rows, n columns], boxes of 64 columns x 16 rows (its element type is 2

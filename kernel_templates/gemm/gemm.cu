@@ -200,7 +200,8 @@ struct Hopper {
   // sharing A's. x is A without SWAP and B with it; SHARE_W shares w instead of x.
   static constexpr bool kAlongP = SWAP ? !SHARE_W : SHARE_W;
   static constexpr int kSlice = (kAlongP ? BN : BM) / CLUSTER;
-  static_assert(kSlice % 8 == 0, "CLUSTER: the shared tile's rows / CLUSTER must be a multiple of 8");
+  static_assert(kSlice % 8 == 0,
+                "CLUSTER: the shared tile's rows / CLUSTER must be a multiple of 8");
   // EPI 1 stages out through two chunks per warp of 16 rows x 128 bytes (64 columns),
   // 128-byte swizzled: a TMA store drains one while the warp fills the other. Each warp
   // stores its own rows, so no warp waits for another.
@@ -580,8 +581,8 @@ gemm_wgmma_kernel(const __grid_constant__ ktune::TensorMap tm_a,
 
 /// gemm_wgmma_kernel (SWAP 0, no split-K) with out written through shared memory by TMA
 /// stores, which overlap the consumer's next tile: tm_out is a 2-D map over out (n
-/// innermost), box 64 x 16 (a warp's rows), 128-byte swizzle; n * 2 bytes must be a multiple of 16. BN is a
-/// multiple of 64.
+/// innermost), box 64 x 16 (a warp's rows), 128-byte swizzle; n * 2 bytes must be a
+/// multiple of 16. BN is a multiple of 64.
 template <typename T, int BM, int BN, int STAGES, int GROUP, int CLUSTER, int SHARE_W>
 __global__ void KTUNE_LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1)
 gemm_wgmma_tma_out_kernel(const __grid_constant__ ktune::TensorMap tm_a,
