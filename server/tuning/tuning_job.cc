@@ -210,8 +210,11 @@ class TuningRun {
   absl::StatusOr<TuneResult> Run() {
     KTUNE_RETURN_IF_ERROR(Prepare());
     KTUNE_RETURN_IF_ERROR(OpenJob());
+    // The first batch compiles while the reference compiles and runs on the GPU: on a key
+    // whose search is a few batches long, that set-up is a large part of the job.
+    std::vector<Pending> first = Submit(strategy_->Next(BatchSize()));
     KTUNE_RETURN_IF_ERROR(SetProblem());
-    KTUNE_RETURN_IF_ERROR(Search());
+    KTUNE_RETURN_IF_ERROR(Search(std::move(first)));
     KTUNE_ASSIGN_OR_RETURN(std::vector<store::Trial> trials, env_.store->ListTrials(job_.id));
     if (!best_) return Fail(NoCandidatePassed(trials));
     if (TimingRounds()) KTUNE_RETURN_IF_ERROR(Promote(trials));
@@ -348,15 +351,17 @@ class TuningRun {
     return out;
   }
 
-  // Batches until the strategy has no more, the time is up or the caller cancels; the pool
-  // compiles the next batch while this one is measured.
-  absl::Status Search() {
-    const size_t batch =
-        request_.batch_size > 0 ? request_.batch_size : 2 * env_.pool->threads();
+  // Candidates per batch: enough to keep every compile thread busy while a batch is measured.
+  size_t BatchSize() const {
+    return request_.batch_size > 0 ? request_.batch_size : 2 * env_.pool->threads();
+  }
+
+  // Batches, from `current` (submitted already), until the strategy has no more, the time is
+  // up or the caller cancels; the pool compiles the next batch while this one is measured.
+  absl::Status Search(std::vector<Pending> current) {
     bool cancelled = false;
-    std::vector<Pending> current = Submit(strategy_->Next(batch));
     while (!current.empty() && !cancelled && stop_reason_.empty()) {
-      std::vector<Pending> next = Submit(strategy_->Next(batch));
+      std::vector<Pending> next = Submit(strategy_->Next(BatchSize()));
       for (Pending& p : current) {
         if (cancelled || !stop_reason_.empty()) break;
         if (TimeUp()) {

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -312,6 +314,40 @@ TEST_F(TuningJobTest, ReferenceThatDoesNotCompileFailsTheJob) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("the reference does not compile")));
   EXPECT_EQ(gpu_.problems, 0);
+}
+
+// A GPU whose SetProblem waits (up to 5 s) for a candidate compile beside the reference's:
+// it sees one only if the job hands the first batch to the compile pool before it sets the
+// problem.
+class ProblemWaitsForCompilesGpu : public testing::FakeGpu {
+ public:
+  explicit ProblemWaitsForCompilesGpu(const testing::FakeCompiler* compiler)
+      : compiler_(compiler) {}
+  absl::StatusOr<v1::ProblemReady> SetProblem(const v1::Problem& problem) override {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (compiler_->calls < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    compiles_at_set_problem = compiler_->calls;
+    return FakeGpu::SetProblem(problem);
+  }
+  int compiles_at_set_problem = 0;
+
+ private:
+  const testing::FakeCompiler* compiler_;
+};
+
+TEST_F(TuningJobTest, TheFirstBatchCompilesWhileTheProblemIsSet) {
+  ProblemWaitsForCompilesGpu gpu(&compiler_);
+  gpu.script = Landscape;
+  TuningEnv env = Env();
+  env.gpu = &gpu;
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, env));
+  // The reference, and at least one candidate of the first batch.
+  EXPECT_GE(gpu.compiles_at_set_problem, 2);
+  EXPECT_EQ(gpu.problems, 1);
+  EXPECT_EQ(r.trials.size(), 108u);
+  EXPECT_EQ(r.entry.config.params, (std::map<std::string, int64_t>{{"BLOCK", 256}, {"VEC", 4}}));
 }
 
 TEST(DeriveMetricsTest, FromCostModelAndCeiling) {
