@@ -4,11 +4,12 @@ adds under a CUDA graph (issue #15's goals: <= 5 us of host time per call in eag
 added GPU time under graphs).
 
 For each op (small shapes, so the host, not the GPU, sets the pace):
-  bare      cuLaunchKernel of the op's loaded function with its parameters packed once: the
-            least any Python caller pays for this kernel (a BoundKernel for tensor-map
-            kernels, whose parameters are the maps);
+  bare      cuda-python's cuLaunchKernel of the op's loaded function with its parameters
+            packed once: the least a Python caller pays through the driver's binding (for a
+            tensor-map kernel, a BoundKernel's parameters, whose maps are encoded once);
   cache     the kernel cache's entry.launch(pointers, stream, scalars): the dict hit is
-            outside, the per-call pointer and scalar updates inside;
+            outside, the per-call pointer and scalar updates inside; through ktune._fastlaunch
+            (cuLaunchKernel from C) where it is built, the `fast` column says;
   op        ktune.torch.<op>(...), eager: the argument checks, the output allocation, the key
             lookup and the launch (no dispatcher);
   dispatch  torch.ops.ktune.<op>(...): the same through torch's dispatcher (what a traced
@@ -97,26 +98,31 @@ def bare_launcher(entry, pointers, scalars, stream=None):
     current = (lambda: kt._stream(0, cu)) if stream is None else (lambda: stream)
     if any(a.scalar_type == "tensor_map" for a in entry.artifact.args):
         bound = entry.kernel.bind(pointers)
-        return lambda: bound.launch(current())
-    entry.launch(pointers, current(), scalars)  # fills the slots
-    packed = entry._packed()
-    if scalars:
-        for params, _, slots in packed:
-            for name, value in scalars.items():
-                if name in slots:
-                    slots[name].value = value
-    work = [(fn, tuple(launch.grid), tuple(launch.block), launch.shared_bytes, params.address)
-            for (params, _, _), fn, launch in zip(packed, entry.kernel.functions,
-                                                  entry.artifact.launches)]
+        keep = [bound]  # its parameter arrays must outlive the launches
+        addresses = [params.address for params in bound._params]
+    else:
+        entry.launch(pointers, current(), scalars)  # fills the slots
+        packed = entry._packed()
+        if scalars:
+            for params, _, slots in packed:
+                for name, value in scalars.items():
+                    if name in slots:
+                        slots[name].value = value
+        keep = [packed]
+        addresses = [params.address for params, _, _ in packed]
+    work = [(fn, tuple(launch.grid), tuple(launch.block), launch.shared_bytes, address)
+            for address, fn, launch in zip(addresses, entry.kernel.functions,
+                                           entry.artifact.launches)]
     launch_kernel = cu.cuLaunchKernel
 
+    # `keep` as a default argument: the closures hold the parameter arrays alive.
     if stream is not None:
-        def run():
+        def run(keep=keep):
             for fn, grid, block, smem, address in work:
                 launch_kernel(fn, *grid, *block, smem, stream, address, 0)
         return run
 
-    def run_current():
+    def run_current(keep=keep):
         s = current()
         for fn, grid, block, smem, address in work:
             launch_kernel(fn, *grid, *block, smem, s, address, 0)
@@ -181,11 +187,13 @@ def measure(args):
             continue
         stream = kt._stream(0, entry.kernel.driver)
         bare = bare_launcher(entry, pointers, scalars, stream)
+        # What ktune.torch hands the entry: the raw handle where it launches from C.
+        cache_stream = kt._stream_handle(0) if entry.fast is not None else stream
         host = lambda fn: host_us_per_call(fn, args.calls, sleep)  # noqa: E731
         row = {"op": name, "shape": shape, "provenance": entry.provenance,
-               "launches": len(entry.artifact.launches),
+               "launches": len(entry.artifact.launches), "fast": entry.fast is not None,
                "bare_us": host(bare),
-               "cache_us": host(lambda: entry.launch(pointers, stream, scalars)),
+               "cache_us": host(lambda: entry.launch(pointers, cache_stream, scalars)),
                "op_us": host(op),
                "dispatch_us": host(dispatched),
                "torch_us": host(peer)}
@@ -200,9 +208,9 @@ def measure(args):
 
 
 def report(rows, out):
-    lines = ["| op | shape | launches | bare | cache | op | dispatch | torch eager | op - bare | "
-             "graph: bare / op per call | added |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| op | shape | launches | fast | bare | cache | op | dispatch | torch eager | "
+             "op - bare | graph: bare / op per call | added |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     met = True
     for r in rows:
         if "error" in r:
@@ -213,7 +221,8 @@ def report(rows, out):
         met = met and ok
         shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
         lines.append(
-            f"| {r['op']} | {shape} | {r['launches']} | {r['bare_us']:.2f} | "
+            f"| {r['op']} | {shape} | {r['launches']} | {'yes' if r['fast'] else 'no'} | "
+            f"{r['bare_us']:.2f} | "
             f"{r['cache_us']:.2f} | {r['op_us']:.2f} | {r['dispatch_us']:.2f} | "
             f"{r['torch_us']:.2f} | "
             f"{r['overhead_us']:.2f} {'ok' if r['overhead_us'] <= GOAL_OVERHEAD_US else 'MISS'} | "

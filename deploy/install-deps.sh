@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config python3-grpcio python3-protobuf
+  python3-dev  # Python's headers for ktune._fastlaunch (client/python/ktune/_fastlaunch.c)
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libsqlite3-dev sqlite3 libssl-dev openssl
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev

@@ -29,7 +29,8 @@ import time
 
 from ktune import _errors
 from ktune._launch import PackedParams, _SCALAR_CTYPES
-from ktune._loaded import LoadedKernel, cuda_check, cuda_driver
+from ktune._loaded import (LoadedKernel, check_launch, cuda_check, cuda_driver, fast_launcher,
+                           launch_plan)
 
 _MAX_BOUND = 32  # address sets a tensor-map kernel keeps bound (see CachedKernel)
 
@@ -69,6 +70,13 @@ class CachedKernel:
         # last _MAX_BOUND sets (torch's caching allocator hands a steady loop the same
         # addresses again, so the hot path is a dict hit).
         self._per_call = any(a.scalar_type == "tensor_map" for a in artifact.args)
+        # cuLaunchKernel from C where the kernel is cuda-python's (ktune._fastlaunch), with
+        # each launch's plan made once; None: through the kernel's driver. Callers may pass
+        # the stream as its int handle then (ktune.torch does).
+        self.fast = fast_launcher(kernel.driver)
+        self._plans = ([launch_plan(fn, launch) for fn, launch in
+                        zip(kernel.functions, artifact.launches)]
+                       if self.fast is not None else None)
         self._bound = {}
         self._bound_lock = threading.Lock()
         self._local = threading.local()
@@ -114,7 +122,8 @@ class CachedKernel:
         return bound
 
     def launch(self, pointers, stream, scalars=None):
-        """Enqueues every launch on `stream` (a CUstream, or what the driver takes) with the
+        """Enqueues every launch on `stream` (a CUstream, its handle as an int where `fast`
+        is set, or what the driver takes) with the
         device addresses `pointers` (buffer name -> int) and, for this call only, scalar
         values from `scalars` (name -> value, e.g. {"eps": 1e-5}) instead of the artifact's.
         Raises KeyError naming a buffer missing from `pointers`, RuntimeError when the driver
@@ -125,8 +134,11 @@ class CachedKernel:
             self._bound_kernel(pointers).launch(stream)
             return
         cu = self.kernel.driver
-        for (params, buffers, slots), fn, launch in zip(self._packed(), self.kernel.functions,
-                                                        self.artifact.launches):
+        fast = self.fast
+        if fast is not None and type(stream) is not int:
+            stream = int(stream)
+        for i, ((params, buffers, slots), launch) in enumerate(zip(self._packed(),
+                                                                  self.artifact.launches)):
             for name, targets in buffers.items():
                 try:
                     address = int(pointers[name])
@@ -142,13 +154,17 @@ class CachedKernel:
                         overridden.append((slot, slot.value))
                         slot.value = value
             try:
-                err = cu.cuLaunchKernel(fn, *launch.grid, *launch.block, launch.shared_bytes,
-                                        stream, params.address, 0)
+                if fast is not None:
+                    err = fast(self._plans[i], stream, params.address)
+                else:
+                    err = cu.cuLaunchKernel(self.kernel.functions[i], *launch.grid,
+                                            *launch.block, launch.shared_bytes, stream,
+                                            params.address, 0)
             finally:
                 for slot, value in overridden:
                     slot.value = value
-            if int(err[0] if isinstance(err, tuple) else err) != 0:
-                cuda_check(cu, err, f"cuLaunchKernel({launch.lowered_name})")
+            if err != 0:
+                check_launch(cu, err, launch)
 
 
 class KernelCache:

@@ -13,6 +13,7 @@ cuda-python's driver functions: tests pass a fake).
 """
 
 import ctypes
+import os
 
 from ktune._launch import check_tensor_map, pack_kernel_params
 
@@ -28,6 +29,51 @@ def cuda_driver():
     except ImportError:  # older cuda-python
         from cuda import cuda as driver
     return driver
+
+
+_fast = []  # [fast launcher or None] once resolved (see fast_launcher)
+
+
+def fast_launcher(driver):
+    """ktune._fastlaunch's launch(plan, stream, params) -> CUresult (cuLaunchKernel called
+    from C: a few us less per call than cuda-python's binding) where `driver` is cuda-python's
+    own module and both the extension (built with the package) and libcuda's cuLaunchKernel
+    are there, and KTUNE_FASTLAUNCH is not "0"; else None, and launches go through `driver`
+    (a test's fake, say)."""
+    if os.environ.get("KTUNE_FASTLAUNCH") == "0":
+        return None
+    try:
+        if driver is not cuda_driver():
+            return None
+    except ImportError:
+        return None
+    if not _fast:
+        launch = None
+        try:
+            from ktune import _fastlaunch
+            # The library cuda-python loaded: one driver, one set of contexts.
+            libcuda = ctypes.CDLL("libcuda.so.1")
+            _fastlaunch.set_launch(ctypes.cast(libcuda.cuLaunchKernel, ctypes.c_void_p).value)
+            launch = _fastlaunch.launch
+        except (ImportError, OSError, AttributeError):
+            pass
+        _fast.append(launch)
+    return _fast[0]
+
+
+def launch_plan(function, launch):
+    """What ktune._fastlaunch.launch takes for one launch: (function as an int, grid x, y, z,
+    block x, y, z, dynamic shared bytes)."""
+    return (int(function), *launch.grid, *launch.block, launch.shared_bytes)
+
+
+def check_launch(driver, err, launch):
+    """Raises RuntimeError naming the launch when `err` (a CUresult, as an int or the
+    driver's own type, or cuda-python's (err,)) is not success."""
+    if int(err[0] if isinstance(err, tuple) else err) != 0:
+        if isinstance(err, int) and hasattr(driver, "CUresult"):
+            err = driver.CUresult(err)
+        cuda_check(driver, err, f"cuLaunchKernel({launch.lowered_name})")
 
 
 def cuda_check(driver, result, call):
@@ -84,16 +130,27 @@ class BoundKernel:
             return encode_tensor_map(kernel.driver, tensor_map, address)
         self._params = [pack_kernel_params(kernel.artifact, launch, pointers, encode)
                         for launch in kernel.artifact.launches]
+        self._fast = fast_launcher(kernel.driver)
+        self._plans = ([launch_plan(fn, launch) for fn, launch in
+                        zip(kernel.functions, kernel.artifact.launches)]
+                       if self._fast is not None else None)
 
     def launch(self, stream):
-        """Enqueues every launch of the artifact, in order, on `stream` (a CUstream or 0)."""
+        """Enqueues every launch of the artifact, in order, on `stream` (a CUstream, or its
+        handle as an int, or 0)."""
         k = self._kernel
+        if self._fast is not None:
+            handle = stream if type(stream) is int else int(stream)
+            for plan, launch, params in zip(self._plans, k.artifact.launches, self._params):
+                err = self._fast(plan, handle, params.address)
+                if err != 0:
+                    check_launch(k.driver, err, launch)
+            return
         launch_kernel = k.driver.cuLaunchKernel
         for fn, launch, params in zip(k.functions, k.artifact.launches, self._params):
             err = launch_kernel(fn, *launch.grid, *launch.block, launch.shared_bytes, stream,
                                 params.address, 0)
-            if int(err[0] if isinstance(err, tuple) else err) != 0:
-                cuda_check(k.driver, err, f"cuLaunchKernel({launch.lowered_name})")
+            check_launch(k.driver, err, launch)
 
 
 class LoadedKernel:

@@ -244,7 +244,10 @@ def _launch(entry, device, pointers, scalars=None, handle=None):
     """Enqueues the entry's kernel on torch's current stream of device index `device`
     (`handle`: that stream's raw handle, when the caller has read it)."""
     global _one_gpu
-    stream = _stream(device, entry.kernel.driver, handle)
+    if entry.fast is not None:  # cuLaunchKernel from C: the raw handle is the CUstream
+        stream = handle if handle is not None else _stream_handle(device)
+    else:
+        stream = _stream(device, entry.kernel.driver, handle)
     if _one_gpu is None:
         _one_gpu = torch.cuda.device_count() == 1
     if not _one_gpu and device != torch.cuda.current_device():
