@@ -5,9 +5,9 @@
 // order), and every candidate it asks for is answered with its recorded time, optionally
 // scattered by a relative noise; the winner is chosen as timing rounds choose it (the
 // leaders timed again, less noisily). Per key and in sum: how much of the space it
-// measured, and how far its winner is from the best recorded time. What this isolates is the strategy:
-// the GPU's own run-to-run spread, which the real comparison (search_retime) also meets,
-// is what --noise stands in for.
+// measured, and how far its winner is from the best recorded time. What this isolates is
+// the strategy: the GPU's own run-to-run spread, which the real comparison
+// (search_retime) also meets, is what --noise stands in for.
 //
 //   search_replay --db EXHAUSTIVE.db [--templates DIR] [--strategy guided] [--budget 0]
 //                 [--noise 0] [--seed 1] [--within 0.02] [--no-warm-start]
