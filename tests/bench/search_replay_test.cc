@@ -1,0 +1,90 @@
+// Runs the built bench/search_replay over a store an exhaustive `ktune tune --spec` made with
+// NVRTC for real and the GPU played by fake_ktune_worker (FAKE_WORKER_ANY_OK: every
+// candidate ok, at a time fixed by its name): exhaustive replays find every recorded best,
+// guided ones measure part of each space and are answered for every candidate they ask for;
+// a missing store is an error naming it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/base/file.h"
+#include "tests/templates/template_fixture.h"
+#include "tests/testing/subprocess.h"
+
+namespace ktune {
+namespace {
+
+using ::ktune::testing::NewTempDir;
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+
+constexpr char kKtune[] = KTUNE_BINARY_DIR "/bin/ktune";
+constexpr char kReplay[] = KTUNE_BINARY_DIR "/bin/search_replay";
+constexpr char kFakeWorker[] = KTUNE_BINARY_DIR "/bin/fake_ktune_worker";
+
+class SearchReplayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = NewTempDir();
+    testing::WriteTiny(dir_ + "/templates");
+    setenv("KTUNE_WORKER_ENV", "FAKE_WORKER_", 1);
+    setenv("FAKE_WORKER_ANY_OK", "1", 1);
+    const std::string spec = dir_ + "/spec.textproto";
+    ASSERT_TRUE(AtomicWriteFile(spec, "model: \"toy\"\nentries {\n  template: \"tiny\"\n"
+                                      "  dtypes: [\"f32\"]\n  dims { name: \"n\" values: [64, "
+                                      "1000] }\n}\n")
+                    .ok());
+    const testing::RunResult r = Run(kKtune, {"tune", "--spec", spec, "--strategy", "exhaustive",
+                                              "--db", db(), "--templates", templates(),
+                                              "--worker", kFakeWorker, "--threads", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r;
+  }
+
+  std::string db() const { return dir_ + "/exhaustive.db"; }
+  std::string templates() const { return dir_ + "/templates"; }
+
+  static testing::RunResult Run(const std::string& binary, const std::vector<std::string>& args) {
+    return testing::RunToEnd(binary, args, NewTempDir(), absl::Seconds(120));
+  }
+
+  std::string dir_;
+};
+
+TEST_F(SearchReplayTest, ExhaustiveFindsEveryRecordedBest) {
+  const testing::RunResult r =
+      Run(kReplay, {"--db", db(), "--templates", templates(), "--strategy", "exhaustive"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr("2 keys replayed (0 failed): winner within 2 % of the best "
+                               "recorded on 2;"));
+  // tiny has 108 candidates at either n (6 knob choices x 18 param points).
+  EXPECT_THAT(r.out, HasSubstr("measured 216 of 216 candidates (100.0 %"));
+  EXPECT_THAT(r.out, HasSubstr("0 asked for had no recorded time; worst ratio 1.000"));
+}
+
+TEST_F(SearchReplayTest, GuidedMeasuresPartOfEachSpaceWithNoiseToo) {
+  for (const char* noise : {"0", "0.02"}) {
+    const testing::RunResult r =
+        Run(kReplay, {"--db", db(), "--templates", templates(), "--noise", noise});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_THAT(r.out, HasSubstr("2 keys replayed (0 failed)"));
+    EXPECT_THAT(r.out, HasSubstr("0 asked for had no recorded time"));
+    EXPECT_THAT(r.out, ContainsRegex("tiny f32 n=1000 +108 +[0-9]+ +0\\.[0-9]+"));
+  }
+}
+
+TEST_F(SearchReplayTest, AMissingStoreOrBadFlagIsAnError) {
+  testing::RunResult r = Run(kReplay, {"--db", dir_ + "/no-such.db", "--templates", templates()});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("no-such.db"));
+  r = Run(kReplay, {"--db", db(), "--noise", "0.9"});
+  EXPECT_NE(r.exit_code, 0) << r;
+  EXPECT_THAT(r.err, HasSubstr("--noise"));
+}
+
+}  // namespace
+}  // namespace ktune
