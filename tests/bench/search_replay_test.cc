@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "server/base/file.h"
 #include "tests/templates/template_fixture.h"
+#include "tests/testing/fake_worker_env.h"
 #include "tests/testing/subprocess.h"
 
 namespace ktune {
@@ -32,8 +33,7 @@ class SearchReplayTest : public ::testing::Test {
   void SetUp() override {
     dir_ = NewTempDir();
     testing::WriteTiny(dir_ + "/templates");
-    setenv("KTUNE_WORKER_ENV", "FAKE_WORKER_", 1);
-    setenv("FAKE_WORKER_ANY_OK", "1", 1);
+    testing::UseFakeWorkerAllOk();
     const std::string spec = dir_ + "/spec.textproto";
     ASSERT_TRUE(AtomicWriteFile(spec, "model: \"toy\"\nentries {\n  template: \"tiny\"\n"
                                       "  dtypes: [\"f32\"]\n  dims { name: \"n\" values: [64, "

@@ -23,6 +23,7 @@
 #include "server/base/file.h"
 #include "server/store/store.h"
 #include "tests/templates/template_fixture.h"
+#include "tests/testing/fake_worker_env.h"
 #include "tests/testing/ktuned_process.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/subprocess.h"
@@ -48,11 +49,7 @@ class SpecTuneTest : public ::testing::Test {
   void SetUp() override {
     dir_ = NewTempDir();
     testing::WriteTiny(dir_ + "/templates");
-    // Inherited by ktune's (and ktuned's) worker child, whose environment is scrubbed
-    // but for the prefixes KTUNE_WORKER_ENV names.
-    setenv("KTUNE_WORKER_ENV", "FAKE_WORKER_", 1);
-    setenv("FAKE_WORKER_ANY_OK", "1", 1);
-    unsetenv("FAKE_WORKER_MEASURE_MS");
+    testing::UseFakeWorkerAllOk();  // inherited by ktune's (and ktuned's) worker child
   }
 
   // A spec over tiny with the given n values (f32).

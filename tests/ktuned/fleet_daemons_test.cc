@@ -19,6 +19,7 @@
 #include "server/fleet/redis_connection.h"
 #include "server/fleet/redis_url.h"
 #include "tests/templates/template_fixture.h"
+#include "tests/testing/fake_worker_env.h"
 #include "tests/testing/ktuned_process.h"
 #include "tests/testing/redis_server.h"
 #include "tests/testing/status_matchers.h"
@@ -45,12 +46,8 @@ class FleetDaemonsTest : public ::testing::Test {
     testing::WriteTiny(dir_ + "/templates");
     // Inherited by the daemons' worker children; every set_problem (one per job that
     // really tunes) lands in one log.
-    // ktune-worker starts with a scrubbed environment but for the prefixes KTUNE_WORKER_ENV
-    // names: the fake worker's settings must reach it.
-    setenv("KTUNE_WORKER_ENV", "FAKE_WORKER_", 1);
-    setenv("FAKE_WORKER_ANY_OK", "1", 1);
+    testing::UseFakeWorkerAllOk();
     setenv("FAKE_WORKER_LOG", (dir_ + "/worker.log").c_str(), 1);
-    unsetenv("FAKE_WORKER_MEASURE_MS");
     redis_ = std::make_unique<RedisServer>(dir_ + "/redis");
   }
   void TearDown() override {
