@@ -8,6 +8,8 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "server/templates/instance.h"
@@ -157,6 +159,67 @@ TEST_F(ShippedGemmTest, TensorMapsFollowTheTile) {
     if (a.name == "tm_x") EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{128, 16}));
     if (a.name == "out") EXPECT_EQ(a.dtype, DType::kBF16);  // fp8 writes bf16
   }
+}
+
+// A cluster sharing w's tile (SHARE_W 1): w's box is split between the blocks, x's is
+// whole, and the units walk along m; it needs a second row of tiles over m to share with.
+TEST_F(ShippedGemmTest, SharingWSplitsTheWeightTile) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(Config c, DefaultConfigFor(gemm_, DType::kBF16, Mnk(256, 6144, 4096), h200));
+  c.params["BN"] = 64;
+  c.params["CLUSTER"] = 2;
+  c.params["SHARE_W"] = 1;
+  ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, DType::kBF16, Mnk(256, 6144, 4096), c, h200));
+  ASSERT_TRUE(bound.instance) << bound.rejected_because;
+  for (const BoundArg& a : bound.instance->args) {
+    if (a.name == "tm_x") EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{64, 128}));
+    if (a.name == "tm_w") EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{64, 32}));
+  }
+  // 2 rows of tiles over m make 1 unit of 2; 96 columns over n: 96 units, 66 clusters.
+  EXPECT_EQ(bound.instance->launches[0].grid[0], 132);
+  EXPECT_THAT(bound.instance->launches[0].name_expression,
+              HasSubstr("gemm_wgmma_kernel<__nv_bfloat16, 128, 64, 4, 1, 8, 0, 2, 1>"));
+
+  ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, Mnk(128, 6144, 4096), c, h200));
+  EXPECT_FALSE(bound.instance);
+  EXPECT_THAT(bound.rejected_because, HasSubstr("SHARE_W"));
+}
+
+// EPI 1 launches gemm_wgmma_tma_out_kernel with a map over out (64 columns by a warp's 16
+// rows) and room for the staging; it needs rows of out in 16-byte multiples, no split-K and
+// no SWAP. With EPI 0 the map over out is never evaluated, so odd n still binds.
+TEST_F(ShippedGemmTest, TmaStoreEpilogueTakesAMapOverOut) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(Config c, DefaultConfigFor(gemm_, DType::kBF16, Mnk(256, 6144, 4096), h200));
+  c.params["EPI"] = 1;
+  ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, DType::kBF16, Mnk(256, 6144, 4096), c, h200));
+  ASSERT_TRUE(bound.instance) << bound.rejected_because;
+  const BoundLaunch& l = bound.instance->launches[0];
+  EXPECT_THAT(l.name_expression,
+              HasSubstr("gemm_wgmma_tma_out_kernel<__nv_bfloat16, 128, 128, 4, 8, 1, 0>"));
+  EXPECT_EQ(l.args, (std::vector<std::string>{"tm_x", "tm_w", "tm_out", "scale_x", "scale_w",
+                                              "m", "n", "k"}));
+  // 4 slots of (128 + 128) rows x 128 bytes, 2 x 16 KiB of staging, alignment, barriers.
+  EXPECT_EQ(l.shared_bytes, 4 * 256 * 128 + 2 * 16384 + 1024 + 16 * 4);
+  for (const BoundArg& a : bound.instance->args) {
+    if (a.name != "tm_out") continue;
+    EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{64, 16}));
+    EXPECT_EQ(a.tensor_map.dims, (std::vector<int64_t>{6144, 256}));
+    EXPECT_EQ(a.tensor_map.strides, (std::vector<int64_t>{6144 * 2}));
+  }
+
+  for (const auto& [shape, param, value] :
+       std::vector<std::tuple<Shape, std::string, int64_t>>{
+           {Mnk(256, 1003, 4096), "EPI", 1}, {Mnk(256, 6144, 4096), "SPLIT_K", 2}}) {
+    Config bad = c;
+    bad.params[param] = value;
+    ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, shape, bad, h200));
+    EXPECT_FALSE(bound.instance) << param;
+    EXPECT_THAT(bound.rejected_because, HasSubstr("EPI")) << param;
+  }
+  c.params["EPI"] = 0;
+  ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, Mnk(256, 1003, 4096), c, h200));
+  EXPECT_TRUE(bound.instance) << bound.rejected_because;
 }
 
 }  // namespace
