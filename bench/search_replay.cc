@@ -131,15 +131,13 @@ absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
   o.default_config = def.ok() ? *def : DefaultConfig(*tmpl, target);
   KeyResult r;
   r.space = static_cast<int64_t>(space.configs.size());
+  o.features = SpaceFeatures(tmpl, *dtype, shape, space.configs, target);
   for (const Config& c : space.configs) {
-    KTUNE_ASSIGN_OR_RETURN(BindResult b, Bind(tmpl, *dtype, shape, c, target));
-    if (b.instance) o.features.push_back(CandidateFeatures(*b.instance, target));
     auto it = rec.time_ns.find(Match(c, rec.params));
     if (it != rec.time_ns.end() && (r.best_ns == 0 || it->second < r.best_ns)) {
       r.best_ns = it->second;
     }
   }
-  if (o.features.size() != space.configs.size()) o.features.clear();
   if (!args.no_warm_start && o.name == "guided") {
     absl::StatusOr<std::vector<Config>> warm =
         WarmStartConfigs(replayed, job.key.device_model, tmpl->name(), *dtype, shape, {});

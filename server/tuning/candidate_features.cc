@@ -37,4 +37,18 @@ std::vector<double> CandidateFeatures(const Instance& instance, const TargetInfo
   return f;
 }
 
+std::vector<std::vector<double>> SpaceFeatures(std::shared_ptr<const KernelTemplate> tmpl,
+                                               DType dtype, const Shape& shape,
+                                               const std::vector<Config>& space,
+                                               const TargetInfo& target) {
+  std::vector<std::vector<double>> out;
+  out.reserve(space.size());
+  for (const Config& c : space) {
+    absl::StatusOr<BindResult> bound = Bind(tmpl, dtype, shape, c, target);
+    if (!bound.ok() || !bound->instance) return {};  // the space binds; be safe
+    out.push_back(CandidateFeatures(*bound->instance, target));
+  }
+  return out;
+}
+
 }  // namespace ktune

@@ -277,14 +277,7 @@ class TuningRun {
     o.default_config = default_config_;
     o.min_gain = request_.search.min_gain;
     if (!Guided()) return o;
-    for (const Config& c : space.configs) {
-      absl::StatusOr<BindResult> bound = Bind(tmpl_, request_.dtype, request_.shape, c, target_);
-      if (!bound.ok() || !bound->instance) {  // cannot happen: the space binds; be safe
-        o.features.clear();
-        break;
-      }
-      o.features.push_back(CandidateFeatures(*bound->instance, target_));
-    }
+    o.features = SpaceFeatures(tmpl_, request_.dtype, request_.shape, space.configs, target_);
     if (request_.search.warm_start) {
       // A store that cannot be read here fails the job later, where it writes; the search
       // itself does not need the neighbours.
