@@ -29,8 +29,7 @@ import time
 
 from ktune import _errors
 from ktune._launch import PackedParams, _SCALAR_CTYPES
-from ktune._loaded import (LoadedKernel, check_launch, cuda_check, cuda_driver, fast_launcher,
-                           launch_plan)
+from ktune._loaded import LoadedKernel, check_launch, cuda_check, cuda_driver
 
 _MAX_BOUND = 32  # address sets a tensor-map kernel keeps bound (see CachedKernel)
 
@@ -70,13 +69,10 @@ class CachedKernel:
         # last _MAX_BOUND sets (torch's caching allocator hands a steady loop the same
         # addresses again, so the hot path is a dict hit).
         self._per_call = any(a.scalar_type == "tensor_map" for a in artifact.args)
-        # cuLaunchKernel from C where the kernel is cuda-python's (ktune._fastlaunch), with
-        # each launch's plan made once; None: through the kernel's driver. Callers may pass
-        # the stream as its int handle then (ktune.torch does).
-        self.fast = fast_launcher(kernel.driver)
-        self._plans = ([launch_plan(fn, launch) for fn, launch in
-                        zip(kernel.functions, artifact.launches)]
-                       if self.fast is not None else None)
+        # The kernel's launch from C (LoadedKernel.fast) or None; with it, callers may pass
+        # the stream as its int handle (ktune.torch does).
+        self.fast = getattr(kernel, "fast", None)  # a custom loader's kernel may have none
+        self._plans = getattr(kernel, "plans", None)
         self._bound = {}
         self._bound_lock = threading.Lock()
         self._local = threading.local()

@@ -130,19 +130,15 @@ class BoundKernel:
             return encode_tensor_map(kernel.driver, tensor_map, address)
         self._params = [pack_kernel_params(kernel.artifact, launch, pointers, encode)
                         for launch in kernel.artifact.launches]
-        self._fast = fast_launcher(kernel.driver)
-        self._plans = ([launch_plan(fn, launch) for fn, launch in
-                        zip(kernel.functions, kernel.artifact.launches)]
-                       if self._fast is not None else None)
 
     def launch(self, stream):
         """Enqueues every launch of the artifact, in order, on `stream` (a CUstream, or its
         handle as an int, or 0)."""
         k = self._kernel
-        if self._fast is not None:
+        if k.fast is not None:
             handle = stream if type(stream) is int else int(stream)
-            for plan, launch, params in zip(self._plans, k.artifact.launches, self._params):
-                err = self._fast(plan, handle, params.address)
+            for plan, launch, params in zip(k.plans, k.artifact.launches, self._params):
+                err = k.fast(plan, handle, params.address)
                 if err != 0:
                     check_launch(k.driver, err, launch)
             return
@@ -200,6 +196,12 @@ class LoadedKernel:
         except Exception:
             self.close()
             raise
+        # cuLaunchKernel from C where the driver is cuda-python's (fast_launcher), with each
+        # launch's plan made once here; None: launches go through `driver`.
+        self.fast = fast_launcher(cu)
+        self.plans = ([launch_plan(fn, launch) for fn, launch in
+                       zip(self.functions, artifact.launches)]
+                      if self.fast is not None else None)
 
     def bind(self, pointers):
         """A BoundKernel for these device pointers (buffer name -> address, e.g. a torch
