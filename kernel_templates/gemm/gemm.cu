@@ -316,12 +316,10 @@ struct Hopper {
     ktune::WgmmaCommit();
   }
 
-  /// fp8: adds a slot's partial product to acc once at most `Pending` groups are still
-  /// running, and frees the slot.
-  template <int Pending>
+  /// fp8: waits for a slot's partial product, frees the slot and adds the partial to acc.
   static __device__ __forceinline__ void Retire(float (&acc)[kAcc], float (&part)[kAcc],
                                                 unsigned long long* empty, int slot, int tid) {
-    ktune::WgmmaWait<Pending>();
+    ktune::WgmmaWait<0>();
     ktune::WgmmaFenceOperands(part);
     Release(empty, slot, tid);
 #pragma unroll
@@ -350,7 +348,7 @@ struct Hopper {
       float part[kAcc];
       for (int kb = kb_begin; kb < kb_end; ++kb) {
         Issue(part, slot, phase, consumer, slots_a, slots_b, full, false);
-        Retire<0>(acc, part, empty, slot, tid);
+        Retire(acc, part, empty, slot, tid);
         Advance(slot, phase);
       }
     } else {
