@@ -29,8 +29,9 @@ struct TargetInfo {
 };
 
 // Sets the architecture of `target` from a compute capability: sm = major * 10 + minor, the
-// arch-specific target sm_XYa from 9.0 on, and the architecture's resident threads per SM. Every device description (a live GPU's, a
-// stored one's, an --arch flag) becomes a target through here.
+// arch-specific target sm_XYa from 9.0 on, and the architecture's resident threads per SM.
+// Every device description (a live GPU's, a stored one's, an --arch flag) becomes a target
+// through here.
 void SetComputeCapability(int cc_major, int cc_minor, TargetInfo* target);
 
 // "sm_90" or "sm_90a" -> the target of an H200-class device of that architecture
