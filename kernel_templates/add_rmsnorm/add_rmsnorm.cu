@@ -58,6 +58,27 @@ __device__ __forceinline__ void AddRowVectors(const T* __restrict__ x_row, T* __
   }
 }
 
+/// One edge element of a row (ktune/edges.cuh): x and residual at linear index i, loaded
+/// by Load; Finish stores their sum rounded to T into residual and returns it as a float.
+template <typename T>
+struct Edge {
+  long long i = 0;
+  float x = 0.f;
+  float residual = 0.f;
+
+  __device__ __forceinline__ void Load(const T* __restrict__ xs, const T* __restrict__ rs,
+                                       long long at) {
+    i = at;
+    x = ktune::ToFloat(xs[at]);
+    residual = ktune::ToFloat(rs[at]);
+  }
+  __device__ __forceinline__ float Finish(T* __restrict__ rs) const {
+    const T r = ktune::FromFloat<T>(x + residual);
+    rs[i] = r;
+    return ktune::ToFloat(r);
+  }
+};
+
 }  // namespace ktune_add_rmsnorm
 
 /// Fused residual add + RMSNorm of each row: residual[r, :] = x[r, :] + residual[r, :]
@@ -99,16 +120,15 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   T* __restrict__ out_row = out + row_start + edges.head;
   const T* __restrict__ w_row = weight + edges.head;
   const int num_vec = edges.num_vec;
-  // This thread's edge element of r = x + residual, rounded and stored like the vectors'.
-  float re = 0.f;
+  // This thread's edge element: x and residual loaded here, beside the row's vectors; r =
+  // x + residual rounded and stored (Edge::Finish) only once the vectors' loads are issued.
+  // Stored up front, it held those loads back (they might alias residual[i] as far as the
+  // compiler knows), so the row's first warp waited out a DRAM latency for one element.
+  ktune_add_rmsnorm::Edge<T> edge;
   if constexpr (EDGE) {
-    if (edges.Has(t)) {
-      const long long i = row_start + edges.Column(t);
-      const T r = ktune::FromFloat<T>(ktune::ToFloat(x[i]) + ktune::ToFloat(residual[i]));
-      residual[i] = r;
-      re = ktune::ToFloat(r);
-    }
+    if (edges.Has(t)) edge.Load(x, residual, row_start + edges.Column(t));
   }
+  float re = 0.f;
 
   float sumsq = 0.f;
   float inv_rms;
@@ -116,10 +136,13 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c.
     const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE> w(w_row, t, num_vec);
     sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
-    if constexpr (EDGE) sumsq = fmaf(re, re, sumsq);
     Vec cache[CACHE];
     ktune_add_rmsnorm::AddRowVectors<CACHE, kThreadsPerRow>(x_row, res_row, t, num_vec, cache,
                                                             &sumsq);
+    if constexpr (EDGE) {
+      if (edges.Has(t)) re = edge.Finish(residual);
+      sumsq = fmaf(re, re, sumsq);
+    }
     inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
     ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
   } else {
@@ -130,7 +153,6 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     constexpr int kChunk = kThreadsPerRow * kU;
     using Weights = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T, EDGE>;
     using TailWeights = ktune::RowVectors<0, kU - 1, kThreadsPerRow, VEC, T, EDGE>;
-    if constexpr (EDGE) sumsq = re * re;
     int v = t;
 #pragma unroll 1
     for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
@@ -142,6 +164,10 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       Vec r[kU - 1];
       ktune_add_rmsnorm::AddRowVectors<kU - 1, kThreadsPerRow>(x_row, res_row, v, num_vec, r,
                                                                &sumsq);
+    }
+    if constexpr (EDGE) {
+      if (edges.Has(t)) re = edge.Finish(residual);
+      sumsq = fmaf(re, re, sumsq);
     }
     inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
     v = t;
