@@ -7,9 +7,10 @@ For each op (small shapes, so the host, not the GPU, sets the pace):
   bare      cuda-python's cuLaunchKernel of the op's loaded function with its parameters
             packed once: the least a Python caller pays through the driver's binding (for a
             tensor-map kernel, a BoundKernel's parameters, whose maps are encoded once);
+  C launch  the same through ktune._fastlaunch (cuLaunchKernel called from C), where built;
   cache     the kernel cache's entry.launch(pointers, stream, scalars): the dict hit is
             outside, the per-call pointer and scalar updates inside; through ktune._fastlaunch
-            (cuLaunchKernel from C) where it is built, the `fast` column says;
+            where it is built;
   op        ktune.torch.<op>(...), eager: the argument checks, the output allocation, the key
             lookup and the launch (no dispatcher);
   dispatch  torch.ops.ktune.<op>(...): the same through torch's dispatcher (what a traced
@@ -90,10 +91,11 @@ def graph_us(fn, count, replays):
     return statistics.median(times)
 
 
-def bare_launcher(entry, pointers, scalars, stream=None):
+def bare_launcher(entry, pointers, scalars, stream=None, fast=False):
     """A call that enqueues the entry's launches with everything packed once, on `stream` (a
     CUstream) or, when None, on torch's current stream looked up per call (so a graph
-    capture records them)."""
+    capture records them). fast: through ktune._fastlaunch (entry.fast) instead of
+    cuda-python's binding, on `stream` (required then)."""
     cu = entry.kernel.driver
     current = (lambda: kt._stream(0, cu)) if stream is None else (lambda: stream)
     if any(a.scalar_type == "tensor_map" for a in entry.artifact.args):
@@ -114,6 +116,14 @@ def bare_launcher(entry, pointers, scalars, stream=None):
             for address, fn, launch in zip(addresses, entry.kernel.functions,
                                            entry.artifact.launches)]
     launch_kernel = cu.cuLaunchKernel
+    if fast:
+        c_launch, handle = entry.fast, int(stream)
+        plans = [(plan, address) for plan, (_, _, _, _, address) in zip(entry.kernel.plans, work)]
+
+        def run_fast(keep=keep):
+            for plan, address in plans:
+                c_launch(plan, handle, address)
+        return run_fast
 
     # `keep` as a default argument: the closures hold the parameter arrays alive.
     if stream is not None:
@@ -174,12 +184,14 @@ def cases(hidden, inter, n, k):
 
 
 def measure(args):
-    kt.configure(target=args.target, refresh_s=0)
+    # Policy "tune" by default: each key is tuned on its first call, so ktuned is idle while
+    # the host is timed (FALLBACK would tune in the background, on every core).
+    kt.configure(target=args.target, policy=args.policy, refresh_s=0, timeout_s=args.timeout_s)
     sleep = Timer._cycles_for(args.calls * 100.0)  # 100 us a call: longer than any enqueue
     rows = []
     for name, template, dtype, shape, pointers, scalars, op, dispatched, peer in cases(
             args.hidden, args.inter, args.n, args.k):
-        op()  # first call: asks ktuned (FALLBACK) and loads the kernel
+        op()  # first call: asks ktuned (tuning the key) and loads the kernel
         torch.cuda.synchronize()
         entry = kt.cache().peek(ktune.cache_key(template, kt._DTYPES[dtype], shape, 0))
         if entry is None:
@@ -193,11 +205,16 @@ def measure(args):
         row = {"op": name, "shape": shape, "provenance": entry.provenance,
                "launches": len(entry.artifact.launches), "fast": entry.fast is not None,
                "bare_us": host(bare),
+               "fast_us": (host(bare_launcher(entry, pointers, scalars, stream, fast=True))
+                           if entry.fast is not None else None),
                "cache_us": host(lambda: entry.launch(pointers, cache_stream, scalars)),
                "op_us": host(op),
                "dispatch_us": host(dispatched),
                "torch_us": host(peer)}
         row["overhead_us"] = row["op_us"] - row["bare_us"]
+        # A tensor-map kernel binds per set of buffer addresses: more sets than the op's
+        # own would mean the timed calls re-encoded maps (a fresh output address per call).
+        row["bound_sets"] = len(entry._bound)
         row["graph_bare_us"] = graph_us(bare_launcher(entry, pointers, scalars),
                                         args.graph_ops, args.replays)
         row["graph_op_us"] = graph_us(op, args.graph_ops, args.replays)
@@ -208,7 +225,7 @@ def measure(args):
 
 
 def report(rows, out):
-    lines = ["| op | shape | launches | fast | bare | cache | op | dispatch | torch eager | "
+    lines = ["| op | shape | launches | bare | C launch | cache | op | dispatch | torch eager | "
              "op - bare | graph: bare / op per call | added |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     met = True
@@ -221,8 +238,8 @@ def report(rows, out):
         met = met and ok
         shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
         lines.append(
-            f"| {r['op']} | {shape} | {r['launches']} | {'yes' if r['fast'] else 'no'} | "
-            f"{r['bare_us']:.2f} | "
+            f"| {r['op']} | {shape} | {r['launches']} | {r['bare_us']:.2f} | "
+            f"{'%.2f' % r['fast_us'] if r['fast_us'] is not None else 'not built'} | "
             f"{r['cache_us']:.2f} | {r['op_us']:.2f} | {r['dispatch_us']:.2f} | "
             f"{r['torch_us']:.2f} | "
             f"{r['overhead_us']:.2f} {'ok' if r['overhead_us'] <= GOAL_OVERHEAD_US else 'MISS'} | "
@@ -241,6 +258,9 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default=None, help="ktuned address (default: the client's)")
     p.add_argument("--out", default=".")
+    p.add_argument("--policy", default="tune", choices=("tune", "fallback", "cache_only"),
+                   help="the first call's policy (tune: ktuned idle while timing)")
+    p.add_argument("--timeout-s", type=float, default=600.0, help="deadline of each ask")
     p.add_argument("--calls", type=int, default=500,
                    help="calls per timed batch (within the launch queue's depth)")
     p.add_argument("--graph-ops", type=int, default=100, help="op calls captured per graph")

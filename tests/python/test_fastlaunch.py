@@ -5,6 +5,7 @@ written into its kernelParams first, a failed launch named). The real driver pat
 the GPU host (tests/python_gpu, bench/torch_overhead.py)."""
 
 import ctypes
+import struct
 import subprocess
 import sys
 import unittest
@@ -26,6 +27,7 @@ class Recorder:
 
     def __init__(self):
         self.calls = []
+        self.first_f32 = []  # the first argument read as a float (an f32 scalar's value)
         self.result = 0
         self.fn = LAUNCH(self._call)  # kept alive as long as C may call it
 
@@ -33,6 +35,7 @@ class Recorder:
         first = ctypes.c_void_p.from_address(params).value
         self.calls.append((function, (gx, gy, gz), (bx, by, bz), smem, stream or 0,
                            ctypes.c_uint64.from_address(first).value, extra))
+        self.first_f32.append(ctypes.c_float.from_address(first).value)
         return self.result
 
     def install(self):
@@ -103,6 +106,54 @@ class FastLaunchTest(unittest.TestCase):
         self.assertIn("no cuLaunchKernel yet (call set_launch)", r.stdout)
 
 
+def entry_layout(*slots):
+    """launch_with's layout: (storage, kind, value index) per slot."""
+    return b"".join(struct.pack("=QII", ctypes.addressof(v), kind, at) for v, kind, at in slots)
+
+
+class LaunchWithTest(unittest.TestCase):
+    def setUp(self):
+        self.rec = Recorder()
+        self.rec.install()
+        self.u64, self.i32 = ctypes.c_uint64(0), ctypes.c_int32(0)
+        self.i64, self.f32 = ctypes.c_int64(0), ctypes.c_float(0)
+        self.array = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in
+                                             (self.u64, self.i32, self.i64, self.f32)])
+        self.layout = entry_layout((self.u64, 0, 3), (self.i32, 1, 0), (self.i64, 2, 1),
+                                   (self.f32, 3, 2))
+        self.plan = (0x7000, 1, 1, 1, 32, 1, 1, 0)
+
+    def test_each_kind_is_written_before_the_launch(self):
+        err = _fastlaunch.launch_with(self.plan, 0x5000, ctypes.addressof(self.array),
+                                      self.layout, (-7, -(2 ** 40), 0.25, 0xDEADBEEF00))
+        self.assertEqual(err, 0)
+        self.assertEqual((self.u64.value, self.i32.value, self.i64.value, self.f32.value),
+                         (0xDEADBEEF00, -7, -(2 ** 40), 0.25))
+        self.assertEqual(self.rec.calls, [(0x7000, (1, 1, 1), (32, 1, 1), 0, 0x5000,
+                                           0xDEADBEEF00, None)])
+
+    def test_bad_layouts_and_values_are_refused_naming_the_value(self):
+        p = ctypes.addressof(self.array)
+        good = (1, 2, 0.5, 8)
+        for layout, values, error, text in [
+                (list(self.layout), good, TypeError, "layout must be bytes"),
+                (self.layout[:15], good, TypeError, "16-byte entries"),
+                (self.layout, list(good), TypeError, "values must be a tuple"),
+                (self.layout, good[:3], IndexError, r"wants values\[3\]; 3 given"),
+                (self.layout, (2 ** 31,) + good[1:], OverflowError, r"values\[0\].*i32"),
+                (self.layout, good[:3] + ("8",), TypeError, r"values\[3\]"),
+                (self.layout, good[:3] + (-8,), OverflowError, r"values\[3\]"),
+                (self.layout, good[:2] + ("x",) + good[3:], TypeError, r"values\[2\]"),
+                (entry_layout((self.u64, 9, 0)), good, ValueError, "kind 9"),
+                (struct.pack("=QII", 0, 0, 0), good, ValueError, "address is 0")]:
+            with self.subTest(text=text):
+                with self.assertRaisesRegex(error, text):
+                    _fastlaunch.launch_with(self.plan, 0, p, layout, values)
+        with self.assertRaisesRegex(TypeError, "takes 5 arguments"):
+            _fastlaunch.launch_with(self.plan, 0, p, self.layout)
+        self.assertEqual(self.rec.calls, [])
+
+
 class CachedKernelFastPathTest(unittest.TestCase):
     """An entry whose `fast` is set launches through it, from the plans made once."""
 
@@ -141,6 +192,47 @@ class CachedKernelFastPathTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "cuLaunchKernel\\(_Z14rmsnorm_kernelI.*"
                                     "CUDA_ERROR_LAUNCH_FAILED"):
             e.launch(POINTERS, 0)
+        with self.assertRaisesRegex(RuntimeError, "CUDA_ERROR_LAUNCH_FAILED"):
+            e.launcher(("x", "weight", "out"))(0, 1, 2, 3)
+
+    def test_a_launcher_writes_its_values_through_c(self):
+        e, a = self.entry()
+        run = e.launcher(("out", "x", "weight", "eps"))
+        self.assertIs(e.launcher(("out", "x", "weight", "eps")), run)  # made once
+        run(0x5000, 0x3000, 0x1000, 0x2000, 0.5)
+        run(0x6000, 0x3000, 0x1100, 0x2000, 0.25)
+        self.assertEqual(len(self.rec.calls), 2 * len(a.launches))
+        # Launch 0's first argument is x; launch 1's is eps (args [5, 2]).
+        self.assertEqual([c[5] for c in self.rec.calls[::2]], [0x1000, 0x1100])
+        self.assertEqual([c[4] for c in self.rec.calls[::2]], [0x5000, 0x6000])
+        self.assertEqual(self.rec.first_f32[1::2], [0.5, 0.25])
+        # Without eps among the names: the artifact's value, whatever another launcher set.
+        e.launcher(("x", "weight", "out"))(0, 1, 2, 3)
+        self.assertAlmostEqual(self.rec.first_f32[-1], 1e-6)
+        self.assertEqual(self.rec.calls[-2][5], 1)
+
+    def test_a_launcher_refuses_unknown_args_and_missing_buffers(self):
+        e, _ = self.entry()
+        with self.assertRaisesRegex(ValueError, "no arg 'bias'"):
+            e.launcher(("x", "weight", "out", "bias"))
+        with self.assertRaisesRegex(ValueError, "no value for buffer 'out'"):
+            e.launcher(("x", "weight", "eps"))
+        self.assertEqual(self.rec.calls, [])
+
+
+class CachedKernelLauncherTest(unittest.TestCase):
+    """Without the C launcher (a fake driver), launcher() writes the values with ctypes and
+    launches through the driver: the same kernelParams."""
+
+    def test_values_reach_the_driver(self):
+        a = artifact()
+        cu = FakeDriver({"_Z14rmsnorm_kernelI", "_Z6second"})
+        e = CachedKernel(a, ktune.LoadedKernel(a, driver=cu), None)
+        e.launcher(("x", "weight", "out", "eps"))("stream-7", 0x1000, 0x2000, 0x3000, 0.5)
+        launches = [c for c in cu.calls if c[0] == "launch"]
+        self.assertEqual([(c[1], c[5], c[6]) for c in launches], [
+            ("fn:_Z14rmsnorm_kernelI", "stream-7", 0x1000),
+            ("fn:_Z6second", "stream-7", ctypes.c_uint32.from_buffer(ctypes.c_float(0.5)).value)])
 
 
 if __name__ == "__main__":

@@ -244,6 +244,20 @@ class CachedTensorMapKernelTest(unittest.TestCase):
         with self.assertRaisesRegex(KeyError, "no device pointer for buffer 'out'"):
             self.entry(FakeTmaDriver()).launch({"x": 0x10000}, 0)
 
+    def test_a_launcher_binds_per_address_set_in_its_own_order(self):
+        cu = FakeTmaDriver()
+        e = self.entry(cu)
+        run = e.launcher(("out", "x"))  # values in this order, not the artifact's
+        for _ in range(3):
+            run(0, 0x20000, 0x10000)
+        e.launch(POINTERS, 0)  # the same addresses: the same bound maps
+        self.assertEqual([enc[2] for enc in cu.encodes], [0x10000])
+        run(0, 0x20000, 0x30000)
+        self.assertEqual([enc[2] for enc in cu.encodes], [0x10000, 0x30000])
+        self.assertEqual(len(cu.launched), 5)
+        with self.assertRaisesRegex(ValueError, "scalars are the artifact's.*'rows'"):
+            e.launcher(("x", "out", "rows"))
+
 
 if __name__ == "__main__":
     unittest.main()

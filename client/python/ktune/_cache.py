@@ -4,6 +4,8 @@
     cache.prefetch([("rmsnorm", "bf16", {"tokens": 8, "hidden": 4096}), ...])  # one call
     k = cache.get("rmsnorm", "bf16", {"tokens": 8, "hidden": 4096})
     k.launch({"x": x.data_ptr(), "weight": w.data_ptr(), "out": out.data_ptr()}, stream)
+    run = k.launcher(("x", "weight", "out"))    # the hot path: values in this order
+    run(stream, x.data_ptr(), w.data_ptr(), out.data_ptr())
 
 The first get of a key asks ktuned (under `policy`) and loads the artifact into the calling
 thread's current CUDA context; later gets are a dict lookup (no lock, no RPC) returning the
@@ -24,6 +26,7 @@ cuda-python is imported on first load only; `driver` replaces it (tests pass a f
 """
 
 import ctypes
+import struct
 import threading
 import time
 
@@ -32,6 +35,19 @@ from ktune._launch import PackedParams, _SCALAR_CTYPES
 from ktune._loaded import LoadedKernel, check_launch, cuda_check, cuda_driver
 
 _MAX_BOUND = 32  # address sets a tensor-map kernel keeps bound (see CachedKernel)
+# launch_with's kind of each parameter storage type (ktune/_fastlaunch.c).
+_KINDS = {ctypes.c_uint64: 0, ctypes.c_int32: 1, ctypes.c_int64: 2, ctypes.c_float: 3}
+
+
+def fast_with(fast):
+    """ktune._fastlaunch.launch_with where `fast` is its launch; else None."""
+    if fast is None:
+        return None
+    try:
+        from ktune import _fastlaunch
+    except ImportError:
+        return None
+    return _fastlaunch.launch_with if fast is _fastlaunch.launch else None
 
 
 def cache_key(template, dtype, shape, gpu=0):
@@ -116,6 +132,86 @@ class CachedKernel:
                     del self._bound[next(iter(self._bound))]  # the oldest set
                 self._bound[addresses] = bound
         return bound
+
+    def launcher(self, names):
+        """A call run(stream, *values) that enqueues every launch with values[i] as the arg
+        names[i]: a buffer's device address (an int) or a scalar's value; args the names
+        leave out keep the artifact's values (a buffer left out: ValueError now). The hot
+        path of callers that pass the same args every call (ktune.torch): one C call per
+        launch writes the values into this launcher's own kernelParams and enqueues (where
+        `fast` is set), instead of a dict walk and a ctypes assignment per value. Kept per
+        thread and names tuple, so the first call of each makes it. Raises ValueError naming
+        an arg the artifact does not have."""
+        launchers = self._local.__dict__.setdefault("launchers", {})
+        run = launchers.get(names)
+        if run is None:
+            run = launchers[names] = self._make_launcher(names)
+        return run
+
+    def _make_launcher(self, names):
+        known = {a.name for a in self.artifact.args}
+        for name in names:
+            if name not in known:
+                raise ValueError(f"{self.artifact.key.template_id}: no arg '{name}'")
+        missing = [b for b in self.buffers if b not in names]
+        if missing:
+            raise ValueError(f"{self.artifact.key.template_id}: no value for buffer "
+                             f"'{missing[0]}'")
+        if self._per_call:
+            return self._map_launcher(names)
+        index = {name: i for i, name in enumerate(names)}
+        packed = [self._pack(launch) for launch in self.artifact.launches]
+        cu = self.kernel.driver
+        fast = self.fast
+        steps = []
+        for i, (params, buffers, scalars) in enumerate(packed):
+            slots = [(slot, index[name]) for name, targets in buffers.items()
+                     for slot in targets]
+            slots += [(slot, index[name]) for name, slot in scalars.items() if name in index]
+            layout = b"".join(struct.pack("=QII", ctypes.addressof(slot), _KINDS[type(slot)],
+                                          at) for slot, at in slots)
+            steps.append((self._plans[i] if fast is not None else None, params, slots, layout,
+                          self.kernel.functions[i], self.artifact.launches[i]))
+        with_values = fast_with(fast)
+        if with_values is not None and len(steps) == 1:
+            plan, params, _, layout, _, launch = steps[0]
+            address = params.address
+
+            def run(stream, *values, keep=packed):
+                err = with_values(plan, stream, address, layout, values)
+                if err != 0:
+                    check_launch(cu, err, launch)
+            return run
+
+        def run_each(stream, *values, keep=packed):
+            for plan, params, slots, layout, function, launch in steps:
+                if with_values is not None:
+                    err = with_values(plan, stream, params.address, layout, values)
+                else:
+                    for slot, at in slots:
+                        slot.value = values[at]
+                    err = cu.cuLaunchKernel(function, *launch.grid, *launch.block,
+                                            launch.shared_bytes, stream, params.address, 0)
+                if err != 0:
+                    check_launch(cu, err, launch)
+        return run_each
+
+    def _map_launcher(self, names):
+        """launcher() for a kernel that takes tensor maps: its BoundKernel per set of buffer
+        addresses (the scalars are the artifact's: a value for one is refused)."""
+        scalars = [n for n in names if n not in self.buffers]
+        if scalars:
+            raise ValueError("this kernel takes tensor maps; its scalars are the artifact's "
+                             f"(got a value for '{scalars[0]}')")
+        order = tuple(names.index(b) for b in self.buffers)
+
+        def run(stream, *values):
+            addresses = tuple(values[i] for i in order)
+            bound = self._bound.get(addresses)
+            if bound is None:
+                bound = self._bound_kernel(dict(zip(self.buffers, addresses)))
+            bound.launch(stream)
+        return run
 
     def launch(self, pointers, stream, scalars=None):
         """Enqueues every launch on `stream` (a CUstream, its handle as an int where `fast`

@@ -11,12 +11,22 @@
 //                                          CUstream as an int (0: the legacy default);
 //                                          params: the address of the void* kernelParams
 //                                          array. Returns the CUresult (0: enqueued).
+//   launch_with(plan, stream, params, layout, values) -> int
+//                                          the same, after writing values[i] into the
+//                                          parameter storage the layout names: layout is
+//                                          bytes of 16-byte entries (the storage's address
+//                                          as a native uint64, a kind as uint32: 0 u64,
+//                                          1 i32, 2 i64, 3 f32, the index into the tuple
+//                                          `values` as uint32), so a caller passes a call's
+//                                          pointers and scalars in one C call instead of a
+//                                          ctypes assignment each.
 //
 // Written against the stable ABI (Py_LIMITED_API, CMake defines it: 3.11), so one build
 // loads in any CPython from 3.11 on, the GPU host's included. No libcuda link: the driver is
 // whatever set_launch was given.
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef int (*LaunchFn)(void* function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
                         unsigned block_x, unsigned block_y, unsigned block_z,
@@ -92,10 +102,106 @@ static PyObject* Launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
   return PyLong_FromLong(result);
 }
 
+// One entry of launch_with's layout.
+typedef struct {
+  uint64_t address;
+  uint32_t kind;
+  uint32_t index;
+} Slot;
+
+enum { kU64 = 0, kI32 = 1, kI64 = 2, kF32 = 3 };
+
+// Writes `value` into the slot as its kind says. Returns 0 with an exception set (naming the
+// value's index) when the value does not convert or fit.
+static int WriteSlot(const Slot* slot, PyObject* value) {
+  void* at = (void*)(uintptr_t)slot->address;
+  switch (slot->kind) {
+    case kU64: {
+      const unsigned long long v = PyLong_AsUnsignedLongLong(value);
+      if (PyErr_Occurred()) break;
+      *(uint64_t*)at = (uint64_t)v;
+      return 1;
+    }
+    case kI32: {
+      const long long v = PyLong_AsLongLong(value);
+      if (PyErr_Occurred()) break;
+      if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "launch_with: values[%u] = %lld does not fit i32",
+                     slot->index, v);
+        return 0;
+      }
+      *(int32_t*)at = (int32_t)v;
+      return 1;
+    }
+    case kI64: {
+      const long long v = PyLong_AsLongLong(value);
+      if (PyErr_Occurred()) break;
+      *(int64_t*)at = (int64_t)v;
+      return 1;
+    }
+    case kF32: {
+      const double v = PyFloat_AsDouble(value);
+      if (PyErr_Occurred()) break;
+      *(float*)at = (float)v;
+      return 1;
+    }
+    default:
+      PyErr_Format(PyExc_ValueError, "launch_with: layout kind %u is none of 0..3", slot->kind);
+      return 0;
+  }
+  // Keep the conversion's own exception type, with the index in front.
+  PyObject *type, *text, *trace;
+  PyErr_Fetch(&type, &text, &trace);
+  PyObject* message = text ? PyObject_Str(text) : NULL;
+  PyErr_Format(type ? type : PyExc_TypeError, "launch_with: values[%u]: %U", slot->index,
+               message ? message : Py_None);
+  Py_XDECREF(message);
+  Py_XDECREF(type);
+  Py_XDECREF(text);
+  Py_XDECREF(trace);
+  return 0;
+}
+
+static PyObject* LaunchWith(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError,
+                    "launch_with(plan, stream, params, layout, values) takes 5 arguments");
+    return NULL;
+  }
+  if (!PyBytes_Check(args[3]) || PyBytes_Size(args[3]) % (Py_ssize_t)sizeof(Slot) != 0) {
+    PyErr_SetString(PyExc_TypeError, "launch_with: layout must be bytes of 16-byte entries");
+    return NULL;
+  }
+  if (!PyTuple_Check(args[4])) {
+    PyErr_SetString(PyExc_TypeError, "launch_with: values must be a tuple");
+    return NULL;
+  }
+  const Py_ssize_t count = PyBytes_Size(args[3]) / (Py_ssize_t)sizeof(Slot);
+  const Py_ssize_t nvalues = PyTuple_Size(args[4]);
+  const char* layout = PyBytes_AsString(args[3]);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    Slot slot;
+    memcpy(&slot, layout + i * (Py_ssize_t)sizeof(Slot), sizeof(Slot));  // bytes: unaligned
+    if (slot.address == 0) {
+      PyErr_SetString(PyExc_ValueError, "launch_with: a layout address is 0");
+      return NULL;
+    }
+    if ((Py_ssize_t)slot.index >= nvalues) {
+      PyErr_Format(PyExc_IndexError, "launch_with: layout wants values[%u]; %zd given",
+                   slot.index, nvalues);
+      return NULL;
+    }
+    if (!WriteSlot(&slot, PyTuple_GetItem(args[4], slot.index))) return NULL;
+  }
+  return Launch(self, args, 3);
+}
+
 static PyMethodDef kMethods[] = {
     {"set_launch", SetLaunch, METH_O, "set_launch(address): the cuLaunchKernel to call"},
     {"launch", (PyCFunction)(void (*)(void))Launch, METH_FASTCALL,
      "launch(plan, stream, params) -> CUresult"},
+    {"launch_with", (PyCFunction)(void (*)(void))LaunchWith, METH_FASTCALL,
+     "launch_with(plan, stream, params, layout, values) -> CUresult"},
     {NULL, NULL, 0, NULL},
 };
 

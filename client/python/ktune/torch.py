@@ -64,6 +64,16 @@ _warned = set()
 _streams = {}     # cudaStream_t handle -> the driver's CUstream
 _constants = {}   # (device index, name) -> small tensors the kernels read (gemm's scales)
 _scratches = {}   # (device index, stream handle, name) -> scratch buffers (see _scratch)
+_scratch_epoch = [0]  # counts the scratch buffers (re)allocated (see _gemm_buffers)
+
+# Each op's kernel args in the order its _launch call passes their values.
+_RMS_NORM_ARGS = ("x", "weight", "out", "eps")
+_ADD_RMS_NORM_ARGS = ("x", "residual", "weight", "out", "eps")
+_LAYER_NORM_ARGS = ("x", "weight", "bias", "out", "eps")
+_SOFTMAX_ARGS = ("x", "out", "out_f32", "partial")
+_SILU_AND_MUL_ARGS = ("x", "out")
+_ROPE_ARGS = ("q", "k", "cos_sin", "positions")
+_LINEAR_ARGS = ("x", "w", "out", "scale_x", "scale_w", "partial", "counters")
 
 
 def configure(target=None, policy="fallback", refresh_s=10.0, retry_after_s=30.0, token=None,
@@ -240,10 +250,12 @@ def _entry(op, key):
 _one_gpu = None  # whether torch sees one GPU (then the current device needs no check)
 
 
-def _launch(entry, device, pointers, scalars=None, handle=None):
+def _launch(entry, device, handle, names, *values):
     """Enqueues the entry's kernel on torch's current stream of device index `device`
-    (`handle`: that stream's raw handle, when the caller has read it)."""
+    (`handle`: that stream's raw handle, when the caller has read it; else None) with
+    values[i] as its arg names[i] (CachedKernel.launcher: buffers' data_ptr()s, scalars)."""
     global _one_gpu
+    run = entry.launcher(names)
     if entry.fast is not None:  # cuLaunchKernel from C: the raw handle is the CUstream
         stream = handle if handle is not None else _stream_handle(device)
     else:
@@ -252,9 +264,9 @@ def _launch(entry, device, pointers, scalars=None, handle=None):
         _one_gpu = torch.cuda.device_count() == 1
     if not _one_gpu and device != torch.cuda.current_device():
         with torch.cuda.device(device):
-            entry.launch(pointers, stream, scalars)
+            run(stream, *values)
     else:
-        entry.launch(pointers, stream, scalars)
+        run(stream, *values)
 
 
 def _buffer_arg(entry, name):
@@ -282,6 +294,7 @@ def _scratch(entry, name, device, stream, zeroed=False):
         make = torch.zeros if zeroed else torch.empty
         t = _scratches[key] = make(a.count, dtype=_TORCH_DTYPES[a.dtype],
                                    device=torch.device("cuda", device))
+        _scratch_epoch[0] += 1
     return t
 
 
@@ -301,8 +314,8 @@ def _rms_norm(x, weight, eps):
     if entry is None or tokens == 0:
         return F.rms_norm(x, (hidden,), weight, eps)
     out = torch.empty_like(x)
-    _launch(entry, dev, {"x": x.data_ptr(), "weight": weight.data_ptr(),
-                         "out": out.data_ptr()}, {"eps": eps})
+    _launch(entry, dev, None, _RMS_NORM_ARGS, x.data_ptr(), weight.data_ptr(), out.data_ptr(),
+            eps)
     return out
 
 
@@ -339,8 +352,8 @@ def _fused_add_rms_norm(x, residual, weight, eps):
         residual.add_(x)
         return F.rms_norm(residual, (hidden,), weight, eps)
     out = torch.empty_like(x)
-    _launch(entry, dev, {"x": x.data_ptr(), "residual": residual.data_ptr(),
-                         "weight": weight.data_ptr(), "out": out.data_ptr()}, {"eps": eps})
+    _launch(entry, dev, None, _ADD_RMS_NORM_ARGS, x.data_ptr(), residual.data_ptr(),
+            weight.data_ptr(), out.data_ptr(), eps)
     return out
 
 
@@ -380,8 +393,8 @@ def _layer_norm(x, weight, bias, eps):
     out = torch.empty_like(x)
     # Without a bias the kernel reads none; its pointer must still be a valid address.
     b = bias if bias is not None else weight
-    _launch(entry, dev, {"x": x.data_ptr(), "weight": weight.data_ptr(),
-                         "bias": b.data_ptr(), "out": out.data_ptr()}, {"eps": eps})
+    _launch(entry, dev, None, _LAYER_NORM_ARGS, x.data_ptr(), weight.data_ptr(), b.data_ptr(),
+            out.data_ptr(), eps)
     return out
 
 
@@ -417,9 +430,8 @@ def _softmax(x):
     partial = _scratch(entry, "partial", dev, handle)
     # out_f32 is written only for f32 output of a narrower dtype (out_bytes 4): not here,
     # but its pointer must be a valid address.
-    _launch(entry, dev, {"x": x.data_ptr(), "out": out.data_ptr(),
-                         "out_f32": partial.data_ptr(), "partial": partial.data_ptr()},
-            handle=handle)
+    _launch(entry, dev, handle, _SOFTMAX_ARGS, x.data_ptr(), out.data_ptr(), partial.data_ptr(),
+            partial.data_ptr())
     return out
 
 
@@ -453,7 +465,7 @@ def _silu_and_mul(x):
     if entry is None or rows == 0:
         return F.silu(x[..., :inter]) * x[..., inter:]
     out = torch.empty(*x.shape[:-1], inter, dtype=x.dtype, device=x.device)
-    _launch(entry, dev, {"x": x.data_ptr(), "out": out.data_ptr()})
+    _launch(entry, dev, None, _SILU_AND_MUL_ARGS, x.data_ptr(), out.data_ptr())
     return out
 
 
@@ -523,8 +535,8 @@ def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved):
         return
     # The kernel reads int32 positions (vLLM passes int64): one small conversion kernel.
     pos = positions if positions.dtype == torch.int32 else positions.to(torch.int32)
-    _launch(entry, dev, {"q": q.data_ptr(), "k": k.data_ptr(), "cos_sin": cos_sin.data_ptr(),
-                         "positions": pos.data_ptr()})
+    _launch(entry, dev, None, _ROPE_ARGS, q.data_ptr(), k.data_ptr(), cos_sin.data_ptr(),
+            pos.data_ptr())
 
 
 @torch.library.custom_op("ktune::rotary_embedding", mutates_args=("q", "k"))
@@ -544,6 +556,22 @@ def rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved=False):
         _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved)
     else:
         _rotary_embedding_op(positions, q, k, head_dim, cos_sin, interleaved)
+
+
+def _gemm_buffers(entry, device, handle):
+    """The addresses of the scale 1.0, the split-K partials and the counters for the entry's
+    launches on this device and stream: found once per entry and stream, again only after
+    a scratch buffer was reallocated (the addresses kept would be stale)."""
+    memo = entry.__dict__.setdefault("_torch_gemm_buffers", {})
+    hit = memo.get((device, handle))
+    if hit is not None and hit[0] == _scratch_epoch[0]:
+        return hit[1]
+    one = _constant(device, "one", 1.0, torch.float32)
+    partial = _scratch(entry, "partial", device, handle)
+    counters = _scratch(entry, "counters", device, handle, zeroed=True)
+    addresses = (one.data_ptr(), partial.data_ptr(), counters.data_ptr())
+    memo[(device, handle)] = (_scratch_epoch[0], addresses)
+    return addresses
 
 
 def _constant(device, name, value, dtype):
@@ -576,13 +604,9 @@ def _linear(x, weight, bias):
         return F.linear(x, weight, bias)
     out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=x.device)
     handle = _stream_handle(dev)
-    counters = _scratch(entry, "counters", dev, handle, zeroed=True)
-    one = _constant(dev, "one", 1.0, torch.float32)
-    partial = _scratch(entry, "partial", dev, handle)
-    _launch(entry, dev, {"x": x.data_ptr(), "w": weight.data_ptr(), "out": out.data_ptr(),
-                         "scale_x": one.data_ptr(), "scale_w": one.data_ptr(),
-                         "partial": partial.data_ptr(), "counters": counters.data_ptr()},
-            handle=handle)
+    one, partial, counters = _gemm_buffers(entry, dev, handle)
+    _launch(entry, dev, handle, _LINEAR_ARGS, x.data_ptr(), weight.data_ptr(), out.data_ptr(),
+            one, one, partial, counters)
     if bias is not None:
         out.add_(bias)
     return out
