@@ -135,9 +135,10 @@ except ImportError:  # --dry-run works without triton; the kernels below stay pl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the benches' shared modules
 from manifest_text import blocks as _blocks  # noqa: E402
+from manifest_text import DTYPE_BYTES  # noqa: E402
+from manifest_text import compile_expr as _compile_expr  # noqa: E402
 from timing import Timer, capture_graph  # noqa: E402
 
-DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i64": 8, "f8e4m3": 1, "f8e5m2": 1}
 PREFILL_ROWS = 4096           # rows at or above this are "prefill" for the ceiling goal
 CEIL_GOAL = 0.95              # fraction of the copy ceiling at prefill shapes
 GEMV_GOAL_US = 12.0           # gemv N=4096 K=4096 batch 1
@@ -1449,83 +1450,9 @@ def _manifest(templates_dir, name):
 
 
 def eval_expr(text, scope, esize):
-    """Evaluates a manifest expression (C-like integers: ?: || && == != < <= > >= + - * / %,
-    unary - !, min max ceil_div sizeof) for the dry run's cross-check."""
-    toks = re.findall(r"\d+|\w+|&&|\|\||==|!=|<=|>=|[-+*/%()<>?:!,]", text)
-    pos = [0]
-
-    def peek():
-        return toks[pos[0]] if pos[0] < len(toks) else None
-
-    def take(want=None):
-        t = peek()
-        if want is not None and t != want:
-            raise ValueError(f"'{text}': expected {want!r} at {t!r}")
-        pos[0] += 1
-        return t
-
-    binary = [("||",), ("&&",), ("==", "!="), ("<", "<=", ">", ">="), ("+", "-"),
-              ("*", "/", "%")]
-
-    def ternary():
-        c = level(0)
-        if peek() == "?":
-            take()
-            a = ternary()
-            take(":")
-            b = ternary()
-            return a if c else b
-        return c
-
-    def level(i):
-        if i == len(binary):
-            return unary()
-        v = level(i + 1)
-        while peek() in binary[i]:
-            op = take()
-            w = level(i + 1)
-            v = {"||": lambda: int(bool(v or w)), "&&": lambda: int(bool(v and w)),
-                 "==": lambda: int(v == w), "!=": lambda: int(v != w),
-                 "<": lambda: int(v < w), "<=": lambda: int(v <= w), ">": lambda: int(v > w),
-                 ">=": lambda: int(v >= w), "+": lambda: v + w, "-": lambda: v - w,
-                 "*": lambda: v * w, "/": lambda: int(v / w), "%": lambda: v % w}[op]()
-        return v
-
-    def unary():
-        t = peek()
-        if t == "-":
-            take()
-            return -unary()
-        if t == "!":
-            take()
-            return int(not unary())
-        if t == "(":
-            take()
-            v = ternary()
-            take(")")
-            return v
-        take()
-        if t.isdigit():
-            return int(t)
-        if peek() == "(":
-            take()
-            if t == "sizeof":
-                arg = take()
-                take(")")
-                return esize if arg == "dtype" else DTYPE_BYTES[arg]
-            vals = [ternary()]
-            while peek() == ",":
-                take()
-                vals.append(ternary())
-            take(")")
-            return {"min": min, "max": max,
-                    "ceil_div": lambda a, b: -(-a // b)}[t](*vals)
-        return scope[t]
-
-    v = ternary()
-    if peek() is not None:
-        raise ValueError(f"'{text}': trailing {peek()!r}")
-    return v
+    """Evaluates a manifest expression over `scope` (dims and params), sizeof(dtype) being
+    `esize`, as ktune does (manifest_text.compile_expr), for the dry run's cross-check."""
+    return _compile_expr(text)({**scope, "dtype": esize})
 
 
 SCRATCH_FILLS = ("", "zero", "zero_once")  # the scratch fills KtuneRunner knows

@@ -1,11 +1,12 @@
 // `ktune templates`: the templates that loaded, with their dtypes, dims and how many
-// candidates each has for a shape.
+// candidates each has for a shape; with --configs TEMPLATE, the candidates themselves.
 #include <iomanip>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "frontends/ktune/commands.h"
+#include "server/base/config.h"
 #include "server/templates/search_space.h"
 
 namespace ktune::cli {
@@ -16,7 +17,36 @@ struct TemplatesArgs {
   std::string shape;
   std::string dtype;
   std::string arch = "sm_90";
+  std::string configs;  // --configs TEMPLATE: its candidates instead of the table
 };
+
+// `--configs TEMPLATE`: every valid candidate of the space `ktune tune` searches for this
+// key on --arch, one JSON object per line in EnumerateSearchSpace's order. The JSON is the
+// store's (ConfigToJson), so a tool driving another tuner over the same space
+// (bench/kernel_tuner_compare.py) can match its picks against ktune's trials byte for byte.
+// Unlike the table, the key must be whole: a space listed for example dims nobody asked
+// for would be compared with the wrong tune.
+int RunConfigs(const TemplatesArgs& args) {
+  if (args.dtype.empty() || args.shape.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--configs: needs --dtype and --shape (every dim of the template), as `ktune tune`"));
+  }
+  absl::StatusOr<TargetInfo> target = TargetFromArch(args.arch);
+  if (!target.ok()) return Fail(target.status());
+  absl::StatusOr<TemplateRequest> request =
+      ResolveTemplateRequest(args.templates_dir, args.configs, args.dtype, args.shape);
+  if (!request.ok()) return Fail(request.status());
+  absl::StatusOr<SearchSpace> space =
+      EnumerateSearchSpace(request->tmpl, request->dtype, request->shape, *target);
+  if (!space.ok()) return Fail(space.status());
+  if (space->configs.empty()) {
+    // Not an error of the listing, but a reader of stdout alone would see only silence.
+    std::cerr << "ktune: " << args.configs << ": no valid candidate for "
+              << DTypeName(request->dtype) << " " << ShapeString(request->shape) << "\n";
+  }
+  for (const Config& c : space->configs) std::cout << ConfigToJson(c) << "\n";
+  return kExitOk;
+}
 
 int RunTemplates(const TemplatesArgs& args) {
   absl::StatusOr<TargetInfo> target = TargetFromArch(args.arch);
@@ -107,13 +137,18 @@ Command AddTemplatesCommand(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "templates",
       "List the kernel templates: dtypes, dims, and the number of valid candidates (params x "
-      "knobs) and of valid param points at default knobs for a shape");
+      "knobs) and of valid param points at default knobs for a shape; or, with --configs, "
+      "one template's candidates");
   app->add_option("--templates", args->templates_dir, "Templates folder (default: shipped)");
   app->add_option("--shape", args->shape,
                   "Dims to count for, e.g. tokens=4096,hidden=8192 (others: the examples)");
   app->add_option("--dtype", args->dtype, "Count for this dtype (default: each one's first)");
   app->add_option("--arch", args->arch, "Target, sm_XY or sm_XYa")->capture_default_str();
-  return {app, [args] { return RunTemplates(*args); }};
+  app->add_option("--configs", args->configs,
+                  "Instead of the table: every valid candidate of this template for --dtype "
+                  "and --shape (both required), one JSON object per line "
+                  "{\"params\":{..},\"knobs\":{..}}");
+  return {app, [args] { return args->configs.empty() ? RunTemplates(*args) : RunConfigs(*args); }};
 }
 
 }  // namespace ktune::cli

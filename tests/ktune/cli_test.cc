@@ -9,7 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "server/base/config.h"
 #include "server/base/file.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/subprocess.h"
@@ -119,6 +122,12 @@ TEST(CliTemplatesTest, BadInputIsUsageError) {
       {{"--dtype", "f64"}, "unknown dtype 'f64'"},
       {{"--arch", "sm_9x"}, "arch 'sm_9x'"},
       {{"--bogus"}, "--bogus"},
+      // --configs wants a whole key: the template's, every dim given.
+      {{"--configs", "rmsnorm"}, "--configs: needs --dtype and --shape"},
+      {{"--configs", "nope", "--dtype", "bf16", "--shape", "n=8"}, "nope"},
+      {{"--configs", "rmsnorm", "--dtype", "bf16", "--shape", "tokens=16"}, "'hidden'"},
+      {{"--configs", "rmsnorm", "--dtype", "f8e4m3", "--shape", "tokens=16,hidden=64"},
+       "no dtype f8e4m3"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"templates", "--templates", dir};
@@ -131,6 +140,59 @@ TEST(CliTemplatesTest, BadInputIsUsageError) {
   const Result missing = Ktune({"templates", "--templates", NewTempDir() + "/nope"});
   EXPECT_EQ(missing.exit_code, 2) << missing;
   EXPECT_THAT(missing.err, HasSubstr("templates:")) << missing;
+}
+
+// --configs lists the candidates the table counts: as many lines as its CANDIDATES cell,
+// each the store's JSON of one distinct config of this key (what a tool driving another
+// tuner over the same space reads: bench/kernel_tuner_compare.py).
+TEST(CliTemplatesTest, ConfigsListsEveryCandidateTheTableCounts) {
+  // `args` for the key bf16 tokens=4096,hidden=8192 with the shipped templates.
+  auto run = [](std::vector<std::string> args) {
+    args.insert(args.end(), {"--templates", ShippedTemplatesDir(), "--dtype", "bf16", "--shape",
+                             "tokens=4096,hidden=8192"});
+    return Ktune(args);
+  };
+  const Result table = run({"templates"});
+  const Result list = run({"templates", "--configs", "rmsnorm"});
+  ASSERT_EQ(table.exit_code, 0) << table;
+  ASSERT_EQ(list.exit_code, 0) << list;
+  EXPECT_THAT(list.err, IsEmpty());
+  const auto rows = Rows(table.out);
+  const auto* row = Row(rows, "rmsnorm");
+  ASSERT_TRUE(row != nullptr && row->size() == 7) << table;
+  const std::vector<std::string> lines = absl::StrSplit(list.out, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty()) << list;
+  EXPECT_EQ(absl::StrCat(lines.size()), (*row)[5]) << "lines vs the table's CANDIDATES";
+
+  const std::set<std::string> param_names = {"BLOCK",      "CACHE",         "EDGE",
+                                             "PREFETCH_W", "ROWS_PER_WARP", "VEC"};
+  std::set<Config> seen;
+  std::set<int64_t> min_blocks;
+  for (const std::string& line : lines) {
+    SCOPED_TRACE(line);
+    std::string error;
+    const std::optional<Config> c = ConfigFromJson(line, &error);
+    ASSERT_TRUE(c.has_value()) << error;
+    EXPECT_EQ(ConfigToJson(*c), line) << "not the store's form";
+    std::set<std::string> names;
+    for (const auto& [name, value] : c->params) names.insert(name);
+    EXPECT_EQ(names, param_names);
+    // The manifest's constraints at bf16, hidden 8192: 16-byte accesses at most, and
+    // hidden a multiple of every VEC (no edge path).
+    EXPECT_LE(c->params.at("VEC") * 2, 16);
+    EXPECT_EQ(c->params.at("EDGE"), 0);
+    // rmsnorm's knobs: no register cap, no fast math, the portable target.
+    EXPECT_EQ(c->knobs.maxrregcount, 0);
+    EXPECT_FALSE(c->knobs.fast_math);
+    EXPECT_EQ(c->knobs.target, "sm_90");
+    min_blocks.insert(c->knobs.min_blocks);
+    EXPECT_TRUE(seen.insert(*c).second) << "listed twice";
+  }
+  EXPECT_EQ(min_blocks, (std::set<int64_t>{1, 2}));
+  Config default_config;
+  default_config.params = {{"BLOCK", 256}, {"VEC", 4},        {"ROWS_PER_WARP", 0},
+                           {"CACHE", 0},   {"PREFETCH_W", 0}, {"EDGE", 0}};
+  EXPECT_EQ(seen.count(default_config), 1u) << "the default config is a candidate";
 }
 
 // A manifest whose arithmetic divides by zero used to make `ktune templates` exit 2 with no
