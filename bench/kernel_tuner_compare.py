@@ -46,8 +46,7 @@ the nvcuda backend would (the lowered name must be ktune's, the PTX's .maxntid/.
 the config's).
 
 Usage, from the repository root, with Kernel Tuner 1.5 importable (`pip install
-kernel_tuner==1.5.0`; beyond numpy, scipy and scikit-learn its imports need python-constraint2,
-jsonschema, xmltodict and packaging, and the nvcuda backend cuda-python):
+kernel_tuner==1.5.0`, or on a host without internet bench/kernel_tuner_wheels.sh):
   bench/kernel_tuner_compare.py --ktune build/bin/ktune --out /tmp/ktcmp [--dry-run]
   [--template rmsnorm --dtype bf16 --shape tokens=4096,hidden=8192] [--budget N]
   [--strategies bayes_opt,random_sample] [--seed 1] [--rounds 5] [--iterations 32]
