@@ -64,11 +64,35 @@ struct RowEdges<VEC, 0> {
   __device__ __forceinline__ bool Has(int /*t*/) const { return false; }
 };
 
+/// LoadVector through the read-only data path (ld.global.nc), which a load from a pointer
+/// the compiler cannot trace to a __restrict__ const kernel argument does not get by itself.
+/// REQUIRES: as LoadVector, 4, 8 or 16 bytes, and no thread of the kernel writes p[0 .. N-1].
+template <int N, typename T>
+__device__ __forceinline__ AlignedVector<T, N> LoadReadOnlyVector(const T* p) {
+  using V = AlignedVector<T, N>;
+  V v;
+  if constexpr (V::kBytes == 16) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+    v.words[0] = u.x;
+    v.words[1] = u.y;
+    v.words[2] = u.z;
+    v.words[3] = u.w;
+  } else if constexpr (V::kBytes == 8) {
+    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+    v.words[0] = u.x;
+    v.words[1] = u.y;
+  } else {
+    static_assert(V::kBytes == 4, "LoadReadOnlyVector: 4, 8 or 16 bytes");
+    v.words[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
+  }
+  return v;
+}
+
 /// The VEC elements at p, p not necessarily aligned to VEC * sizeof(T): the aligned vector
 /// holding p[0] and, where p is not aligned, the next one, shifted into place (runtime word
 /// selects and a 16-bit funnel shift: no local memory). An aligned p costs one load.
 /// REQUIRES: p[0 .. VEC - 1] are elements of one array based on a VEC * sizeof(T) boundary
-/// (so neither aligned load leaves the allocation).
+/// (so neither aligned load leaves the allocation) that no thread of the kernel writes.
 template <int VEC, typename T>
 __device__ __forceinline__ AlignedVector<T, VEC> LoadShiftedVector(const T* p) {
   using V = AlignedVector<T, VEC>;
@@ -78,9 +102,14 @@ __device__ __forceinline__ AlignedVector<T, VEC> LoadShiftedVector(const T* p) {
     constexpr int kW = V::kWords;
     const unsigned long long addr = reinterpret_cast<unsigned long long>(p);
     const int off = static_cast<int>(addr % V::kBytes);  // a multiple of sizeof(T)
-    const V lo = *reinterpret_cast<const V*>(addr - off);
+    // The aligned vectors by pointer arithmetic on p and through the read-only path: loaded
+    // from a pointer made of the integer address they compiled to generic loads (LD, where
+    // the aligned kernels' are LDG.E.128.CONSTANT; seen in sm_90 SASS of the odd-length
+    // norms), which lose the read-only cache and __restrict__'s freedom to reorder.
+    const T* base = p - off / static_cast<int>(sizeof(T));
+    const V lo = LoadReadOnlyVector<VEC>(base);
     if (off == 0) return lo;
-    const V hi = *reinterpret_cast<const V*>(addr - off + V::kBytes);
+    const V hi = LoadReadOnlyVector<VEC>(base + VEC);
     unsigned int w[2 * kW];
 #pragma unroll
     for (int i = 0; i < kW; ++i) {
