@@ -478,9 +478,12 @@ struct Hopper {
                                              const float* scale_x, const float* scale_w, int m,
                                              int n, int k) {
     // Slots and staging need 1024-byte alignment for the swizzle; the runtime promises 16.
+    // Rounded up by an offset from smem_raw, not by a pointer made of an integer: the
+    // compiler then knows it is shared memory, and the epilogue's staging writes are STS
+    // (a generic ST each, from the integer's pointer).
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+    unsigned char* smem =
+        smem_raw + ((1024 - reinterpret_cast<unsigned long long>(smem_raw) % 1024) % 1024);
     unsigned char* slots_a = smem;
     unsigned char* slots_b = smem + STAGES * kSlotA;
     unsigned char* staging = slots_b + STAGES * kSlotB;
