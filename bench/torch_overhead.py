@@ -16,8 +16,8 @@ For each op (small shapes, so the host, not the GPU, sets the pace):
   dispatch  torch.ops.ktune.<op>(...): the same through torch's dispatcher (what a traced
             or compiled caller gets);
   torch     torch's own eager op, for reference.
-Each is called --calls times in a row, five times; the median batch's wall time per call is
-reported. overhead = op - bare.
+Each is called --calls times in a row, the six taking turns for five rounds; the median
+batch's wall time per call is reported. overhead = op - bare.
 
 Under CUDA graphs: --graph-ops calls of the op captured into one graph, and the same number
 of bare launches of the same function into another; each replayed --replays times (CUDA
@@ -48,21 +48,25 @@ GOAL_OVERHEAD_US = 5.0
 GOAL_GRAPH_ADDED = 0.02  # the two graphs' replays agree within noise
 
 
-def host_us_per_call(fn, calls, sleep_cycles):
-    """Median over five batches of `calls` calls of the wall time per call, in us. The GPU
-    sleeps through each batch (sleep_cycles, queued first), so no call waits for the GPU:
-    what is timed is the host's enqueueing alone."""
-    fn()
+def host_us_per_call(fns, calls, sleep_cycles, rounds=5):
+    """{name: median over `rounds` batches of `calls` calls of fns[name]'s wall time per
+    call, in us}. The GPU sleeps through each batch (sleep_cycles, queued first), so no call
+    waits for the GPU: what is timed is the host's enqueueing alone. The functions take
+    turns batch by batch, so a drift of the host's load (measured: 1.5x between instances of
+    the GPU host, and within one) weighs on all of them alike, not on whichever ran last."""
+    for fn in fns.values():
+        fn()
     torch.cuda.synchronize()
-    batches = []
-    for _ in range(5):
-        torch.cuda._sleep(sleep_cycles)
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        batches.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(batches)
+    batches = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            torch.cuda._sleep(sleep_cycles)
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            batches[name].append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+    return {name: statistics.median(b) for name, b in batches.items()}
 
 
 def graph_us(fn, count, replays):
@@ -201,16 +205,15 @@ def measure(args):
         bare = bare_launcher(entry, pointers, scalars, stream)
         # What ktune.torch hands the entry: the raw handle where it launches from C.
         cache_stream = kt._stream_handle(0) if entry.fast is not None else stream
-        host = lambda fn: host_us_per_call(fn, args.calls, sleep)  # noqa: E731
+        fns = {"bare": bare, "cache": lambda: entry.launch(pointers, cache_stream, scalars),
+               "op": op, "dispatch": dispatched, "torch": peer}
+        if entry.fast is not None:
+            fns["fast"] = bare_launcher(entry, pointers, scalars, stream, fast=True)
+        host = host_us_per_call(fns, args.calls, sleep)
         row = {"op": name, "shape": shape, "provenance": entry.provenance,
                "launches": len(entry.artifact.launches), "fast": entry.fast is not None,
-               "bare_us": host(bare),
-               "fast_us": (host(bare_launcher(entry, pointers, scalars, stream, fast=True))
-                           if entry.fast is not None else None),
-               "cache_us": host(lambda: entry.launch(pointers, cache_stream, scalars)),
-               "op_us": host(op),
-               "dispatch_us": host(dispatched),
-               "torch_us": host(peer)}
+               "fast_us": host.get("fast")}
+        row.update({f"{k}_us": host[k] for k in ("bare", "cache", "op", "dispatch", "torch")})
         row["overhead_us"] = row["op_us"] - row["bare_us"]
         # A tensor-map kernel binds per set of buffer addresses: more sets than the op's
         # own would mean the timed calls re-encoded maps (a fresh output address per call).
