@@ -65,6 +65,7 @@ _streams = {}     # cudaStream_t handle -> the driver's CUstream
 _constants = {}   # (device index, name) -> small tensors the kernels read (gemm's scales)
 _scratches = {}   # (device index, stream handle, name) -> scratch buffers (see _scratch)
 _scratch_epoch = [0]  # counts the scratch buffers (re)allocated (see _gemm_buffers)
+_retired_scratches = []  # replaced scratch buffers, kept for graphs that captured them
 
 # Each op's kernel args in the order its _launch call passes their values.
 _RMS_NORM_ARGS = ("x", "weight", "out", "eps")
@@ -291,6 +292,11 @@ def _scratch(entry, name, device, stream, zeroed=False):
     key = (device, stream, name)
     t = _scratches.get(key)
     if t is None or t.numel() < a.count or t.dtype != _TORCH_DTYPES[a.dtype]:
+        if t is not None:
+            # A CUDA graph captured with the buffer being replaced writes to it on every
+            # replay: it stays allocated, not handed to the next tensor that asks. (It grows
+            # only, so that is one buffer per growth.)
+            _retired_scratches.append(t)
         make = torch.zeros if zeroed else torch.empty
         t = _scratches[key] = make(a.count, dtype=_TORCH_DTYPES[a.dtype],
                                    device=torch.device("cuda", device))
