@@ -162,40 +162,39 @@ class CachedKernel:
             return self._map_launcher(names)
         index = {name: i for i, name in enumerate(names)}
         packed = [self._pack(launch) for launch in self.artifact.launches]
+        # Per launch: the storage each named value goes into, with its index in values.
+        slots = [[(slot, index[name]) for name, targets in buffers.items() for slot in targets]
+                 + [(slot, index[name]) for name, slot in scalars.items() if name in index]
+                 for _, buffers, scalars in packed]
         cu = self.kernel.driver
-        fast = self.fast
-        steps = []
-        for i, (params, buffers, scalars) in enumerate(packed):
-            slots = [(slot, index[name]) for name, targets in buffers.items()
-                     for slot in targets]
-            slots += [(slot, index[name]) for name, slot in scalars.items() if name in index]
-            layout = b"".join(struct.pack("=QII", ctypes.addressof(slot), _KINDS[type(slot)],
-                                          at) for slot, at in slots)
-            steps.append((self._plans[i] if fast is not None else None, params, slots, layout,
-                          self.kernel.functions[i], self.artifact.launches[i]))
-        with_values = fast_with(fast)
-        if with_values is not None and len(steps) == 1:
-            plan, params, _, layout, _, launch = steps[0]
-            address = params.address
+        launches = self.artifact.launches
+        with_values = fast_with(self.fast)
+        if with_values is not None:
+            # launch_with's layout per launch: (storage address, kind, value index) entries.
+            steps = [(self._plans[i], params.address,
+                      b"".join(struct.pack("=QII", ctypes.addressof(slot), _KINDS[type(slot)],
+                                           at) for slot, at in slots[i]), launch)
+                     for i, ((params, _, _), launch) in enumerate(zip(packed, launches))]
 
             def run(stream, *values, keep=packed):
-                err = with_values(plan, stream, address, layout, values)
-                if err != 0:
-                    check_launch(cu, err, launch)
+                for plan, address, layout, launch in steps:
+                    err = with_values(plan, stream, address, layout, values)
+                    if err != 0:
+                        check_launch(cu, err, launch)
             return run
 
-        def run_each(stream, *values, keep=packed):
-            for plan, params, slots, layout, function, launch in steps:
-                if with_values is not None:
-                    err = with_values(plan, stream, params.address, layout, values)
-                else:
-                    for slot, at in slots:
-                        slot.value = values[at]
-                    err = cu.cuLaunchKernel(function, *launch.grid, *launch.block,
-                                            launch.shared_bytes, stream, params.address, 0)
+        steps = [(self.kernel.functions[i], params.address, slots[i], launch)
+                 for i, ((params, _, _), launch) in enumerate(zip(packed, launches))]
+
+        def run_through_driver(stream, *values, keep=packed):
+            for function, address, launch_slots, launch in steps:
+                for slot, at in launch_slots:
+                    slot.value = values[at]
+                err = cu.cuLaunchKernel(function, *launch.grid, *launch.block,
+                                        launch.shared_bytes, stream, address, 0)
                 if err != 0:
                     check_launch(cu, err, launch)
-        return run_each
+        return run_through_driver
 
     def _map_launcher(self, names):
         """launcher() for a kernel that takes tensor maps: its BoundKernel per set of buffer
