@@ -118,6 +118,30 @@ __device__ __forceinline__ AlignedVector<T, N> LoadVector(const T* p) {
   return *reinterpret_cast<const AlignedVector<T, N>*>(p);
 }
 
+/// LoadVector through the read-only data path (ld.global.nc), which a load from a pointer
+/// the compiler cannot trace to a __restrict__ const kernel argument does not get by itself.
+/// REQUIRES: as LoadVector, 4, 8 or 16 bytes, and no thread of the kernel writes p[0 .. N-1].
+template <int N, typename T>
+__device__ __forceinline__ AlignedVector<T, N> LoadReadOnlyVector(const T* p) {
+  using V = AlignedVector<T, N>;
+  V v;
+  if constexpr (V::kBytes == 16) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+    v.words[0] = u.x;
+    v.words[1] = u.y;
+    v.words[2] = u.z;
+    v.words[3] = u.w;
+  } else if constexpr (V::kBytes == 8) {
+    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+    v.words[0] = u.x;
+    v.words[1] = u.y;
+  } else {
+    static_assert(V::kBytes == 4, "LoadReadOnlyVector: 4, 8 or 16 bytes");
+    v.words[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
+  }
+  return v;
+}
+
 // Stores N elements at p. REQUIRES: p is aligned to N * sizeof(T) bytes.
 template <int N, typename T>
 __device__ __forceinline__ void StoreVector(T* p, const AlignedVector<T, N>& v) {

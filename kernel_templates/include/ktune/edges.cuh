@@ -64,30 +64,6 @@ struct RowEdges<VEC, 0> {
   __device__ __forceinline__ bool Has(int /*t*/) const { return false; }
 };
 
-/// LoadVector through the read-only data path (ld.global.nc), which a load from a pointer
-/// the compiler cannot trace to a __restrict__ const kernel argument does not get by itself.
-/// REQUIRES: as LoadVector, 4, 8 or 16 bytes, and no thread of the kernel writes p[0 .. N-1].
-template <int N, typename T>
-__device__ __forceinline__ AlignedVector<T, N> LoadReadOnlyVector(const T* p) {
-  using V = AlignedVector<T, N>;
-  V v;
-  if constexpr (V::kBytes == 16) {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-    v.words[0] = u.x;
-    v.words[1] = u.y;
-    v.words[2] = u.z;
-    v.words[3] = u.w;
-  } else if constexpr (V::kBytes == 8) {
-    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
-    v.words[0] = u.x;
-    v.words[1] = u.y;
-  } else {
-    static_assert(V::kBytes == 4, "LoadReadOnlyVector: 4, 8 or 16 bytes");
-    v.words[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
-  }
-  return v;
-}
-
 /// The VEC elements at p, p not necessarily aligned to VEC * sizeof(T): the aligned vector
 /// holding p[0] and, where p is not aligned, the next one, shifted into place (runtime word
 /// selects and a 16-bit funnel shift: no local memory). An aligned p costs one load.
