@@ -130,6 +130,41 @@ class TorchOpsTest(unittest.TestCase):
         ref = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
         self.assertClose(out, ref, 1e-5, 1.6e-2, "replayed rms_norm")
 
+    def test_a_captured_scratch_buffer_outlives_its_replacement(self):
+        # linear's split-K partials are sized by the key (8 * m * n floats at most): a larger
+        # key on the same stream replaces the buffer a graph captured, and the graph's replays
+        # still write to it. The old buffer must not go to the next tensor torch allocates.
+        import ktune.torch as kt_torch
+        stream = torch.cuda.Stream()
+        dev = torch.cuda.current_device()
+        x = torch.rand(16, 4096, device="cuda", dtype=torch.bfloat16) - 0.5
+        w = torch.rand(512, 4096, device="cuda", dtype=torch.bfloat16) - 0.5
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            torch.ops.ktune.linear(x, w, None)  # loaded, its scratch allocated on `stream`
+        key = (dev, stream.cuda_stream, "partial")
+        # Only its address and size are kept here: a reference would keep it allocated.
+        captured = kt_torch._scratches[key]
+        captured_ptr, numel = captured.data_ptr(), captured.numel()
+        del captured
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            out = torch.ops.ktune.linear(x, w, None)
+        with torch.cuda.stream(stream):
+            big_w = torch.rand(4096, 4096, device="cuda", dtype=torch.bfloat16) - 0.5
+            torch.ops.ktune.linear(x, big_w, None)
+            self.assertNotEqual(kt_torch._scratches[key].data_ptr(), captured_ptr,
+                                "the buffer was not grown")
+            same_size = torch.full((numel,), 7.0, device="cuda", dtype=torch.float32)
+        self.assertNotEqual(same_size.data_ptr(), captured_ptr,
+                            "the captured scratch buffer was handed to a new tensor")
+        stream.synchronize()
+        x.copy_(torch.rand_like(x) - 0.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        self.assertTrue(bool((same_size == 7.0).all()), "a replay wrote into a new tensor")
+        self.assertClose(out, x.float() @ w.float().T, 0.5, 2e-2, "replayed linear")
+
     def test_torch_compile_traces_through_the_fake_kernels(self):
         x = torch.rand(8, 4096, device="cuda", dtype=torch.bfloat16) - 0.5
         w = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
