@@ -78,75 +78,99 @@ __device__ __forceinline__ ktune::AlignedVector<T, VEC> Normalize(
 ///                  registers). 1 only with CACHE > 0.
 ///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden
 ///                  (ktune/edges.cuh; weight and bias read shifted).
+///   REUSE_W:       rows per block that share one (shifted) load of weight and bias, kept in
+///                  registers (ktune::RowGroup: rows VEC apart, which share the shift); 1:
+///                  a row per block (or per warp). > 1 only with a row per block, CACHE > 0
+///                  and PREFETCH_W.
 /// has_bias: 0 or 1, the same for the whole launch (bias is not read when 0).
 /// REQUIRES: hidden % VEC == 0 unless EDGE; x, weight, bias, out aligned to VEC * sizeof(T)
 /// bytes; out overlaps none of the inputs (__restrict__); 1 <= hidden.
-template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE>
+template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE,
+          int REUSE_W>
 __global__ void KTUNE_LAUNCH_BOUNDS
     layernorm_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                      const T* __restrict__ bias, T* __restrict__ out, int tokens, int hidden,
                      int has_bias, float eps) {
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
+  using Group = ktune::RowGroup<VEC, REUSE_W>;
+  static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W == 1),
+                "REUSE_W > 1 needs a row per block and the weight cached (CACHE, PREFETCH_W)");
   using Vec = typename K::Vec;
   constexpr int kThreadsPerRow = K::kThreadsPerRow;
 
   const int t = K::Lane();
-  const long long row = K::Row();
-  if (row >= tokens) return;
+  const long long first_row = REUSE_W == 1 ? K::Row() : Group::First();
+  if (first_row >= tokens) return;
 
-  const long long row_start = row * hidden;
   // The vectors start `head` elements into the row (and into weight and bias, where that is
-  // not aligned: EDGE reads them shifted).
-  const ktune::RowEdges<VEC, EDGE> edges(row_start, hidden);
-  const T* __restrict__ x_row = x + row_start + edges.head;
-  T* __restrict__ out_row = out + row_start + edges.head;
+  // not aligned: EDGE reads them shifted); the same for each of the block's rows.
+  const ktune::RowEdges<VEC, EDGE> edges(first_row * hidden, hidden);
   const T* __restrict__ w_row = weight + edges.head;
   const T* __restrict__ b_row = bias + edges.head;
   const int num_vec = edges.num_vec;
   const float inv_hidden = 1.f / hidden;
-  const float xe = ktune::EdgeElement(edges, x + row_start, t);
+  // The row's edge element that this thread takes (if any), normalized and stored.
+  const auto store_edge = [&](long long row_start, float xe, float mean, float inv_std) {
+    if constexpr (EDGE) {
+      if (edges.Has(t)) {
+        const int col = edges.Column(t);
+        float o = (xe - mean) * inv_std * ktune::ToFloat(weight[col]);
+        if (has_bias) o += ktune::ToFloat(bias[col]);
+        out[row_start + col] = ktune::FromFloat<T>(o);
+      }
+    }
+  };
 
-  float mean;
-  float inv_std;
   if constexpr (CACHE > 0) {
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c. All C
     // loads are issued before any is used; vectors past the row are zeros and skipped.
     using Affine = ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE>;
     const Affine w(w_row, t, num_vec);
     const Affine b(b_row, t, num_vec, has_bias);
-    Vec cache[CACHE];
-    ktune::LoadRowVectors<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
-    // Exactly 0.f (see RowVectors::ZeroAfterLoads): orders the prefetches with x's loads.
-    float sum = w.ZeroAfterLoads(num_vec >> 31) + b.ZeroAfterLoads(num_vec >> 31);
-    if constexpr (EDGE) sum += xe;
+    Group::ForEach(first_row, tokens, [&](long long row) {
+      const long long row_start = row * hidden;
+      const T* __restrict__ x_row = x + row_start + edges.head;
+      T* __restrict__ out_row = out + row_start + edges.head;
+      const float xe = ktune::EdgeElement(edges, x + row_start, t);
+      Vec cache[CACHE];
+      ktune::LoadRowVectors<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
+      // Exactly 0.f (see RowVectors::ZeroAfterLoads): orders the prefetches with x's loads.
+      float sum = w.ZeroAfterLoads(num_vec >> 31) + b.ZeroAfterLoads(num_vec >> 31);
+      if constexpr (EDGE) sum += xe;
 #pragma unroll
-    for (int c = 0; c < CACHE; ++c) sum = ktune_layernorm::AddSum(cache[c], sum);
-    mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
-    float sq = 0.f;
-    if (edges.Has(t)) sq = (xe - mean) * (xe - mean);
+      for (int c = 0; c < CACHE; ++c) sum = ktune_layernorm::AddSum(cache[c], sum);
+      const float mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
+      float sq = 0.f;
+      if (edges.Has(t)) sq = (xe - mean) * (xe - mean);
 #pragma unroll
-    for (int c = 0; c < CACHE; ++c) {
-      if (t + c * kThreadsPerRow < num_vec) {
-        sq = ktune_layernorm::AddSquaredDeviations(cache[c], mean, sq);
+      for (int c = 0; c < CACHE; ++c) {
+        if (t + c * kThreadsPerRow < num_vec) {
+          sq = ktune_layernorm::AddSquaredDeviations(cache[c], mean, sq);
+        }
       }
-    }
-    if constexpr (!ROWS_PER_WARP) __syncthreads();  // BlockReduceSum's slots are reused
-    inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
+      if constexpr (!ROWS_PER_WARP) __syncthreads();  // BlockReduceSum's slots are reused
+      const float inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
 #pragma unroll
-    for (int c = 0; c < CACHE; ++c) {
-      const int idx = t + c * kThreadsPerRow;
-      if (idx < num_vec) {
-        ktune::StoreVector<VEC>(out_row + idx * VEC,
-                                ktune_layernorm::Normalize(cache[c], w, b, c, has_bias, mean,
-                                                           inv_std));
+      for (int c = 0; c < CACHE; ++c) {
+        const int idx = t + c * kThreadsPerRow;
+        if (idx < num_vec) {
+          ktune::StoreVector<VEC>(out_row + idx * VEC,
+                                  ktune_layernorm::Normalize(cache[c], w, b, c, has_bias, mean,
+                                                             inv_std));
+        }
       }
-    }
+      store_edge(row_start, xe, mean, inv_std);
+    });
   } else {
     // Three passes over the row, kU vectors per thread in flight per step (bounds-checked:
     // this variant is for rows longer than any cache, where the checks are noise).
     constexpr int kU = ktune_layernorm::kUncachedUnroll;
     constexpr int kChunk = kThreadsPerRow * kU;
     using Affine = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T, EDGE>;
+    const long long row_start = first_row * hidden;
+    const T* __restrict__ x_row = x + row_start + edges.head;
+    T* __restrict__ out_row = out + row_start + edges.head;
+    const float xe = ktune::EdgeElement(edges, x + row_start, t);
     float sum = EDGE ? xe : 0.f;
 #pragma unroll 1
     for (int v = t; v < num_vec; v += kChunk) {
@@ -155,7 +179,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 #pragma unroll
       for (int u = 0; u < kU; ++u) sum = ktune_layernorm::AddSum(xv[u], sum);
     }
-    mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
+    const float mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
     float sq = 0.f;
     if (edges.Has(t)) sq = (xe - mean) * (xe - mean);
 #pragma unroll 1
@@ -170,7 +194,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       }
     }
     if constexpr (!ROWS_PER_WARP) __syncthreads();  // BlockReduceSum's slots are reused
-    inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
+    const float inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
 #pragma unroll 1
     for (int v = t; v < num_vec; v += kChunk) {
       Vec xv[kU];
@@ -187,14 +211,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
         }
       }
     }
-  }
-  if constexpr (EDGE) {
-    if (edges.Has(t)) {
-      const int col = edges.Column(t);
-      float o = (xe - mean) * inv_std * ktune::ToFloat(weight[col]);
-      if (has_bias) o += ktune::ToFloat(bias[col]);
-      out[row_start + col] = ktune::FromFloat<T>(o);
-    }
+    store_edge(row_start, xe, mean, inv_std);
   }
 }
 

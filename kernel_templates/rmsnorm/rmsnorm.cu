@@ -30,49 +30,72 @@ static_assert(kUncachedUnroll >= 2, "kUncachedUnroll must be at least 2 (the tai
 ///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden, the
 ///                  row's unaligned head and tail elements one per thread beside the vectors,
 ///                  weight read shifted (ktune/edges.cuh).
+///   REUSE_W:       rows per block that share one (shifted) load of the weight, kept in
+///                  registers (ktune::RowGroup: rows VEC apart, which share the shift); 1: a
+///                  row per block (or per warp). > 1 only with a row per block, CACHE > 0 and
+///                  PREFETCH_W.
 /// REQUIRES: hidden % VEC == 0 unless EDGE; x, weight, out aligned to VEC * sizeof(T) bytes
 /// (cudaMalloc gives 256); out does not overlap x or weight (__restrict__); 1 <= hidden;
 /// tokens * hidden elements in x and out.
-template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE>
+template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE,
+          int REUSE_W>
 __global__ void KTUNE_LAUNCH_BOUNDS
     rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out,
                    int tokens, int hidden, float eps) {
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
+  using Group = ktune::RowGroup<VEC, REUSE_W>;
+  static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W == 1),
+                "REUSE_W > 1 needs a row per block and the weight cached (CACHE, PREFETCH_W)");
   using Vec = typename K::Vec;
   constexpr int kThreadsPerRow = K::kThreadsPerRow;
 
   const int t = K::Lane();
-  const long long row = K::Row();
-  if (row >= tokens) return;
+  const long long first_row = REUSE_W == 1 ? K::Row() : Group::First();
+  if (first_row >= tokens) return;
 
-  const long long row_start = row * hidden;
   // The vectors start `head` elements into the row (and into weight, where that is not
-  // aligned: EDGE reads it shifted).
-  const ktune::RowEdges<VEC, EDGE> edges(row_start, hidden);
-  const T* __restrict__ x_row = x + row_start + edges.head;
-  T* __restrict__ out_row = out + row_start + edges.head;
+  // aligned: EDGE reads it shifted); the same for each of the block's rows.
+  const ktune::RowEdges<VEC, EDGE> edges(first_row * hidden, hidden);
   const T* __restrict__ w_row = weight + edges.head;
   const int num_vec = edges.num_vec;
-  const float xe = ktune::EdgeElement(edges, x + row_start, t);
+  // The row's edge element that this thread takes (if any), scaled and stored.
+  const auto store_edge = [&](long long row_start, float xe, float inv_rms) {
+    if constexpr (EDGE) {
+      if (edges.Has(t)) {
+        const int col = edges.Column(t);
+        out[row_start + col] = ktune::FromFloat<T>(xe * inv_rms * ktune::ToFloat(weight[col]));
+      }
+    }
+  };
 
-  float sumsq = 0.f;
-  float inv_rms;
   if constexpr (CACHE > 0) {
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c.
     const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE> w(w_row, t, num_vec);
-    Vec cache[CACHE];
-    ktune::LoadRowVectors<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
-    sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
-    if constexpr (EDGE) sumsq = fmaf(xe, xe, sumsq);
+    Group::ForEach(first_row, tokens, [&](long long row) {
+      const long long row_start = row * hidden;
+      const T* __restrict__ x_row = x + row_start + edges.head;
+      T* __restrict__ out_row = out + row_start + edges.head;
+      const float xe = ktune::EdgeElement(edges, x + row_start, t);
+      Vec cache[CACHE];
+      ktune::LoadRowVectors<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
+      float sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
+      if constexpr (EDGE) sumsq = fmaf(xe, xe, sumsq);
 #pragma unroll
-    for (int c = 0; c < CACHE; ++c) sumsq = ktune::SumOfSquares(cache[c], sumsq);
-    inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
-    ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
+      for (int c = 0; c < CACHE; ++c) sumsq = ktune::SumOfSquares(cache[c], sumsq);
+      const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+      ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
+      store_edge(row_start, xe, inv_rms);
+    });
   } else {
     // Per thread: chunks of kU vectors with no bounds checks while a whole chunk is in the
     // row, then the fewer than kU left, all loads of a chunk in flight at once.
     constexpr int kU = ktune_rmsnorm::kUncachedUnroll;
     constexpr int kChunk = kThreadsPerRow * kU;
+    const long long row_start = first_row * hidden;
+    const T* __restrict__ x_row = x + row_start + edges.head;
+    T* __restrict__ out_row = out + row_start + edges.head;
+    const float xe = ktune::EdgeElement(edges, x + row_start, t);
+    float sumsq = 0.f;
     if constexpr (EDGE) sumsq = xe * xe;
     int v = t;
 #pragma unroll 1
@@ -91,7 +114,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 #pragma unroll
       for (int u = 0; u < kU - 1; ++u) sumsq = ktune::SumOfSquares(xv[u], sumsq);
     }
-    inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+    const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
     v = t;
 #pragma unroll 1
     for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
@@ -115,12 +138,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
                                      w_row, v, num_vec),
                              out_row, v, num_vec, inv_rms);
     }
-  }
-  if constexpr (EDGE) {
-    if (edges.Has(t)) {
-      const int col = edges.Column(t);
-      out[row_start + col] = ktune::FromFloat<T>(xe * inv_rms * ktune::ToFloat(weight[col]));
-    }
+    store_edge(row_start, xe, inv_rms);
   }
 }
 

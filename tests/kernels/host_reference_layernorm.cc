@@ -71,7 +71,10 @@ HostReference LayernormHostReference() {
                       // No multiple of 4 or 8: the edge paths (EDGE = 1).
                       {{"tokens", 5}, {"hidden", 1001}, {"with_bias", 1}},
                       {{"tokens", 3}, {"hidden", 4102}, {"with_bias", 0}},
-                      {{"tokens", 2}, {"hidden", 8197}, {"with_bias", 1}}})};
+                      {{"tokens", 2}, {"hidden", 8197}, {"with_bias", 1}},
+                      // Enough rows for REUSE_W > 1 (a block per SM at least), in a
+                      // last group of rows that is not whole.
+                      {{"tokens", 1111}, {"hidden", 1001}, {"with_bias", 1}}})};
 }
 
 } // namespace ktune::testing

@@ -50,7 +50,10 @@ HostReference RmsnormHostReference() {
                                // No multiple of 4 or 8: the edge paths (EDGE = 1).
                                {{"tokens", 5}, {"hidden", 1001}},
                                {{"tokens", 3}, {"hidden", 4102}},
-                               {{"tokens", 2}, {"hidden", 8197}}})};
+                               {{"tokens", 2}, {"hidden", 8197}},
+                               // Enough rows for REUSE_W > 1 (a block per SM at least),
+                               // in a last group of rows that is not whole.
+                               {{"tokens", 1111}, {"hidden", 1001}}})};
 }
 
 } // namespace ktune::testing

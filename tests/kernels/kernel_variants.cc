@@ -31,6 +31,15 @@ std::vector<KernelVariant> RowNormEdgeVariants() {
            [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "ROWS_PER_WARP") == 1; }}};
 }
 
+// rmsnorm's and layernorm's: the edge paths, and rows that share one shifted read of the
+// weight (and bias).
+std::vector<KernelVariant> RowNormReuseVariants() {
+  std::vector<KernelVariant> v = RowNormEdgeVariants();
+  v.push_back({"edges, weight reused across rows",
+               [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "REUSE_W") > 1; }});
+  return v;
+}
+
 std::map<std::string, std::vector<KernelVariant>> AllVariants() {
   return {
       {"gemm",
@@ -90,9 +99,9 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
          [](const Config &c) {
            return P(c, "EDGE") == 1 && P(c, "SPLIT") > 1 && P(c, "CACHE") == 0;
          }}}},
-      {"rmsnorm", RowNormEdgeVariants()},
+      {"rmsnorm", RowNormReuseVariants()},
       {"add_rmsnorm", RowNormEdgeVariants()},
-      {"layernorm", RowNormEdgeVariants()},
+      {"layernorm", RowNormReuseVariants()},
       {"silu_and_mul",
        {{"edges, tile per block",
          [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 0; }},
