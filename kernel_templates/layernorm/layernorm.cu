@@ -75,7 +75,8 @@ __device__ __forceinline__ ktune::AlignedVector<T, VEC> Normalize(
 ///                  reductions, where it is used; 1: this thread's C weight vectors (and C
 ///                  bias vectors when has_bias) are loaded together with x, before the
 ///                  reductions, so the loads' latencies overlap (C or 2C more vectors of
-///                  registers). 1 only with CACHE > 0.
+///                  registers); 2: loaded once per block and kept in shared memory for its
+///                  REUSE_W rows. 1 and 2 only with CACHE > 0.
 ///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden
 ///                  (ktune/edges.cuh; weight and bias read shifted).
 ///   REUSE_W:       rows per block that share one (shifted) load of weight and bias, kept in
@@ -93,8 +94,9 @@ __global__ void KTUNE_LAUNCH_BOUNDS
                      int has_bias, float eps) {
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
   using Group = ktune::RowGroup<VEC, REUSE_W>;
-  static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W == 1),
+  static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W >= 1),
                 "REUSE_W > 1 needs a row per block and the weight cached (CACHE, PREFETCH_W)");
+  static_assert(PREFETCH_W < 2 || REUSE_W > 1, "PREFETCH_W 2 is for REUSE_W > 1");
   using Vec = typename K::Vec;
   constexpr int kThreadsPerRow = K::kThreadsPerRow;
 
@@ -125,15 +127,25 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c. All C
     // loads are issued before any is used; vectors past the row are zeros and skipped.
     using Affine = ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE>;
-    const Affine w(w_row, t, num_vec);
-    const Affine b(b_row, t, num_vec, has_bias);
-    Group::ForEach(first_row, tokens, [&](long long row) {
+    // PREFETCH_W 2: the block's staging of weight and bias (each thread its own slots).
+    __shared__ Vec staged[PREFETCH_W == 2 ? 2 * CACHE * kThreadsPerRow : 1];
+    const Affine w(w_row, t, num_vec, true, staged);
+    const Affine b(b_row, t, num_vec, has_bias, staged + CACHE * kThreadsPerRow);
+    // This thread's vectors (and edge element) of the row, loaded one row ahead with
+    // REUSE_W > 1 (RowGroup::ForEach).
+    Vec cache[CACHE];
+    float xe = ktune::LoadCachedRow<CACHE, kThreadsPerRow>(edges, x, first_row, hidden, t, cache);
+    Group::ForEach(first_row, tokens, [&](long long row, long long next_row) {
       const long long row_start = row * hidden;
-      const T* __restrict__ x_row = x + row_start + edges.head;
       T* __restrict__ out_row = out + row_start + edges.head;
-      const float xe = ktune::EdgeElement(edges, x + row_start, t);
-      Vec cache[CACHE];
-      ktune::LoadRowVectors<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
+      Vec next[REUSE_W > 1 ? CACHE : 1];
+      float next_xe = 0.f;
+      if constexpr (REUSE_W > 1) {
+        if (next_row >= 0) {
+          next_xe =
+              ktune::LoadCachedRow<CACHE, kThreadsPerRow>(edges, x, next_row, hidden, t, next);
+        }
+      }
       // Exactly 0.f (see RowVectors::ZeroAfterLoads): orders the prefetches with x's loads.
       float sum = w.ZeroAfterLoads(num_vec >> 31) + b.ZeroAfterLoads(num_vec >> 31);
       if constexpr (EDGE) sum += xe;
@@ -160,6 +172,11 @@ __global__ void KTUNE_LAUNCH_BOUNDS
         }
       }
       store_edge(row_start, xe, mean, inv_std);
+      if constexpr (REUSE_W > 1) {
+        xe = next_xe;
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) cache[c] = next[c];
+      }
     });
   } else {
     // Three passes over the row, kU vectors per thread in flight per step (bounds-checked:

@@ -26,7 +26,8 @@ static_assert(kUncachedUnroll >= 2, "kUncachedUnroll must be at least 2 (the tai
 ///   PREFETCH_W:    0: with CACHE > 0, each weight vector is loaded after the reduction,
 ///                  where it is used; 1: this thread's C weight vectors are loaded together
 ///                  with x, before the reduction, so the two loads' latencies overlap (C more
-///                  vectors of registers). 1 only with CACHE > 0.
+///                  vectors of registers); 2: loaded once per block and kept in shared
+///                  memory for its REUSE_W rows. 1 and 2 only with CACHE > 0.
 ///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden, the
 ///                  row's unaligned head and tail elements one per thread beside the vectors,
 ///                  weight read shifted (ktune/edges.cuh).
@@ -44,8 +45,9 @@ __global__ void KTUNE_LAUNCH_BOUNDS
                    int tokens, int hidden, float eps) {
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
   using Group = ktune::RowGroup<VEC, REUSE_W>;
-  static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W == 1),
+  static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W >= 1),
                 "REUSE_W > 1 needs a row per block and the weight cached (CACHE, PREFETCH_W)");
+  static_assert(PREFETCH_W < 2 || REUSE_W > 1, "PREFETCH_W 2 is for REUSE_W > 1");
   using Vec = typename K::Vec;
   constexpr int kThreadsPerRow = K::kThreadsPerRow;
 
@@ -70,14 +72,25 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 
   if constexpr (CACHE > 0) {
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c.
-    const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE> w(w_row, t, num_vec);
-    Group::ForEach(first_row, tokens, [&](long long row) {
+    // PREFETCH_W 2: the block's staging of the weight (each thread its own slots).
+    __shared__ Vec staged[PREFETCH_W == 2 ? CACHE * kThreadsPerRow : 1];
+    const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE> w(w_row, t, num_vec,
+                                                                             true, staged);
+    // This thread's vectors (and edge element) of the row, loaded one row ahead with
+    // REUSE_W > 1 (RowGroup::ForEach).
+    Vec cache[CACHE];
+    float xe = ktune::LoadCachedRow<CACHE, kThreadsPerRow>(edges, x, first_row, hidden, t, cache);
+    Group::ForEach(first_row, tokens, [&](long long row, long long next_row) {
       const long long row_start = row * hidden;
-      const T* __restrict__ x_row = x + row_start + edges.head;
       T* __restrict__ out_row = out + row_start + edges.head;
-      const float xe = ktune::EdgeElement(edges, x + row_start, t);
-      Vec cache[CACHE];
-      ktune::LoadRowVectors<CACHE, kThreadsPerRow>(x_row, t, num_vec, cache);
+      Vec next[REUSE_W > 1 ? CACHE : 1];
+      float next_xe = 0.f;
+      if constexpr (REUSE_W > 1) {
+        if (next_row >= 0) {
+          next_xe =
+              ktune::LoadCachedRow<CACHE, kThreadsPerRow>(edges, x, next_row, hidden, t, next);
+        }
+      }
       float sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
       if constexpr (EDGE) sumsq = fmaf(xe, xe, sumsq);
 #pragma unroll
@@ -85,6 +98,11 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
       ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
       store_edge(row_start, xe, inv_rms);
+      if constexpr (REUSE_W > 1) {
+        xe = next_xe;
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) cache[c] = next[c];
+      }
     });
   } else {
     // Per thread: chunks of kU vectors with no bounds checks while a whole chunk is in the

@@ -36,7 +36,11 @@ std::vector<KernelVariant> RowNormEdgeVariants() {
 std::vector<KernelVariant> RowNormReuseVariants() {
   std::vector<KernelVariant> v = RowNormEdgeVariants();
   v.push_back({"edges, weight reused across rows",
-               [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "REUSE_W") > 1; }});
+               [](const Config &c) {
+                 return P(c, "EDGE") == 1 && P(c, "REUSE_W") > 1 && P(c, "PREFETCH_W") == 1;
+               }});
+  v.push_back({"edges, weight reused from shared memory",
+               [](const Config &c) { return P(c, "REUSE_W") > 1 && P(c, "PREFETCH_W") == 2; }});
   return v;
 }
 

@@ -30,14 +30,15 @@ namespace ktune {
 ///   ROWS_PER_WARP: 0: one row per block, reduced by all BLOCK threads (grid = tokens);
 ///                  1: one row per warp, BLOCK / 32 rows per block, warp shuffles only.
 ///   CACHE:         vectors of the row each thread keeps in registers, 0 to 32.
-///   PREFETCH_W:    0 or 1: also keep this thread's weight (and bias) vectors, loaded with
-///                  the row's; only with CACHE > 0.
+///   PREFETCH_W:    0, 1 or 2: also keep this thread's weight (and bias) vectors, loaded
+///                  with the row's, in registers (1) or shared memory (2, RowVectors); only
+///                  with CACHE > 0.
 template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W>
 struct RowKernel {
   static_assert(KernelParamsOk<T, BLOCK, VEC>());
   static_assert(ROWS_PER_WARP == 0 || ROWS_PER_WARP == 1, "ROWS_PER_WARP must be 0 or 1");
   static_assert(CACHE >= 0 && CACHE <= 32, "CACHE must be from 0 to 32 vectors");
-  static_assert(PREFETCH_W == 0 || PREFETCH_W == 1, "PREFETCH_W must be 0 or 1");
+  static_assert(PREFETCH_W >= 0 && PREFETCH_W <= 2, "PREFETCH_W must be 0, 1 or 2");
   static_assert(PREFETCH_W == 0 || CACHE > 0, "PREFETCH_W needs CACHE > 0");
 
   using Vec = AlignedVector<T, VEC>;
@@ -71,19 +72,24 @@ struct RowGroup {
   static constexpr int kRows = REUSE_W;
   static constexpr int kStep = REUSE_W == 1 ? 1 : VEC;  // rows between two of the block's
 
-  /// Calls body(row) for each of the block's rows below `tokens`, first to last, with a
-  /// barrier between two (a row per block reduces through BlockReduceSum, whose slots the
-  /// next row reuses). REQUIRES: first == First() < tokens; every thread of the block calls.
+  /// Calls body(row, next) for each of the block's rows below `tokens`, first to last, with
+  /// a barrier between two (a row per block reduces through BlockReduceSum, whose slots the
+  /// next row reuses); next is the row after it (-1 for the last), so that a body can issue
+  /// the next row's loads before its own reductions: one row at a time per block, a block's
+  /// rows would otherwise have fewer loads in flight than as many one-row blocks have.
+  /// REQUIRES: first == First() < tokens; every thread of the block calls.
   template <typename Body>
   __device__ __forceinline__ static void ForEach(long long first, int tokens, Body&& body) {
 #pragma unroll 1
     for (int j = 0; j < REUSE_W; ++j) {
       const long long row = first + j * kStep;  // j * kStep <= 128
+      long long next = -1;
       if constexpr (REUSE_W > 1) {
         if (row >= tokens) break;  // uniform over the block
         if (j > 0) __syncthreads();
+        if (j + 1 < REUSE_W && row + kStep < tokens) next = row + kStep;
       }
-      body(row);
+      body(row, next);
     }
   }
 
@@ -132,24 +138,44 @@ __device__ __forceinline__ float EdgeElement(const RowEdges<VEC, EDGE>& edges,
   return edges.Has(t) ? ToFloat(row[edges.Column(t)]) : 0.f;
 }
 
+/// Loads this thread's N vectors (first = t, stride STRIDE) of row `row` of x, laid out as
+/// `edges` cuts it, into v; returns its edge element (EdgeElement), loaded first.
+template <int N, int STRIDE, int VEC, int EDGE, typename T>
+__device__ __forceinline__ float LoadCachedRow(const RowEdges<VEC, EDGE>& edges,
+                                               const T* __restrict__ x, long long row,
+                                               int hidden, int t, AlignedVector<T, VEC> (&v)[N]) {
+  const long long start = row * hidden;
+  const float xe = EdgeElement(edges, x + start, t);
+  LoadRowVectors<N, STRIDE>(x + start + edges.head, t, edges.num_vec, v);
+  return xe;
+}
+
 /// A thread's vectors first + u * STRIDE (u < N) of a row-length vector that every row reads
 /// (weight, bias). PREFETCH == 1: all loaded into registers when constructed, so that their
 /// DRAM latency overlaps the row's own loads instead of following the reduction; costs N
-/// vectors of registers. PREFETCH == 0: only the address is kept, and At loads the vector
-/// where it is used (after the reduction; mostly an L1/L2 hit, since every row reads it).
-/// Either way At(u) returns the same values.
+/// vectors of registers. PREFETCH == 2: loaded the same way, then kept in this thread's
+/// slots of a shared-memory array instead of registers (`staging`, N * STRIDE vectors,
+/// slot u * STRIDE + first): for a block that uses them for several rows (REUSE_W), where
+/// holding weight, bias and the row's cache in registers took 113 of them and a quarter of
+/// the warps an SM can hold (measured). Each thread reads back only its own slots, so no
+/// barrier is needed, and a warp's 16-byte slots are consecutive: no bank conflicts.
+/// PREFETCH == 0: only the address is kept, and At loads the vector where it is used (after
+/// the reduction; mostly an L1/L2 hit, since every row reads it). Either way At(u) returns
+/// the same values.
 /// REQUIRES: p is aligned to VEC * sizeof(T) bytes, unless SHIFTED (1: p is anywhere in an
 /// array based on such a boundary; each vector is loaded by LoadShiftedVector); At(u) only
 /// for first + u * STRIDE < num_vec; `load` false (a vector the kernel never reads, e.g. an
-/// absent bias) only if At is never called.
+/// absent bias) only if At is never called; PREFETCH == 2: staging != nullptr, first <
+/// STRIDE, and no other RowVectors of the block shares `staging`.
 template <int PREFETCH, int N, int STRIDE, int VEC, typename T, int SHIFTED = 0>
 class RowVectors {
  public:
-  static_assert(PREFETCH == 0 || PREFETCH == 1, "PREFETCH must be 0 or 1");
+  static_assert(PREFETCH >= 0 && PREFETCH <= 2, "PREFETCH must be 0, 1 or 2");
 
   __device__ __forceinline__ RowVectors(const T* __restrict__ p, int first, int num_vec,
-                                        bool load = true)
-      : p_(p), first_(first) {
+                                        bool load = true,
+                                        AlignedVector<T, VEC>* staging = nullptr)
+      : p_(p), first_(first), staging_(staging) {
     if constexpr (PREFETCH) {
       if (load) {
         LoadRowVectors<N, STRIDE, SHIFTED>(p, first, num_vec, v_);
@@ -157,6 +183,10 @@ class RowVectors {
 #pragma unroll
         for (int u = 0; u < N; ++u) v_[u] = AlignedVector<T, VEC>{};
       }
+    }
+    if constexpr (PREFETCH == 2) {
+#pragma unroll
+      for (int u = 0; u < N; ++u) staging_[u * STRIDE + first_] = v_[u];
     }
   }
 
@@ -168,19 +198,21 @@ class RowVectors {
   /// the row's. REQUIRES: zero == 0 at run time (pass a value ptxas cannot fold, e.g.
   /// num_vec >> 31 with num_vec >= 1); then the result is exactly +0.f.
   __device__ __forceinline__ float ZeroAfterLoads(int zero) const {
-    if constexpr (PREFETCH) {
+    if constexpr (PREFETCH == 1) {
       unsigned int bits = 0;
 #pragma unroll
       for (int u = 0; u < N; ++u) bits |= v_[u].words[0];
       return __uint_as_float(bits & static_cast<unsigned int>(zero));
     } else {
-      return 0.f;
+      return 0.f;  // PREFETCH 2: the stores into staging already wait for every load
     }
   }
 
   __device__ __forceinline__ AlignedVector<T, VEC> At(int u) const {
-    if constexpr (PREFETCH) {
+    if constexpr (PREFETCH == 1) {
       return v_[u];
+    } else if constexpr (PREFETCH == 2) {
+      return staging_[u * STRIDE + first_];
     } else {
       return LoadVectorAt<VEC, SHIFTED>(p_ + (first_ + u * STRIDE) * VEC);
     }
@@ -189,6 +221,7 @@ class RowVectors {
  private:
   const T* __restrict__ p_;
   int first_;
+  AlignedVector<T, VEC>* staging_;
   AlignedVector<T, VEC> v_[PREFETCH ? N : 1];
 };
 
