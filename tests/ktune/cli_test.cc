@@ -164,8 +164,8 @@ TEST(CliTemplatesTest, ConfigsListsEveryCandidateTheTableCounts) {
   ASSERT_FALSE(lines.empty()) << list;
   EXPECT_EQ(absl::StrCat(lines.size()), (*row)[5]) << "lines vs the table's CANDIDATES";
 
-  const std::set<std::string> param_names = {"BLOCK",      "CACHE",         "EDGE",
-                                             "PREFETCH_W", "ROWS_PER_WARP", "VEC"};
+  const std::set<std::string> param_names = {"BLOCK",   "CACHE",         "EDGE", "PREFETCH_W",
+                                             "REUSE_W", "ROWS_PER_WARP", "VEC"};
   std::set<Config> seen;
   std::set<int64_t> min_blocks;
   for (const std::string& line : lines) {
@@ -181,6 +181,7 @@ TEST(CliTemplatesTest, ConfigsListsEveryCandidateTheTableCounts) {
     // hidden a multiple of every VEC (no edge path).
     EXPECT_LE(c->params.at("VEC") * 2, 16);
     EXPECT_EQ(c->params.at("EDGE"), 0);
+    EXPECT_EQ(c->params.at("REUSE_W"), 1);  // rows share a read only where it is shifted
     // rmsnorm's knobs: no register cap, no fast math, the portable target.
     EXPECT_EQ(c->knobs.maxrregcount, 0);
     EXPECT_FALSE(c->knobs.fast_math);
@@ -191,7 +192,8 @@ TEST(CliTemplatesTest, ConfigsListsEveryCandidateTheTableCounts) {
   EXPECT_EQ(min_blocks, (std::set<int64_t>{1, 2}));
   Config default_config;
   default_config.params = {{"BLOCK", 256}, {"VEC", 4},        {"ROWS_PER_WARP", 0},
-                           {"CACHE", 0},   {"PREFETCH_W", 0}, {"EDGE", 0}};
+                           {"CACHE", 0},   {"PREFETCH_W", 0}, {"EDGE", 0},
+                           {"REUSE_W", 1}};
   EXPECT_EQ(seen.count(default_config), 1u) << "the default config is a candidate";
 }
 
@@ -269,9 +271,10 @@ TEST_F(CliCompileTest, CompilesRmsnormAndHitsTheCacheTheSecondTime) {
   EXPECT_THAT(first.err, IsEmpty());
   EXPECT_THAT(first.out, HasSubstr("template  rmsnorm bf16 hidden=4096,tokens=16\n"));
   EXPECT_THAT(first.out,
-              HasSubstr("config    BLOCK=256,CACHE=0,EDGE=0,PREFETCH_W=0,ROWS_PER_WARP=0,VEC=4 "
-                        "maxrreg=0 minb=1 fastmath=0 sm_90a\n"));
-  EXPECT_THAT(first.out, HasSubstr("kernel    rmsnorm_kernel<__nv_bfloat16, 256, 4, 0, 0, 0, 0>\n"));
+              HasSubstr("config    BLOCK=256,CACHE=0,EDGE=0,PREFETCH_W=0,REUSE_W=1,"
+                        "ROWS_PER_WARP=0,VEC=4 maxrreg=0 minb=1 fastmath=0 sm_90a\n"));
+  EXPECT_THAT(first.out,
+              HasSubstr("kernel    rmsnorm_kernel<__nv_bfloat16, 256, 4, 0, 0, 0, 0, 1>\n"));
   EXPECT_THAT(first.out, ContainsRegex("lowered   _Z[A-Za-z0-9_]+\n"));
   // ROWS_PER_WARP = 0: one row per block.
   EXPECT_THAT(first.out, HasSubstr("grid      [16, 1, 1]  block [256, 1, 1]"));
