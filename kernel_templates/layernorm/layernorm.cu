@@ -131,21 +131,12 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     __shared__ Vec staged[PREFETCH_W == 2 ? 2 * CACHE * kThreadsPerRow : 1];
     const Affine w(w_row, t, num_vec, true, staged);
     const Affine b(b_row, t, num_vec, has_bias, staged + CACHE * kThreadsPerRow);
-    // This thread's vectors (and edge element) of the row, loaded one row ahead with
-    // REUSE_W > 1 (RowGroup::ForEach).
-    Vec cache[CACHE];
-    float xe = ktune::LoadCachedRow<CACHE, kThreadsPerRow>(edges, x, first_row, hidden, t, cache);
-    Group::ForEach(first_row, tokens, [&](long long row, long long next_row) {
+    // With REUSE_W > 1, the next row's vectors are loaded before this one's reductions.
+    Group::template ForEachCachedRow<CACHE, kThreadsPerRow>(
+        edges, x, hidden, t, first_row, tokens,
+        [&](long long row, const Vec (&cache)[CACHE], float xe) {
       const long long row_start = row * hidden;
       T* __restrict__ out_row = out + row_start + edges.head;
-      Vec next[REUSE_W > 1 ? CACHE : 1];
-      float next_xe = 0.f;
-      if constexpr (REUSE_W > 1) {
-        if (next_row >= 0) {
-          next_xe =
-              ktune::LoadCachedRow<CACHE, kThreadsPerRow>(edges, x, next_row, hidden, t, next);
-        }
-      }
       // Exactly 0.f (see RowVectors::ZeroAfterLoads): orders the prefetches with x's loads.
       float sum = w.ZeroAfterLoads(num_vec >> 31) + b.ZeroAfterLoads(num_vec >> 31);
       if constexpr (EDGE) sum += xe;
@@ -172,11 +163,6 @@ __global__ void KTUNE_LAUNCH_BOUNDS
         }
       }
       store_edge(row_start, xe, mean, inv_std);
-      if constexpr (REUSE_W > 1) {
-        xe = next_xe;
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) cache[c] = next[c];
-      }
     });
   } else {
     // Three passes over the row, kU vectors per thread in flight per step (bounds-checked:

@@ -76,21 +76,12 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     __shared__ Vec staged[PREFETCH_W == 2 ? CACHE * kThreadsPerRow : 1];
     const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE> w(w_row, t, num_vec,
                                                                              true, staged);
-    // This thread's vectors (and edge element) of the row, loaded one row ahead with
-    // REUSE_W > 1 (RowGroup::ForEach).
-    Vec cache[CACHE];
-    float xe = ktune::LoadCachedRow<CACHE, kThreadsPerRow>(edges, x, first_row, hidden, t, cache);
-    Group::ForEach(first_row, tokens, [&](long long row, long long next_row) {
+    // With REUSE_W > 1, the next row's vectors are loaded before this one's reductions.
+    Group::template ForEachCachedRow<CACHE, kThreadsPerRow>(
+        edges, x, hidden, t, first_row, tokens,
+        [&](long long row, const Vec (&cache)[CACHE], float xe) {
       const long long row_start = row * hidden;
       T* __restrict__ out_row = out + row_start + edges.head;
-      Vec next[REUSE_W > 1 ? CACHE : 1];
-      float next_xe = 0.f;
-      if constexpr (REUSE_W > 1) {
-        if (next_row >= 0) {
-          next_xe =
-              ktune::LoadCachedRow<CACHE, kThreadsPerRow>(edges, x, next_row, hidden, t, next);
-        }
-      }
       float sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
       if constexpr (EDGE) sumsq = fmaf(xe, xe, sumsq);
 #pragma unroll
@@ -98,11 +89,6 @@ __global__ void KTUNE_LAUNCH_BOUNDS
       const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
       ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
       store_edge(row_start, xe, inv_rms);
-      if constexpr (REUSE_W > 1) {
-        xe = next_xe;
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) cache[c] = next[c];
-      }
     });
   } else {
     // Per thread: chunks of kU vectors with no bounds checks while a whole chunk is in the

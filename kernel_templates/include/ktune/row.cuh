@@ -56,53 +56,6 @@ struct RowKernel {
   }
 };
 
-/// The rows of a block that normalizes REUSE_W rows with one load of the row-length vectors
-/// (weight, bias), kept in registers. Those vectors are read shifted when rows are not
-/// whole aligned vectors (EDGE = 1), and the shift, which costs more instructions than the
-/// load itself, depends only on where the row's body starts: rows r and r + VEC start at
-/// the same place within a vector (r * hidden and (r + VEC) * hidden differ by a multiple
-/// of VEC), so block b takes rows
-///   phase + VEC * (group * REUSE_W + j),  j < REUSE_W,  phase = b % VEC, group = b / VEC,
-/// which share one cut, and grid = ceil(tokens / (VEC * REUSE_W)) * VEC blocks cover every
-/// row once. REUSE_W == 1: row b (grid = tokens), the one-row-per-block kernel unchanged.
-/// For a row per block only (ROWS_PER_WARP == 0).
-template <int VEC, int REUSE_W>
-struct RowGroup {
-  static_assert(REUSE_W >= 1 && REUSE_W <= 16, "REUSE_W must be from 1 to 16");
-  static constexpr int kRows = REUSE_W;
-  static constexpr int kStep = REUSE_W == 1 ? 1 : VEC;  // rows between two of the block's
-
-  /// Calls body(row, next) for each of the block's rows below `tokens`, first to last, with
-  /// a barrier between two (a row per block reduces through BlockReduceSum, whose slots the
-  /// next row reuses); next is the row after it (-1 for the last), so that a body can issue
-  /// the next row's loads before its own reductions: one row at a time per block, a block's
-  /// rows would otherwise have fewer loads in flight than as many one-row blocks have.
-  /// REQUIRES: first == First() < tokens; every thread of the block calls.
-  template <typename Body>
-  __device__ __forceinline__ static void ForEach(long long first, int tokens, Body&& body) {
-#pragma unroll 1
-    for (int j = 0; j < REUSE_W; ++j) {
-      const long long row = first + j * kStep;  // j * kStep <= 128
-      long long next = -1;
-      if constexpr (REUSE_W > 1) {
-        if (row >= tokens) break;  // uniform over the block
-        if (j > 0) __syncthreads();
-        if (j + 1 < REUSE_W && row + kStep < tokens) next = row + kStep;
-      }
-      body(row, next);
-    }
-  }
-
-  /// The block's first row (uniform over the block).
-  __device__ __forceinline__ static long long First() {
-    if constexpr (REUSE_W == 1) {
-      return blockIdx.x;
-    } else {
-      return static_cast<long long>(blockIdx.x / VEC) * VEC * REUSE_W + blockIdx.x % VEC;
-    }
-  }
-};
-
 /// The row's sum of each thread's partial; every thread of the row gets the same value.
 /// REQUIRES: every thread of the row calls it; with ROWS_PER_WARP == 0, a __syncthreads()
 /// between two calls (BlockReduceSum reuses its slots).
@@ -149,6 +102,66 @@ __device__ __forceinline__ float LoadCachedRow(const RowEdges<VEC, EDGE>& edges,
   LoadRowVectors<N, STRIDE>(x + start + edges.head, t, edges.num_vec, v);
   return xe;
 }
+
+/// The rows of a block that normalizes REUSE_W rows with one load of the row-length vectors
+/// (weight, bias), kept in registers or shared memory (RowVectors). Those vectors are read
+/// shifted when rows are not whole aligned vectors (EDGE = 1), and the shift, which costs
+/// more instructions than the load itself, depends only on where the row's body starts:
+/// rows r and r + VEC start at the same place within a vector (r * hidden and
+/// (r + VEC) * hidden differ by a multiple of VEC), so block b takes rows
+///   phase + VEC * (group * REUSE_W + j),  j < REUSE_W,  phase = b % VEC, group = b / VEC,
+/// which share one cut, and grid = ceil(tokens / (VEC * REUSE_W)) * VEC blocks cover every
+/// row once. REUSE_W == 1: row b (grid = tokens), the one-row-per-block kernel unchanged.
+/// For a row per block only (ROWS_PER_WARP == 0).
+template <int VEC, int REUSE_W>
+struct RowGroup {
+  static_assert(REUSE_W >= 1 && REUSE_W <= 16, "REUSE_W must be from 1 to 16");
+  static constexpr int kStep = REUSE_W == 1 ? 1 : VEC;  // rows between two of the block's
+
+  /// Runs body(row, vectors, edge) on each of the block's rows below `tokens`, first to last:
+  /// vectors and edge are this thread's N vectors (stride STRIDE) and edge element of the
+  /// row (LoadCachedRow). A barrier separates two rows (a row per block reduces through
+  /// BlockReduceSum, whose slots the next row reuses), and the next row's loads are issued
+  /// before body runs on this one: one row at a time per block, a block's rows would
+  /// otherwise have fewer loads in flight than as many one-row blocks have.
+  /// REQUIRES: first == First() < tokens; every thread of the block calls.
+  template <int N, int STRIDE, int EDGE, typename T, typename Body>
+  __device__ __forceinline__ static void ForEachCachedRow(const RowEdges<VEC, EDGE>& edges,
+                                                          const T* __restrict__ x, int hidden,
+                                                          int t, long long first, int tokens,
+                                                          Body&& body) {
+    AlignedVector<T, VEC> cache[N];
+    float xe = LoadCachedRow<N, STRIDE>(edges, x, first, hidden, t, cache);
+#pragma unroll 1
+    for (int j = 0; j < REUSE_W; ++j) {
+      const long long row = first + j * kStep;  // j * kStep <= 128
+      AlignedVector<T, VEC> next[REUSE_W > 1 ? N : 1];
+      float next_xe = 0.f;
+      if constexpr (REUSE_W > 1) {
+        if (row >= tokens) break;  // uniform over the block
+        if (j > 0) __syncthreads();
+        if (j + 1 < REUSE_W && row + kStep < tokens) {
+          next_xe = LoadCachedRow<N, STRIDE>(edges, x, row + kStep, hidden, t, next);
+        }
+      }
+      body(row, cache, xe);
+      if constexpr (REUSE_W > 1) {
+        xe = next_xe;
+#pragma unroll
+        for (int c = 0; c < N; ++c) cache[c] = next[c];
+      }
+    }
+  }
+
+  /// The block's first row (uniform over the block).
+  __device__ __forceinline__ static long long First() {
+    if constexpr (REUSE_W == 1) {
+      return blockIdx.x;
+    } else {
+      return static_cast<long long>(blockIdx.x / VEC) * VEC * REUSE_W + blockIdx.x % VEC;
+    }
+  }
+};
 
 /// A thread's vectors first + u * STRIDE (u < N) of a row-length vector that every row reads
 /// (weight, bias). PREFETCH == 1: all loaded into registers when constructed, so that their
