@@ -11,26 +11,36 @@ import re
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8, "f8e4m3": 1, "f8e5m2": 1}
 
 
-def blocks(text, keyword):
-    """The bodies of every top-level `keyword { ... }` of a text-format file (comments and
-    quoted strings skipped when matching braces)."""
-    text = re.sub(r'(?m)^\s*#.*$', "", text)
-    out = []
-    for m in re.finditer(r'(?m)^\s*' + keyword + r'\s*\{', text):
-        depth, i, start = 1, m.end(), m.end()
+def block_spans(text, keyword):
+    """Where every `keyword { ... }` that opens a line of a text-format file lies: (start,
+    body start, end), end one past its closing brace (comments and quoted strings skipped
+    when matching braces), so a caller may read the body or cut the block out."""
+    spans = []
+    for m in re.finditer(r'(?m)^[ \t]*' + keyword + r'\s*\{', text):
+        depth, i = 1, m.end()
         while depth and i < len(text):
             c = text[i]
             if c == '"':  # to the closing quote, past escaped ones
                 i += 1
                 while text[i] != '"':
                     i += 2 if text[i] == "\\" else 1
+            elif c == "#":  # to the end of the line
+                i = text.find("\n", i)
+                i = len(text) - 1 if i < 0 else i
             elif c == "{":
                 depth += 1
             elif c == "}":
                 depth -= 1
             i += 1
-        out.append(text[start:i - 1])
-    return out
+        spans.append((m.start(), m.end(), i))
+    return spans
+
+
+def blocks(text, keyword):
+    """The bodies of every top-level `keyword { ... }` of a text-format file, their comment
+    lines removed."""
+    return [re.sub(r'(?m)^\s*#.*$', "", text[body:end - 1])
+            for _, body, end in block_spans(text, keyword)]
 
 
 def manifest_path(templates_dir, name):

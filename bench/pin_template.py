@@ -19,7 +19,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from manifest_text import manifest_path  # noqa: E402
+from manifest_text import block_spans, manifest_path  # noqa: E402
 
 # The knobs a manifest lists as `NAME: [v, ...]` in its knobs block.
 PINNABLE_KNOBS = ("min_blocks", "maxrregcount")
@@ -34,8 +34,8 @@ def _pair(text, what):
 
 def pin_param(text, name, value):
     """The manifest text with param `name` pinned to `value`."""
-    for m in re.finditer(r'(?m)^params \{\n(.*?)^\}', text, re.S):
-        body = m.group(1)
+    for _, start, end in block_spans(text, "params"):
+        body = text[start:end]
         if not re.search(r'^\s*name:\s*"%s"' % re.escape(name), body, re.M):
             continue
         values = re.search(r'^(\s*values:\s*)\[([^\]]*)\]', body, re.M)
@@ -44,7 +44,7 @@ def pin_param(text, name, value):
             raise ValueError(f"param {name}: {value} is not one of its values {allowed}")
         body = body[:values.start(2)] + str(value) + body[values.end(2):]
         body = re.sub(r'(?m)^(\s*default:\s*)-?\d+', lambda d: d.group(1) + str(value), body)
-        return text[:m.start(1)] + body + text[m.end(1):]
+        return text[:start] + body + text[end:]
     raise ValueError(f"param {name}: the template has no such param")
 
 
@@ -60,17 +60,10 @@ def pin_knob(text, name, value):
 
 
 def drop_default_alternatives(text):
-    """The text without its top-level default_alternatives blocks (braces matched; the
-    manifests quote no braces inside these blocks)."""
-    while True:
-        m = re.search(r'(?m)^default_alternatives\s*\{', text)
-        if not m:
-            return text
-        depth, i = 1, m.end()
-        while depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        text = text[:m.start()] + text[i:].lstrip(" ").removeprefix("\n")
+    """The text without its default_alternatives blocks (and the line ends after them)."""
+    for start, _, end in reversed(block_spans(text, "default_alternatives")):
+        text = text[:start] + text[end:].lstrip(" ").removeprefix("\n")
+    return text
 
 
 def pin(src, dst, template, params, knobs=()):
