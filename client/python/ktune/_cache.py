@@ -143,10 +143,14 @@ class CachedKernel:
         `fast` is set), instead of a dict walk and a ctypes assignment per value. Kept per
         thread and names tuple, so the first call of each makes it. Raises ValueError naming
         an arg the artifact does not have."""
-        launchers = self._local.__dict__.setdefault("launchers", {})
-        run = launchers.get(names)
-        if run is None:
-            run = launchers[names] = self._make_launcher(names)
+        try:
+            return self._local.launchers[names]
+        except (AttributeError, KeyError):  # this thread's first call, or these names'
+            pass
+        launchers = getattr(self._local, "launchers", None)
+        if launchers is None:
+            launchers = self._local.launchers = {}
+        run = launchers[names] = self._make_launcher(names)
         return run
 
     def _make_launcher(self, names):
