@@ -32,8 +32,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -248,7 +250,23 @@ void Fill(Problem& p, CUfunction f, CUdeviceptr ptr, long long count, unsigned s
   Launch(f, 1024, 1, 256, 1, 0, a);
 }
 
-Problem Setup(const std::string& dtype, long long m, long long n, long long k) {
+// PROBE_SCALES="SX,SW": both fp8 scales fixed (errors grow with them; atol does not), read
+// before any GPU work so that a bad value exits 2 at once; unset: none.
+std::optional<std::pair<float, float>> FixedScales() {
+  const char* text = std::getenv("PROBE_SCALES");
+  if (text == nullptr) return std::nullopt;
+  float sx, sw;
+  char extra;
+  if (std::sscanf(text, "%f,%f%c", &sx, &sw, &extra) != 2 || !(sx > 0) || !(sw > 0)) {
+    std::fprintf(stderr, "PROBE_SCALES: '%s' is not SX,SW (two positive numbers)\n", text);
+    std::exit(2);
+  }
+  return std::make_pair(sx, sw);
+}
+
+// `scales`: FixedScales(), else the fills' random draws.
+Problem Setup(const std::string& dtype, long long m, long long n, long long k,
+              const std::optional<std::pair<float, float>>& scales) {
   Problem p{};
   p.dtype = dtype;
   p.m = m, p.n = n, p.k = k;
@@ -279,12 +297,9 @@ Problem Setup(const std::string& dtype, long long m, long long n, long long k) {
   Fill(p, fill_t, p.w, n * k, 29, -1, 1);
   Fill(p, fill_f, p.sx, 1, 3, 0.5, 2);
   Fill(p, fill_f, p.sw, 1, 5, 0.5, 2);
-  // PROBE_SCALES="SX,SW" fixes both scales (fp8 errors grow with them; atol does not).
-  if (const char* scales = std::getenv("PROBE_SCALES")) {
-    float s[2] = {1.f, 1.f};
-    std::sscanf(scales, "%f,%f", &s[0], &s[1]);
-    CK(cuMemcpyHtoD(p.sx, &s[0], 4));
-    CK(cuMemcpyHtoD(p.sw, &s[1], 4));
+  if (scales) {
+    CK(cuMemcpyHtoD(p.sx, &scales->first, 4));
+    CK(cuMemcpyHtoD(p.sw, &scales->second, 4));
   }
   CK(cuCtxSynchronize());
   return p;
@@ -470,6 +485,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  const std::optional<std::pair<float, float>> scales = FixedScales();
   CK(cuInit(0));
   CUdevice dev;
   CK(cuDeviceGet(&dev, 0));
@@ -477,7 +493,7 @@ int main(int argc, char** argv) {
   CK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CK(cuCtxSetCurrent(ctx));
   long long m = std::atoll(argv[3]), n = std::atoll(argv[4]), k = std::atoll(argv[5]);
-  Problem p = Setup(dtype, m, n, k);
+  Problem p = Setup(dtype, m, n, k, scales);
   double flops = 2.0 * m * n * k;
   double bytes = (m * k + n * k) * ElemBytes(dtype) + m * n * 2.0;
   if (mode == "time" && dtype != "e4m3" && dtype != "e5m2") {
