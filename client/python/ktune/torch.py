@@ -568,7 +568,9 @@ def _gemm_buffers(entry, device, handle):
     """The addresses of the scale 1.0, the split-K partials and the counters for the entry's
     launches on this device and stream: found once per entry and stream, again only after
     a scratch buffer was reallocated (the addresses kept would be stale)."""
-    memo = entry.__dict__.setdefault("_torch_gemm_buffers", {})
+    memo = getattr(entry, "_torch_gemm_buffers", None)
+    if memo is None:  # the entry's first linear call (no dict built per call after it)
+        memo = entry._torch_gemm_buffers = {}
     hit = memo.get((device, handle))
     if hit is not None and hit[0] == _scratch_epoch[0]:
         return hit[1]
