@@ -11,7 +11,8 @@ KTUNE_BUILD_DIR="$build" bash deploy/build.sh
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/share/ktune" "$out/tests"
-programs=(ktune ktuned ktune-worker compile_bench search_retime)
+# gemm_probe: the gemm kernels' development harness (bench/gemm_probe), timed beside cuBLAS.
+programs=(ktune ktuned ktune-worker compile_bench search_retime gemm_probe)
 # The GPU tests that are programs of the build (python_torch_gpu_test runs python3: run.sh's
 # torch stage runs it from tests/python_gpu).
 gpu_tests=$(cd "$build" && ctest -N -L gpu --show-only=json-v1 |
@@ -38,8 +39,9 @@ cp -r tests/python_gpu "$out/tests/python_gpu"
 echo "$gpu_tests" > "$out/gpu_tests.txt"
 
 # Shared libraries from Debian's gRPC/protobuf/abseil/SQLite/OpenSSL stack that the host
-# (Ubuntu 24.04, CUDA 13.0) does not have. System and CUDA libraries stay the host's.
+# (Ubuntu 24.04, CUDA 13.0) does not have. System and CUDA libraries (the driver, NVRTC, and
+# gemm_probe's cuBLAS and runtime, hundreds of MB) stay the host's.
 for p in "$out"/bin/*; do ldd "$p"; done | awk '/=> \// {print $3}' | sort -u |
-  grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libnvrtc[^/]*|libcuda)\.so' |
+  grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libnvrtc[^/]*|libcuda|libcudart|libcublas|libcublasLt)\.so' |
   while read -r lib; do cp -L "$lib" "$out/lib/"; done
 du -sh "$out"

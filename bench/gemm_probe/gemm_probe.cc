@@ -15,6 +15,7 @@
 //                                               the fp8 scales (default: random in [0.5, 2))
 //   gemm_probe time DTYPE M N K CONFIG...       median us over 30 read-flushed runs; cuBLAS
 //                                               (cublasGemmEx) first for 16-bit dtypes
+//   PROBE_DEFINES="-DNAME=VALUE ..." adds NVRTC options to every compile of the template.
 //
 // CONFIG is BM,BN,STAGES,SPLIT_K,GROUP,SWAP[,CLUSTER[,SHARE_W[,EPI]]] for the Hopper kernels
 // (sm_90a; EPI 1 is gemm_wgmma_tma_out_kernel), or
@@ -145,6 +146,12 @@ Compiled Compile(const std::string& source, const std::string& name,
       "-DKTUNE_MAX_THREADS=" + std::to_string(max_threads), "-DKTUNE_MIN_BLOCKS=1",
       "-DKTUNE_LAUNCH_BOUNDS=__launch_bounds__(" + std::to_string(max_threads) + ", 1)",
       "-Xptxas=-v"};
+  // PROBE_DEFINES: more NVRTC options, separated by spaces (e.g. -DNAME=VALUE overrides a
+  // template's tuning constant for a side-by-side run).
+  if (const char* extra = std::getenv("PROBE_DEFINES")) {
+    std::istringstream words(extra);
+    for (std::string w; words >> w;) opts.push_back(w);
+  }
   std::vector<const char*> o;
   for (auto& s : opts) o.push_back(s.c_str());
   nvrtcResult r = nvrtcCompileProgram(prog, o.size(), o.data());
