@@ -1560,10 +1560,11 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true",
                    help=f"rows {','.join(map(str, QUICK_ROWS))} and the first shape variant only")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
+    # argparse %-formats help strings: the goal's percent sign goes in doubled.
     p.add_argument("--sizes", default="aligned", choices=["aligned", "odd", "both"],
                    help="row lengths: as listed (multiples of 8), each plus "
                         f"{' and '.join(map(str, ODD_OFFSETS))} (odd), or both side by side "
-                        f"(adds the goal odd: >= {ODD_GOAL:.0%} of the aligned GB/s)")
+                        f"(adds the goal odd: >= {ODD_GOAL:.0%}% of the aligned GB/s)")
     p.add_argument("--peers", default=",".join(ALL_PEERS), help="which peers to time")
     p.add_argument("--budget", type=int, default=32,
                    help="candidates measured per key, drawn at random (0: the guided search's "
