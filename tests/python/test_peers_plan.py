@@ -61,6 +61,14 @@ class PeersPlanTest(unittest.TestCase):
             self.assertIn(f"{op} (template {op}, manifest found", r.stdout)
         self.assertIn("16384x128256", r.stdout)
 
+    def test_help_prints_every_flag(self):
+        # argparse %-formats help text: an unescaped percent sign crashed --help.
+        r = subprocess.run([sys.executable, PEERS, "--help"], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--sizes", r.stdout)
+        self.assertIn("90% of the aligned GB/s", r.stdout)
+
     def test_only_keeps_the_matching_shapes(self):
         assert_plan(self, ("--ops", "softmax", "--rows", "16384", "--only", "cols=128256"),
                     ["16384x128256"], ["16384x32000"])
