@@ -102,7 +102,9 @@ __device__ __forceinline__ void RowTile(const T* __restrict__ x, T* __restrict__
 ///                one row); 1 to 16.
 ///   GRID_STRIDE: 0: one tile per block, grid = [tokens, tiles per row] (blockIdx.x is the
 ///                row, blockIdx.y the tile); 1: each block walks the tokens * tiles-per-row
-///                tiles (row-major) with stride gridDim.x, grid.y = 1.
+///                tiles (row-major) with stride gridDim.x, grid.y = 1; 2: the same walk with
+///                one block per tile (grid.x = tokens * tiles per row), so blocks in launch
+///                order stream each row's tiles in turn.
 ///   EDGE:        0: inter % VEC == 0 (the up half and every row start VEC-aligned); 1: any
 ///                inter: each row's vectors start at out's first aligned element, gate and
 ///                up read shifted, the fewer than 2 * VEC elements around them one per
@@ -119,14 +121,14 @@ __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
   static_assert(VEC_BYTES >= sizeof(T), "VEC_BYTES must hold at least one element");
   constexpr int VEC = VEC_BYTES / static_cast<int>(sizeof(T));
   static_assert(UNROLL >= 1 && UNROLL <= 16, "UNROLL must be from 1 to 16");
-  static_assert(GRID_STRIDE == 0 || GRID_STRIDE == 1, "GRID_STRIDE must be 0 or 1");
+  static_assert(GRID_STRIDE >= 0 && GRID_STRIDE <= 2, "GRID_STRIDE must be 0, 1 or 2");
 
   constexpr int kTile = BLOCK * UNROLL;
   if constexpr (GRID_STRIDE == 0) {
     ktune_silu_and_mul::RowTile<BLOCK, VEC, UNROLL, EDGE>(x, out, blockIdx.x, blockIdx.y, inter);
   } else {
-    // inter / VEC vectors bound every row's body (fewer where the row has edges), and a row
-    // of edges only still has tile 0.
+    // 1 and 2 alike (with 2 the loop runs once per block). inter / VEC vectors bound every
+    // row's body (fewer where the row has edges), and a row of edges only still has tile 0.
     int tiles_per_row = (inter / VEC + kTile - 1) / kTile;
     if constexpr (EDGE) tiles_per_row = max(1, tiles_per_row);
     const long long tiles = static_cast<long long>(tokens) * tiles_per_row;

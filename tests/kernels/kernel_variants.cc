@@ -110,7 +110,11 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
        {{"edges, tile per block",
          [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 0; }},
         {"edges, grid-stride",
-         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 1; }}}},
+         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 1; }},
+        {"row-major tiles",
+         [](const Config &c) { return P(c, "EDGE") == 0 && P(c, "GRID_STRIDE") == 2; }},
+        {"edges, row-major tiles",
+         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 2; }}}},
   };
 }
 

@@ -73,6 +73,37 @@ TEST_F(ShippedRopeSiluGemvTest, SiluAndMulSearchSpaces) {
   ExpectSearchable("silu_and_mul", {{"tokens", 4096}, {"inter", 11008}});
 }
 
+TEST_F(ShippedRopeSiluGemvTest, SiluAndMulRowMajorGridHasABlockPerTile) {
+  // GRID_STRIDE 2: one block per tile, the tiles of a row consecutive in a 1-D grid. Only
+  // where it differs from the row-wise grid: more than one row and more than one tile a row.
+  std::shared_ptr<const KernelTemplate> t = Get("silu_and_mul");
+  ASSERT_NE(t, nullptr);
+  const TargetInfo target = *TargetFromArch("sm_90");
+  for (int64_t inter : {14336, 14338, 4097}) {
+    const Shape shape = {{"tokens", 4096}, {"inter", inter}};
+    ASSERT_OK_AND_ASSIGN(SearchSpace space,
+                         EnumerateSearchSpace(t, DType::kBF16, shape, target));
+    int row_major = 0;
+    for (const Config& c : space.configs) {
+      if (c.params.at("GRID_STRIDE") != 2) continue;
+      ++row_major;
+      ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(t, DType::kBF16, shape, c, target));
+      ASSERT_TRUE(bound.instance) << bound.rejected_because;
+      const int64_t vec = c.params.at("VEC_BYTES") / 2;
+      const int64_t tile = c.params.at("BLOCK") * c.params.at("UNROLL");
+      const int64_t tiles = (inter / vec + tile - 1) / tile;
+      EXPECT_GT(tiles, 1) << ConfigString(c);
+      EXPECT_EQ(bound.instance->launches[0].grid[0], 4096 * tiles) << ConfigString(c);
+      EXPECT_EQ(bound.instance->launches[0].grid[1], 1) << ConfigString(c);
+    }
+    EXPECT_GT(row_major, 0) << "inter " << inter;
+  }
+  ASSERT_OK_AND_ASSIGN(SearchSpace decode,
+                       EnumerateSearchSpace(t, DType::kBF16, {{"tokens", 1}, {"inter", 14336}},
+                                            target));
+  for (const Config& c : decode.configs) EXPECT_NE(c.params.at("GRID_STRIDE"), 2);
+}
+
 TEST_F(ShippedRopeSiluGemvTest, RopeSearchSpacesForBothStyles) {
   for (int64_t tokens : {1, 16, 256, 4096, 16384}) {
     for (int64_t interleaved : {0, 1}) {
