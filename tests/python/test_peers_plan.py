@@ -61,7 +61,7 @@ class PeersPlanTest(unittest.TestCase):
             self.assertIn(f"{op} (template {op}, manifest found", r.stdout)
         self.assertIn("16384x128256", r.stdout)
 
-    def test_help_prints_every_flag(self):
+    def test_help_exits_0_and_states_the_odd_goal(self):
         # argparse %-formats help text: an unescaped percent sign crashed --help.
         r = subprocess.run([sys.executable, PEERS, "--help"], capture_output=True, text=True,
                            timeout=60)

@@ -102,6 +102,12 @@ TEST_F(ShippedRopeSiluGemvTest, SiluAndMulRowMajorGridHasABlockPerTile) {
                        EnumerateSearchSpace(t, DType::kBF16, {{"tokens", 1}, {"inter", 14336}},
                                             target));
   for (const Config& c : decode.configs) EXPECT_NE(c.params.at("GRID_STRIDE"), 2);
+  // A flat grid past CUDA's 2^31 - 1 blocks is left out by the binder's grid check.
+  ASSERT_OK_AND_ASSIGN(SearchSpace huge,
+                       EnumerateSearchSpace(t, DType::kBF16,
+                                            {{"tokens", 2147483647}, {"inter", 4096}}, target));
+  EXPECT_FALSE(huge.configs.empty());  // the row-wise grid still serves it
+  for (const Config& c : huge.configs) EXPECT_NE(c.params.at("GRID_STRIDE"), 2);
 }
 
 TEST_F(ShippedRopeSiluGemvTest, RopeSearchSpacesForBothStyles) {
