@@ -16,6 +16,7 @@
 //   gemm_probe time DTYPE M N K CONFIG...       median us over 30 read-flushed runs; cuBLAS
 //                                               (cublasGemmEx) first for 16-bit dtypes
 //   PROBE_DEFINES="-DNAME=VALUE ..." adds NVRTC options to every compile of the template.
+//   PROBE_CLUSTER_CAP=1 caps a cluster kernel's grid at the clusters that can be resident.
 //
 // CONFIG is BM,BN,STAGES,SPLIT_K,GROUP,SWAP[,CLUSTER[,SHARE_W[,EPI]]] for the Hopper kernels
 // (sm_90a; EPI 1 is gemm_wgmma_tma_out_kernel), or
@@ -342,6 +343,39 @@ int SmCount() {
   return v;
 }
 
+// A cluster kernel's persistent grid: as the manifest sizes it (SMs / CLUSTER clusters), or
+// with PROBE_CLUSTER_CAP=1 no more clusters than the driver says can be resident at once
+// (cuOccupancyMaxActiveClusters): clusters past that run only after others finish their
+// whole walk. The count is printed once per kernel either way.
+unsigned ClusterGrid(const Kernel& k, unsigned grid) {
+  static std::vector<CUfunction> told;
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = k.c.cluster;
+  attr.value.clusterDim.y = 1;
+  attr.value.clusterDim.z = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = grid;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = k.c.Threads();
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = k.c.Smem();
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int active = 0;
+  CK(cuOccupancyMaxActiveClusters(&active, k.f, &cfg));
+  const char* cap = std::getenv("PROBE_CLUSTER_CAP");
+  const bool capped = cap && std::string(cap) == "1";
+  const unsigned out =
+      capped ? std::min<unsigned>(grid, static_cast<unsigned>(active) * k.c.cluster) : grid;
+  if (std::find(told.begin(), told.end(), k.f) == told.end()) {
+    told.push_back(k.f);
+    std::fprintf(stderr, "clusters of %d: %d resident at most, grid %u blocks%s\n", k.c.cluster,
+                 active, out, capped ? " (capped)" : "");
+  }
+  return out;
+}
+
 void RunCandidate(const Kernel& k, Problem& p) {
   const Config& c = k.c;
   if (c.mma) {
@@ -363,6 +397,7 @@ void RunCandidate(const Kernel& k, Problem& p) {
   long long units = tp * tq * c.split;
   unsigned grid =
       static_cast<unsigned>(std::min<long long>(units, SmCount() / c.cluster) * c.cluster);
+  if (c.cluster > 1) grid = ClusterGrid(k, grid);
   int m = p.m, n = p.n, kk = p.k;
   if (c.epi) {
     // out as [m rows, n columns], boxes of 64 columns x 16 rows (its element type is 2

@@ -90,6 +90,74 @@ __device__ __forceinline__ void RowTile(const T* __restrict__ x, T* __restrict__
   }
 }
 
+// GRID_STRIDE 3: the tokens x num_vec output vectors as one flat sequence cut into tiles of
+// BLOCK * UNROLL, so a row whose vectors are no multiple of the tile leaves no nearly empty
+// block behind it (4096 x 14338 bf16 in 4-byte vectors: 7169 a row, 15 tiles of 512 with
+// 1 vector in the last), and rows shorter than a tile share one. Vectors are whole and
+// aligned (EDGE 0), so out's offset is the flat index itself and x's adds the row once more
+// (gate at row * 2 * inter + col * VEC = flat * VEC + row * inter). One division per thread
+// finds its first vector's row; the later ones step BLOCK vectors on without dividing.
+template <int BLOCK, int VEC, int UNROLL, typename T>
+__device__ __forceinline__ void FlatTile(const T* __restrict__ x, T* __restrict__ out,
+                                         int tokens, int inter) {
+  using Vec = ktune::AlignedVector<T, VEC>;
+  constexpr int kTile = BLOCK * UNROLL;
+  const int num_vec = inter / VEC;
+  const long long total = static_cast<long long>(tokens) * num_vec;
+  const long long tile_first = static_cast<long long>(blockIdx.x) * kTile;
+  const long long first = tile_first + threadIdx.x;
+  long long row;
+  int col;
+  if (total + kTile <= 0xffffffffLL) {  // unsigned 32-bit division where it fits: far cheaper
+    const unsigned f = static_cast<unsigned>(first);
+    const unsigned r = f / static_cast<unsigned>(num_vec);
+    row = r;
+    col = static_cast<int>(f - r * static_cast<unsigned>(num_vec));
+  } else {
+    row = first / num_vec;
+    col = static_cast<int>(first - row * num_vec);
+  }
+  const int step_rows = BLOCK / num_vec;
+  const int step_cols = BLOCK % num_vec;
+  long long gate_at[UNROLL];  // element offsets in x of this thread's gate vectors
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    gate_at[u] = (first + u * BLOCK) * VEC + row * inter;
+    row += step_rows;
+    col += step_cols;
+    if (col >= num_vec) {
+      col -= num_vec;
+      ++row;
+    }
+  }
+  Vec gate[UNROLL];
+  Vec up[UNROLL];
+  if (tile_first + kTile <= total) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      gate[u] = ktune::LoadVector<VEC>(x + gate_at[u]);
+      up[u] = ktune::LoadVector<VEC>(x + gate_at[u] + inter);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      ktune::StoreVector<VEC>(out + (first + u * BLOCK) * VEC, SiluMulVector(gate[u], up[u]));
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const bool inside = first + u * BLOCK < total;
+      gate[u] = inside ? ktune::LoadVector<VEC>(x + gate_at[u]) : Vec{};
+      up[u] = inside ? ktune::LoadVector<VEC>(x + gate_at[u] + inter) : Vec{};
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      if (first + u * BLOCK < total) {
+        ktune::StoreVector<VEC>(out + (first + u * BLOCK) * VEC, SiluMulVector(gate[u], up[u]));
+      }
+    }
+  }
+}
+
 }  // namespace ktune_silu_and_mul
 
 /// SwiGLU: out[t, i] = silu(x[t, i]) * x[t, inter + i], float math.
@@ -104,7 +172,9 @@ __device__ __forceinline__ void RowTile(const T* __restrict__ x, T* __restrict__
 ///                row, blockIdx.y the tile); 1: each block walks the tokens * tiles-per-row
 ///                tiles (row-major) with stride gridDim.x, grid.y = 1; 2: the same walk with
 ///                one block per tile (grid.x = tokens * tiles per row), so blocks in launch
-///                order stream each row's tiles in turn.
+///                order stream each row's tiles in turn; 3: one block per tile of the
+///                tokens * (inter / VEC) vectors taken as one flat sequence, tiles crossing
+///                rows (grid.x = ceil(tokens * inter / VEC / (BLOCK * UNROLL))); EDGE 0 only.
 ///   EDGE:        0: inter % VEC == 0 (the up half and every row start VEC-aligned); 1: any
 ///                inter: each row's vectors start at out's first aligned element, gate and
 ///                up read shifted, the fewer than 2 * VEC elements around them one per
@@ -121,10 +191,13 @@ __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
   static_assert(VEC_BYTES >= sizeof(T), "VEC_BYTES must hold at least one element");
   constexpr int VEC = VEC_BYTES / static_cast<int>(sizeof(T));
   static_assert(UNROLL >= 1 && UNROLL <= 16, "UNROLL must be from 1 to 16");
-  static_assert(GRID_STRIDE >= 0 && GRID_STRIDE <= 2, "GRID_STRIDE must be 0, 1 or 2");
+  static_assert(GRID_STRIDE >= 0 && GRID_STRIDE <= 3, "GRID_STRIDE must be 0, 1, 2 or 3");
+  static_assert(GRID_STRIDE != 3 || !EDGE, "GRID_STRIDE 3 needs whole aligned vectors (EDGE 0)");
 
   constexpr int kTile = BLOCK * UNROLL;
-  if constexpr (GRID_STRIDE == 0) {
+  if constexpr (GRID_STRIDE == 3) {
+    ktune_silu_and_mul::FlatTile<BLOCK, VEC, UNROLL>(x, out, tokens, inter);
+  } else if constexpr (GRID_STRIDE == 0) {
     ktune_silu_and_mul::RowTile<BLOCK, VEC, UNROLL, EDGE>(x, out, blockIdx.x, blockIdx.y, inter);
   } else {
     // 1 and 2 alike (with 2 the loop runs once per block). inter / VEC vectors bound every

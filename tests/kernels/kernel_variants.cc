@@ -114,7 +114,9 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
         {"row-major tiles",
          [](const Config &c) { return P(c, "EDGE") == 0 && P(c, "GRID_STRIDE") == 2; }},
         {"edges, row-major tiles",
-         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 2; }}}},
+         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 2; }},
+        {"flat tiles across rows",
+         [](const Config &c) { return P(c, "GRID_STRIDE") == 3; }}}},
   };
 }
 

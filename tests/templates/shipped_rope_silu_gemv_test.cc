@@ -110,6 +110,59 @@ TEST_F(ShippedRopeSiluGemvTest, SiluAndMulRowMajorGridHasABlockPerTile) {
   for (const Config& c : huge.configs) EXPECT_NE(c.params.at("GRID_STRIDE"), 2);
 }
 
+TEST_F(ShippedRopeSiluGemvTest, SiluAndMulFlatGridCutsTheVectorsNotTheRows) {
+  // GRID_STRIDE 3: the tokens x inter / VEC vectors in tiles that run on across rows, one
+  // block per tile. Only with whole aligned vectors (EDGE 0), more than one row, and rows
+  // that are no whole number of tiles (elsewhere it is the row-major grid's blocks).
+  std::shared_ptr<const KernelTemplate> t = Get("silu_and_mul");
+  ASSERT_NE(t, nullptr);
+  const TargetInfo target = *TargetFromArch("sm_90");
+  for (int64_t tokens : {4096, 7}) {
+    for (int64_t inter : {14338, 14336, 1000, 3}) {
+      const Shape shape = {{"tokens", tokens}, {"inter", inter}};
+      ASSERT_OK_AND_ASSIGN(SearchSpace space,
+                           EnumerateSearchSpace(t, DType::kBF16, shape, target));
+      int flat = 0;
+      for (const Config& c : space.configs) {
+        if (c.params.at("GRID_STRIDE") != 3) continue;
+        ++flat;
+        EXPECT_EQ(c.params.at("EDGE"), 0) << ConfigString(c);
+        ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(t, DType::kBF16, shape, c, target));
+        ASSERT_TRUE(bound.instance) << bound.rejected_because;
+        const int64_t num_vec = inter / (c.params.at("VEC_BYTES") / 2);
+        const int64_t tile = c.params.at("BLOCK") * c.params.at("UNROLL");
+        EXPECT_NE(num_vec % tile, 0) << ConfigString(c);
+        EXPECT_EQ(bound.instance->launches[0].grid[0], (tokens * num_vec + tile - 1) / tile)
+            << ConfigString(c);
+        EXPECT_EQ(bound.instance->launches[0].grid[1], 1) << ConfigString(c);
+      }
+      // 14336 is 1792 16-byte vectors: tiles of 512 and 1024 leave part of one per row.
+      EXPECT_GT(flat, 0) << "tokens " << tokens << " inter " << inter;
+    }
+  }
+  // One row has no flat candidate, and at 8192 (1024 16-byte vectors a row) only tiles that
+  // do not divide the row are (those wider than it among them: rows share their blocks).
+  for (const Shape& shape : std::vector<Shape>{{{"tokens", 1}, {"inter", 14338}},
+                                               {{"tokens", 4096}, {"inter", 8192}}}) {
+    ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(t, DType::kBF16, shape, target));
+    for (const Config& c : space.configs) {
+      if (c.params.at("GRID_STRIDE") != 3) continue;
+      const int64_t num_vec = shape.at("inter") / (c.params.at("VEC_BYTES") / 2);
+      EXPECT_GT(shape.at("tokens"), 1) << ConfigString(c);
+      EXPECT_NE(num_vec % (c.params.at("BLOCK") * c.params.at("UNROLL")), 0) << ConfigString(c);
+    }
+  }
+  // Odd rows (edges) keep the other grids: the flat one needs aligned vectors.
+  ASSERT_OK_AND_ASSIGN(SearchSpace odd, EnumerateSearchSpace(t, DType::kBF16,
+                                                             {{"tokens", 4096}, {"inter", 4097}},
+                                                             target));
+  for (const Config& c : odd.configs) {
+    if (c.params.at("EDGE") == 1) {
+      EXPECT_NE(c.params.at("GRID_STRIDE"), 3) << ConfigString(c);
+    }
+  }
+}
+
 TEST_F(ShippedRopeSiluGemvTest, RopeSearchSpacesForBothStyles) {
   for (int64_t tokens : {1, 16, 256, 4096, 16384}) {
     for (int64_t interleaved : {0, 1}) {
