@@ -128,6 +128,8 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   if constexpr (EDGE) {
     if (edges.Has(t)) edge.Load(x, residual, row_start + edges.Column(t));
   }
+  // Its weight too, so the edge's store at the end waits on no load.
+  const float w_edge = ktune::EdgeColumnValue(edges, weight, t);
   float re = 0.f;
 
   float sumsq = 0.f;
@@ -188,8 +190,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   }
   if constexpr (EDGE) {
     if (edges.Has(t)) {
-      const int col = edges.Column(t);
-      out[row_start + col] = ktune::FromFloat<T>(re * inv_rms * ktune::ToFloat(weight[col]));
+      out[row_start + edges.Column(t)] = ktune::FromFloat<T>(re * inv_rms * w_edge);
     }
   }
 }

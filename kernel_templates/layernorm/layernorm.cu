@@ -111,14 +111,16 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const T* __restrict__ b_row = bias + edges.head;
   const int num_vec = edges.num_vec;
   const float inv_hidden = 1.f / hidden;
-  // The row's edge element that this thread takes (if any), normalized and stored.
+  // The row's edge element that this thread takes (if any), normalized and stored; its
+  // weight and bias are loaded here, once for all of the block's rows.
+  const float w_edge = ktune::EdgeColumnValue(edges, weight, t);
+  const float b_edge = ktune::EdgeColumnValue(edges, bias, t, has_bias);
   const auto store_edge = [&](long long row_start, float xe, float mean, float inv_std) {
     if constexpr (EDGE) {
       if (edges.Has(t)) {
-        const int col = edges.Column(t);
-        float o = (xe - mean) * inv_std * ktune::ToFloat(weight[col]);
-        if (has_bias) o += ktune::ToFloat(bias[col]);
-        out[row_start + col] = ktune::FromFloat<T>(o);
+        float o = (xe - mean) * inv_std * w_edge;
+        if (has_bias) o += b_edge;
+        out[row_start + edges.Column(t)] = ktune::FromFloat<T>(o);
       }
     }
   };

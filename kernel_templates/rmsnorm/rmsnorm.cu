@@ -60,12 +60,13 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const ktune::RowEdges<VEC, EDGE> edges(first_row * hidden, hidden);
   const T* __restrict__ w_row = weight + edges.head;
   const int num_vec = edges.num_vec;
-  // The row's edge element that this thread takes (if any), scaled and stored.
+  // The row's edge element that this thread takes (if any), scaled and stored; its weight is
+  // loaded here, once for all of the block's rows.
+  const float w_edge = ktune::EdgeColumnValue(edges, weight, t);
   const auto store_edge = [&](long long row_start, float xe, float inv_rms) {
     if constexpr (EDGE) {
       if (edges.Has(t)) {
-        const int col = edges.Column(t);
-        out[row_start + col] = ktune::FromFloat<T>(xe * inv_rms * ktune::ToFloat(weight[col]));
+        out[row_start + edges.Column(t)] = ktune::FromFloat<T>(xe * inv_rms * w_edge);
       }
     }
   };

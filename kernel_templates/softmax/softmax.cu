@@ -553,14 +553,20 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   float* __restrict__ out32_row = out_f32 + (write_f32 ? row_start : 0);
   const float m_log2e = ms.m * sm::kLog2e;
   const float inv_sum = 1.f / ms.s;
+  // The edge element is loaded before the slice's vectors, so its latency overlaps theirs
+  // instead of following the slice's stores.
+  const bool takes_edge = EDGE && part == 0 && edges.Has(threadIdx.x);
+  const int edge_col = edges.Column(threadIdx.x);
+  float xe = 0.f;
+  if constexpr (EDGE) {
+    if (takes_edge) xe = ktune::ToFloat(x_row[edge_col]);
+  }
   sm::WriteSlice<BLOCK, VEC>(x_row + edges.head, slice.begin + static_cast<int>(threadIdx.x),
                              slice.end, m_log2e, inv_sum, out_row + edges.head,
                              out32_row + edges.head, write_f32);
   if constexpr (EDGE) {
-    if (part == 0 && edges.Has(threadIdx.x)) {
-      const int col = edges.Column(threadIdx.x);
-      sm::WriteElement(ktune::ToFloat(x_row[col]), m_log2e, inv_sum, out_row, out32_row, col,
-                       write_f32);
+    if (takes_edge) {
+      sm::WriteElement(xe, m_log2e, inv_sum, out_row, out32_row, edge_col, write_f32);
     }
   }
 }
