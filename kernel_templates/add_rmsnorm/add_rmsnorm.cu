@@ -124,12 +124,13 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   // x + residual rounded and stored (Edge::Finish) only once the vectors' loads are issued.
   // Stored up front, it held those loads back (they might alias residual[i] as far as the
   // compiler knows), so the row's first warp waited out a DRAM latency for one element.
+  // Its weight too, so the edge's store at the end waits on no load.
   ktune_add_rmsnorm::Edge<T> edge;
+  float w_edge = 0.f;
   if constexpr (EDGE) {
     if (edges.Has(t)) edge.Load(x, residual, row_start + edges.Column(t));
+    w_edge = ktune::EdgeElement(edges, weight, t);
   }
-  // Its weight too, so the edge's store at the end waits on no load.
-  const float w_edge = ktune::EdgeColumnValue(edges, weight, t);
   float re = 0.f;
 
   float sumsq = 0.f;

@@ -113,8 +113,12 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const float inv_hidden = 1.f / hidden;
   // The row's edge element that this thread takes (if any), normalized and stored; its
   // weight and bias are loaded here, once for all of the block's rows.
-  const float w_edge = ktune::EdgeColumnValue(edges, weight, t);
-  const float b_edge = ktune::EdgeColumnValue(edges, bias, t, has_bias);
+  float w_edge = 0.f;
+  float b_edge = 0.f;
+  if constexpr (EDGE) {
+    w_edge = ktune::EdgeElement(edges, weight, t);
+    if (has_bias) b_edge = ktune::EdgeElement(edges, bias, t);
+  }
   const auto store_edge = [&](long long row_start, float xe, float mean, float inv_std) {
     if constexpr (EDGE) {
       if (edges.Has(t)) {

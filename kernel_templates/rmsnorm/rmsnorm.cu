@@ -62,7 +62,8 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const int num_vec = edges.num_vec;
   // The row's edge element that this thread takes (if any), scaled and stored; its weight is
   // loaded here, once for all of the block's rows.
-  const float w_edge = ktune::EdgeColumnValue(edges, weight, t);
+  float w_edge = 0.f;
+  if constexpr (EDGE) w_edge = ktune::EdgeElement(edges, weight, t);
   const auto store_edge = [&](long long row_start, float xe, float inv_rms) {
     if constexpr (EDGE) {
       if (edges.Has(t)) {

@@ -64,23 +64,6 @@ struct RowEdges<VEC, 0> {
   __device__ __forceinline__ bool Has(int /*t*/) const { return false; }
 };
 
-/// Element Column(t) of a row-length array (a weight or bias: the same for every row with
-/// this cut) as a float, for the thread that takes an edge element (Has(t)); 0.f for the
-/// others, and where `load` is false (an array the kernel does not read). Loaded once where a
-/// kernel starts, beside the row's first loads, rather than where the edge element is
-/// stored: the store then waits on no load at the end of each row, and a block that
-/// normalizes several rows (REUSE_W) loads it once for all of them.
-template <typename T, int VEC, int EDGE>
-__device__ __forceinline__ float EdgeColumnValue(const RowEdges<VEC, EDGE>& edges,
-                                                 const T* __restrict__ a, int t,
-                                                 bool load = true) {
-  if constexpr (EDGE) {
-    return load && edges.Has(t) ? ToFloat(a[edges.Column(t)]) : 0.f;
-  } else {
-    return 0.f;
-  }
-}
-
 /// The VEC elements at p, p not necessarily aligned to VEC * sizeof(T): the aligned vector
 /// holding p[0] and, where p is not aligned, the next one, shifted into place (runtime word
 /// selects and a 16-bit funnel shift: no local memory). An aligned p costs one load.

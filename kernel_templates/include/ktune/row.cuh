@@ -84,7 +84,9 @@ __device__ __forceinline__ void LoadRowVectors(const T* __restrict__ row, int fi
 }
 
 /// The row's edge element that thread t takes (RowEdges::Has), as a float; 0.f, which adds
-/// nothing to a sum, where it takes none.
+/// nothing to a sum, where it takes none. `row` is a row of x, or a row-length array (weight,
+/// bias), whose edge columns are the same for every row with this cut: a kernel loads those
+/// once where it starts, so an edge element's store at the end of a row waits on no load.
 template <typename T, int VEC, int EDGE>
 __device__ __forceinline__ float EdgeElement(const RowEdges<VEC, EDGE>& edges,
                                              const T* __restrict__ row, int t) {
