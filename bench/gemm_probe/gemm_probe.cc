@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -348,34 +349,36 @@ int SmCount() {
 // A cluster kernel's persistent grid: as the manifest sizes it (SMs / CLUSTER clusters), or
 // with PROBE_CLUSTER_CAP=1 no more clusters than the driver says can be resident at once
 // (cuOccupancyMaxActiveClusters): clusters past that run only after others finish their
-// whole walk. The count is printed once per kernel either way.
+// whole walk. Asked once per kernel (not per timed launch) and printed then.
 unsigned ClusterGrid(const Kernel& k, unsigned grid) {
-  static std::vector<CUfunction> told;
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = k.c.cluster;
-  attr.value.clusterDim.y = 1;
-  attr.value.clusterDim.z = 1;
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = grid;
-  cfg.gridDimY = cfg.gridDimZ = 1;
-  cfg.blockDimX = k.c.Threads();
-  cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.sharedMemBytes = k.c.Smem();
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  int active = 0;
-  CK(cuOccupancyMaxActiveClusters(&active, k.f, &cfg));
-  const char* cap = std::getenv("PROBE_CLUSTER_CAP");
-  const bool capped = cap && std::string(cap) == "1";
-  const unsigned out =
-      capped ? std::min<unsigned>(grid, static_cast<unsigned>(active) * k.c.cluster) : grid;
-  if (std::find(told.begin(), told.end(), k.f) == told.end()) {
-    told.push_back(k.f);
-    std::fprintf(stderr, "clusters of %d: %d resident at most, grid %u blocks%s\n", k.c.cluster,
-                 active, out, capped ? " (capped)" : "");
+  static std::map<CUfunction, int> resident;
+  static const bool capped = [] {
+    const char* cap = std::getenv("PROBE_CLUSTER_CAP");
+    return cap && std::string(cap) == "1";
+  }();
+  auto it = resident.find(k.f);
+  if (it == resident.end()) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = k.c.cluster;
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = grid;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = k.c.Threads();
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = k.c.Smem();
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int active = 0;
+    CK(cuOccupancyMaxActiveClusters(&active, k.f, &cfg));
+    it = resident.emplace(k.f, active).first;
+    std::fprintf(stderr, "clusters of %d: %d resident at most%s\n", k.c.cluster, active,
+                 capped ? " (grid capped there)" : "");
   }
-  return out;
+  return capped ? std::min<unsigned>(grid, static_cast<unsigned>(it->second) * k.c.cluster)
+                : grid;
 }
 
 void RunCandidate(const Kernel& k, Problem& p) {
