@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,34 @@ class ShippedRopeSiluGemvTest : public ::testing::Test {
     }
   }
 
+  // silu_and_mul's bf16 candidates with GRID_STRIDE `grid_stride` at `shape`: each binds
+  // and launches a 1-D grid of `blocks(config, vector elements, tile vectors)` blocks.
+  // Returns how many there are.
+  int ExpectSiluGrids(const Shape& shape, int64_t grid_stride,
+                      const std::function<int64_t(const Config&, int64_t, int64_t)>& blocks) {
+    std::shared_ptr<const KernelTemplate> t = Get("silu_and_mul");
+    if (t == nullptr) return 0;
+    const TargetInfo target = *TargetFromArch("sm_90");
+    absl::StatusOr<SearchSpace> space = EnumerateSearchSpace(t, DType::kBF16, shape, target);
+    EXPECT_OK(space.status());
+    if (!space.ok()) return 0;
+    int count = 0;
+    for (const Config& c : space->configs) {
+      if (c.params.at("GRID_STRIDE") != grid_stride) continue;
+      ++count;
+      absl::StatusOr<BindResult> bound = Bind(t, DType::kBF16, shape, c, target);
+      EXPECT_OK(bound.status());
+      if (!bound.ok()) continue;
+      EXPECT_TRUE(bound->instance) << bound->rejected_because;
+      if (!bound->instance) continue;
+      const int64_t vec = c.params.at("VEC_BYTES") / 2;
+      const int64_t tile = c.params.at("BLOCK") * c.params.at("UNROLL");
+      EXPECT_EQ(bound->instance->launches[0].grid[0], blocks(c, vec, tile)) << ConfigString(c);
+      EXPECT_EQ(bound->instance->launches[0].grid[1], 1) << ConfigString(c);
+    }
+    return count;
+  }
+
   std::unique_ptr<TemplateRegistry> registry_;
 };
 
@@ -80,22 +109,12 @@ TEST_F(ShippedRopeSiluGemvTest, SiluAndMulRowMajorGridHasABlockPerTile) {
   ASSERT_NE(t, nullptr);
   const TargetInfo target = *TargetFromArch("sm_90");
   for (int64_t inter : {14336, 14338, 4097}) {
-    const Shape shape = {{"tokens", 4096}, {"inter", inter}};
-    ASSERT_OK_AND_ASSIGN(SearchSpace space,
-                         EnumerateSearchSpace(t, DType::kBF16, shape, target));
-    int row_major = 0;
-    for (const Config& c : space.configs) {
-      if (c.params.at("GRID_STRIDE") != 2) continue;
-      ++row_major;
-      ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(t, DType::kBF16, shape, c, target));
-      ASSERT_TRUE(bound.instance) << bound.rejected_because;
-      const int64_t vec = c.params.at("VEC_BYTES") / 2;
-      const int64_t tile = c.params.at("BLOCK") * c.params.at("UNROLL");
-      const int64_t tiles = (inter / vec + tile - 1) / tile;
-      EXPECT_GT(tiles, 1) << ConfigString(c);
-      EXPECT_EQ(bound.instance->launches[0].grid[0], 4096 * tiles) << ConfigString(c);
-      EXPECT_EQ(bound.instance->launches[0].grid[1], 1) << ConfigString(c);
-    }
+    const int row_major = ExpectSiluGrids(
+        {{"tokens", 4096}, {"inter", inter}}, 2, [&](const Config& c, int64_t vec, int64_t tile) {
+          const int64_t tiles = (inter / vec + tile - 1) / tile;
+          EXPECT_GT(tiles, 1) << ConfigString(c);
+          return 4096 * tiles;
+        });
     EXPECT_GT(row_major, 0) << "inter " << inter;
   }
   ASSERT_OK_AND_ASSIGN(SearchSpace decode,
@@ -114,48 +133,35 @@ TEST_F(ShippedRopeSiluGemvTest, SiluAndMulFlatGridCutsTheVectorsNotTheRows) {
   // GRID_STRIDE 3: the tokens x inter / VEC vectors in tiles that run on across rows, one
   // block per tile. Only with whole aligned vectors (EDGE 0), more than one row, and rows
   // that are no whole number of tiles (elsewhere it is the row-major grid's blocks).
-  std::shared_ptr<const KernelTemplate> t = Get("silu_and_mul");
-  ASSERT_NE(t, nullptr);
-  const TargetInfo target = *TargetFromArch("sm_90");
+  const auto flat_blocks = [](const Shape& shape) {
+    return [shape](const Config& c, int64_t vec, int64_t tile) {
+      const int64_t num_vec = shape.at("inter") / vec;
+      EXPECT_EQ(c.params.at("EDGE"), 0) << ConfigString(c);
+      EXPECT_GT(shape.at("tokens"), 1) << ConfigString(c);
+      EXPECT_NE(num_vec % tile, 0) << ConfigString(c);
+      return (shape.at("tokens") * num_vec + tile - 1) / tile;
+    };
+  };
   for (int64_t tokens : {4096, 7}) {
     for (int64_t inter : {14338, 14336, 1000, 3}) {
       const Shape shape = {{"tokens", tokens}, {"inter", inter}};
-      ASSERT_OK_AND_ASSIGN(SearchSpace space,
-                           EnumerateSearchSpace(t, DType::kBF16, shape, target));
-      int flat = 0;
-      for (const Config& c : space.configs) {
-        if (c.params.at("GRID_STRIDE") != 3) continue;
-        ++flat;
-        EXPECT_EQ(c.params.at("EDGE"), 0) << ConfigString(c);
-        ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(t, DType::kBF16, shape, c, target));
-        ASSERT_TRUE(bound.instance) << bound.rejected_because;
-        const int64_t num_vec = inter / (c.params.at("VEC_BYTES") / 2);
-        const int64_t tile = c.params.at("BLOCK") * c.params.at("UNROLL");
-        EXPECT_NE(num_vec % tile, 0) << ConfigString(c);
-        EXPECT_EQ(bound.instance->launches[0].grid[0], (tokens * num_vec + tile - 1) / tile)
-            << ConfigString(c);
-        EXPECT_EQ(bound.instance->launches[0].grid[1], 1) << ConfigString(c);
-      }
       // 14336 is 1792 16-byte vectors: tiles of 512 and 1024 leave part of one per row.
-      EXPECT_GT(flat, 0) << "tokens " << tokens << " inter " << inter;
+      EXPECT_GT(ExpectSiluGrids(shape, 3, flat_blocks(shape)), 0)
+          << "tokens " << tokens << " inter " << inter;
     }
   }
   // One row has no flat candidate, and at 8192 (1024 16-byte vectors a row) only tiles that
   // do not divide the row are (those wider than it among them: rows share their blocks).
-  for (const Shape& shape : std::vector<Shape>{{{"tokens", 1}, {"inter", 14338}},
-                                               {{"tokens", 4096}, {"inter", 8192}}}) {
-    ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(t, DType::kBF16, shape, target));
-    for (const Config& c : space.configs) {
-      if (c.params.at("GRID_STRIDE") != 3) continue;
-      const int64_t num_vec = shape.at("inter") / (c.params.at("VEC_BYTES") / 2);
-      EXPECT_GT(shape.at("tokens"), 1) << ConfigString(c);
-      EXPECT_NE(num_vec % (c.params.at("BLOCK") * c.params.at("UNROLL")), 0) << ConfigString(c);
-    }
-  }
+  const Shape decode = {{"tokens", 1}, {"inter", 14338}};
+  EXPECT_EQ(ExpectSiluGrids(decode, 3, flat_blocks(decode)), 0);
+  const Shape aligned = {{"tokens", 4096}, {"inter", 8192}};
+  ExpectSiluGrids(aligned, 3, flat_blocks(aligned));
   // Odd rows (edges) keep the other grids: the flat one needs aligned vectors.
-  ASSERT_OK_AND_ASSIGN(SearchSpace odd, EnumerateSearchSpace(t, DType::kBF16,
-                                                             {{"tokens", 4096}, {"inter", 4097}},
-                                                             target));
+  std::shared_ptr<const KernelTemplate> t = Get("silu_and_mul");
+  ASSERT_NE(t, nullptr);
+  ASSERT_OK_AND_ASSIGN(SearchSpace odd,
+                       EnumerateSearchSpace(t, DType::kBF16, {{"tokens", 4096}, {"inter", 4097}},
+                                            *TargetFromArch("sm_90")));
   for (const Config& c : odd.configs) {
     if (c.params.at("EDGE") == 1) {
       EXPECT_NE(c.params.at("GRID_STRIDE"), 3) << ConfigString(c);
