@@ -131,9 +131,9 @@ class TorchOpsTest(unittest.TestCase):
         self.assertClose(out, ref, 1e-5, 1.6e-2, "replayed rms_norm")
 
     def test_a_captured_scratch_buffer_outlives_its_replacement(self):
-        # linear's split-K partials are sized by the key (8 * m * n floats at most): a larger
-        # key on the same stream replaces the buffer a graph captured, and the graph's replays
-        # still write to it. The old buffer must not go to the next tensor torch allocates.
+        # linear's split-K partials are sized by the key (growing with m and n up to a cap):
+        # a larger key on the same stream replaces the buffer a graph captured, and the
+        # graph's replays still write to it. The old buffer must not go to the next tensor torch allocates.
         import ktune.torch as kt_torch
         stream = torch.cuda.Stream()
         dev = torch.cuda.current_device()

@@ -222,5 +222,38 @@ TEST_F(ShippedGemmTest, TmaStoreEpilogueTakesAMapOverOut) {
   EXPECT_TRUE(bound.instance) << bound.rejected_because;
 }
 
+// Split-K's partials are a BM x BN region per split of each split tile: every split
+// candidate at decode, odd and prefill shapes fits the buffer the shape sizes, which stays
+// at 16 MB or less however large the shape.
+TEST_F(ShippedGemmTest, SplitKPartialsFitTheirBuffer) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
+  int split = 0;
+  for (const Shape& shape : {Mnk(1, 4096, 4096), Mnk(3, 1000, 4112), Mnk(77, 6144, 4096),
+                             Mnk(128, 28672, 4096), Mnk(1000, 4096, 14336),
+                             Mnk(4096, 128256, 4096)}) {
+    for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+      ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, dtype, shape, h200));
+      for (const Config& c : space.configs) {
+        const int64_t split_k = c.params.at("SPLIT_K");
+        if (split_k == 1) continue;
+        ++split;
+        ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, dtype, shape, c, h200));
+        ASSERT_TRUE(bound.instance) << bound.rejected_because;
+        const int64_t m = shape.at("m"), n = shape.at("n");
+        const bool swap = c.params.at("SWAP") == 1;
+        const int64_t bm = c.params.at("BM"), bn = c.params.at("BN");
+        const int64_t p = swap ? n : m, q = swap ? m : n;
+        const int64_t need = (p + bm - 1) / bm * bm * ((q + bn - 1) / bn * bn) * split_k;
+        for (const BoundArg& a : bound.instance->args) {
+          if (a.name != "partial") continue;
+          EXPECT_LE(need, a.count) << ConfigString(c);
+          EXPECT_LE(a.count, 4194304) << ConfigString(c);
+        }
+      }
+    }
+  }
+  EXPECT_GT(split, 0) << "no split-K candidate at any shape";
+}
+
 }  // namespace
 }  // namespace ktune
