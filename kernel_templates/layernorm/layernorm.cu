@@ -78,9 +78,12 @@ __device__ __forceinline__ ktune::AlignedVector<T, VEC> Normalize(
 ///                  registers); 2: loaded once per block and kept in shared memory for its
 ///                  REUSE_W rows. 1 and 2 only with CACHE > 0.
 ///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden
-///                  (ktune/edges.cuh; weight and bias read shifted).
+///                  (ktune/edges.cuh; weight and bias read shifted); 2: as 1, 16-byte
+///                  vectors whose body starts on a 128-byte line (up to 71 edge elements:
+///                  BLOCK >= 128, a row per block).
 ///   REUSE_W:       rows per block that share one (shifted) load of weight and bias, kept in
-///                  registers (ktune::RowGroup: rows VEC apart, which share the shift); 1:
+///                  registers (ktune::RowGroup: rows VEC apart, 8 * VEC with EDGE 2, which
+///                  share the cut); 1:
 ///                  a row per block (or per warp). > 1 only with a row per block, CACHE > 0
 ///                  and PREFETCH_W.
 /// has_bias: 0 or 1, the same for the whole launch (bias is not read when 0).
@@ -93,7 +96,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
                      const T* __restrict__ bias, T* __restrict__ out, int tokens, int hidden,
                      int has_bias, float eps) {
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
-  using Group = ktune::RowGroup<VEC, REUSE_W>;
+  using Group = ktune::RowGroup<VEC, REUSE_W, EDGE == 2 ? 8 * VEC : VEC>;
   static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W >= 1),
                 "REUSE_W > 1 needs a row per block and the weight cached (CACHE, PREFETCH_W)");
   static_assert(PREFETCH_W < 2 || REUSE_W > 1, "PREFETCH_W 2 is for REUSE_W > 1");
@@ -132,7 +135,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   if constexpr (CACHE > 0) {
     // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c. All C
     // loads are issued before any is used; vectors past the row are zeros and skipped.
-    using Affine = ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE>;
+    using Affine = ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, (EDGE > 0)>;
     // PREFETCH_W 2: the block's staging of weight and bias (each thread its own slots).
     __shared__ Vec staged[PREFETCH_W == 2 ? 2 * CACHE * kThreadsPerRow : 1];
     const Affine w(w_row, t, num_vec, true, staged);
@@ -175,7 +178,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     // this variant is for rows longer than any cache, where the checks are noise).
     constexpr int kU = ktune_layernorm::kUncachedUnroll;
     constexpr int kChunk = kThreadsPerRow * kU;
-    using Affine = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T, EDGE>;
+    using Affine = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T, (EDGE > 0)>;
     const long long row_start = first_row * hidden;
     const T* __restrict__ x_row = x + row_start + edges.head;
     T* __restrict__ out_row = out + row_start + edges.head;

@@ -44,6 +44,17 @@ std::vector<KernelVariant> RowNormReuseVariants() {
   return v;
 }
 
+// layernorm's: rmsnorm's, and bodies from a 128-byte line (EDGE 2), alone and with rows
+// that share the weight (8 * VEC rows apart).
+std::vector<KernelVariant> LayernormVariants() {
+  std::vector<KernelVariant> v = RowNormReuseVariants();
+  v.push_back({"edges on lines",
+               [](const Config &c) { return P(c, "EDGE") == 2 && P(c, "REUSE_W") == 1; }});
+  v.push_back({"edges on lines, weight reused across rows",
+               [](const Config &c) { return P(c, "EDGE") == 2 && P(c, "REUSE_W") > 1; }});
+  return v;
+}
+
 std::map<std::string, std::vector<KernelVariant>> AllVariants() {
   return {
       {"gemm",
@@ -105,7 +116,7 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
          }}}},
       {"rmsnorm", RowNormReuseVariants()},
       {"add_rmsnorm", RowNormEdgeVariants()},
-      {"layernorm", RowNormReuseVariants()},
+      {"layernorm", LayernormVariants()},
       {"silu_and_mul",
        {{"edges, tile per block",
          [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 0; }},

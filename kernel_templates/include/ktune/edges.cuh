@@ -5,9 +5,9 @@
 //   the head: elements [0, head) before the first VEC-aligned element,
 //   the body: num_vec whole aligned vectors from element head,
 //   the tail: the fewer than VEC elements after the body.
-// Head and tail together are fewer than 2 * VEC <= 16 elements, so the first `count`
-// threads of the row take one edge element each, in scalar accesses, beside their body
-// vectors. Arrays indexed by the same linear element (x and out of a row-major matrix) share
+// Head and tail together are fewer than 2 * VEC <= 16 elements (EDGE 2, whose body starts on
+// a 128-byte line: 9 * VEC <= 72), so the first `count` threads of the row take one edge
+// element each, in scalar accesses, beside their body vectors. Arrays indexed by the same linear element (x and out of a row-major matrix) share
 // the cut; an array indexed by column only (a weight or bias read by every row) is not
 // aligned where the body starts, and its body vectors come through LoadShiftedVector (two
 // aligned loads and a funnel shift, both mostly L1 hits since every row reads them).
@@ -30,18 +30,25 @@ namespace ktune {
 /// The cut of one row (see above).
 ///   VEC:  elements per vector access.
 ///   EDGE: 0: the caller guarantees start % VEC == 0 and len % VEC == 0 (no edges; the
-///         specialization below, whose head and count are compile-time zeros); 1: any.
+///         specialization below, whose head and count are compile-time zeros); 1: any, the
+///         body from the first VEC-aligned element; 2: any, for 16-byte vectors, the body
+///         from the first element on a 128-byte line (8 vectors), so that each warp's 512
+///         bytes fill four whole lines instead of straddling five: the head is then up to
+///         8 * VEC - 1 elements, count < 9 * VEC. Lines are counted from the arrays' base,
+///         which torch and cudaMalloc align to 256 bytes or more; a base aligned to 16 bytes
+///         only is still cut correctly (the body stays VEC-aligned), just not on lines.
 template <int VEC, int EDGE>
 struct RowEdges {
-  static_assert(EDGE == 1, "EDGE must be 0 or 1");
+  static_assert(EDGE == 1 || EDGE == 2, "EDGE must be 0, 1 or 2");
+  static constexpr int kAlign = EDGE == 2 ? 8 * VEC : VEC;
 
   int head;     // edge elements before the body
   int num_vec;  // whole aligned vectors in the body
-  int count;    // head + tail elements, < 2 * VEC
+  int count;    // head + tail elements, < kAlign + VEC
 
   __device__ __forceinline__ RowEdges(long long start, int len) {
-    const int mis = static_cast<int>(start % VEC);
-    head = min(len, mis == 0 ? 0 : VEC - mis);
+    const int mis = static_cast<int>(start % kAlign);
+    head = min(len, mis == 0 ? 0 : kAlign - mis);
     num_vec = (len - head) / VEC;
     count = len - num_vec * VEC;
   }

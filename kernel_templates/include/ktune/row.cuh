@@ -114,11 +114,13 @@ __device__ __forceinline__ float LoadCachedRow(const RowEdges<VEC, EDGE>& edges,
 ///   phase + VEC * (group * REUSE_W + j),  j < REUSE_W,  phase = b % VEC, group = b / VEC,
 /// which share one cut, and grid = ceil(tokens / (VEC * REUSE_W)) * VEC blocks cover every
 /// row once. REUSE_W == 1: row b (grid = tokens), the one-row-per-block kernel unchanged.
+/// PERIOD replaces VEC above where the cut repeats less often: with EDGE 2 (bodies from a
+/// 128-byte line, RowEdges) rows 8 * VEC apart share it.
 /// For a row per block only (ROWS_PER_WARP == 0).
-template <int VEC, int REUSE_W>
+template <int VEC, int REUSE_W, int PERIOD = VEC>
 struct RowGroup {
   static_assert(REUSE_W >= 1 && REUSE_W <= 16, "REUSE_W must be from 1 to 16");
-  static constexpr int kStep = REUSE_W == 1 ? 1 : VEC;  // rows between two of the block's
+  static constexpr int kStep = REUSE_W == 1 ? 1 : PERIOD;  // rows between two of the block's
 
   /// Runs body(row, vectors, edge) on each of the block's rows below `tokens`, first to last:
   /// vectors and edge are this thread's N vectors (stride STRIDE) and edge element of the
@@ -136,7 +138,7 @@ struct RowGroup {
     float xe = LoadCachedRow<N, STRIDE>(edges, x, first, hidden, t, cache);
 #pragma unroll 1
     for (int j = 0; j < REUSE_W; ++j) {
-      const long long row = first + j * kStep;  // j * kStep <= 128
+      const long long row = first + j * kStep;  // j * kStep <= 16 * 64
       AlignedVector<T, VEC> next[REUSE_W > 1 ? N : 1];
       float next_xe = 0.f;
       if constexpr (REUSE_W > 1) {
@@ -160,7 +162,8 @@ struct RowGroup {
     if constexpr (REUSE_W == 1) {
       return blockIdx.x;
     } else {
-      return static_cast<long long>(blockIdx.x / VEC) * VEC * REUSE_W + blockIdx.x % VEC;
+      return static_cast<long long>(blockIdx.x / PERIOD) * PERIOD * REUSE_W +
+             blockIdx.x % PERIOD;
     }
   }
 };
