@@ -331,7 +331,9 @@ __device__ __forceinline__ float LoadPeerShared(const float* p, unsigned rank) {
 ///                  threads_per_row * VEC * C.
 ///   EDGE:          0: rows are whole aligned vectors (cols % VEC == 0); 1: any cols, the
 ///                  row's unaligned head and tail elements taken one per thread beside the
-///                  vectors (ktune/edges.cuh).
+///                  vectors (ktune/edges.cuh); 2: as 1, the vectors (16-byte) from the
+///                  row's first 128-byte line, up to 9 * VEC - 1 edge elements (BLOCK >=
+///                  9 * VEC, a row per block).
 /// write_f32: 0: out (T) is written, out_f32 untouched; 1: out_f32 (float) is written, out
 /// untouched.
 /// REQUIRES: cols % VEC == 0 unless EDGE; x, out, out_f32 aligned to 16 bytes; the outputs

@@ -113,7 +113,12 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
         {"edges, two launches",
          [](const Config &c) {
            return P(c, "EDGE") == 1 && P(c, "SPLIT") > 1 && P(c, "CACHE") == 0;
-         }}}},
+         }},
+        // Bodies from a 128-byte line (EDGE 2): a block's row, and a row split over blocks.
+        {"edges on lines",
+         [](const Config &c) { return P(c, "EDGE") == 2 && P(c, "SPLIT") == 1; }},
+        {"edges on lines, split rows",
+         [](const Config &c) { return P(c, "EDGE") == 2 && P(c, "SPLIT") > 1; }}}},
       {"rmsnorm", RowNormReuseVariants()},
       {"add_rmsnorm", RowNormEdgeVariants()},
       {"layernorm", LayernormVariants()},
