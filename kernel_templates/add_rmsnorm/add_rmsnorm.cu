@@ -95,7 +95,8 @@ struct Edge {
 ///                  and residual, so all three loads' latencies overlap (C more vectors of
 ///                  registers). 1 only with CACHE > 0.
 ///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden
-///                  (ktune/edges.cuh; weight read shifted).
+///                  (ktune/edges.cuh; weight read shifted); 2: as 1, 16-byte vectors whose
+///                  body starts on a 128-byte line (up to 9 * VEC - 1 edge elements).
 /// REQUIRES: hidden % VEC == 0 unless EDGE; x, residual, weight, out aligned to VEC *
 /// sizeof(T) bytes; no two of x, residual, weight, out overlap (__restrict__); 1 <= hidden.
 template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE>

@@ -30,9 +30,11 @@ static_assert(kUncachedUnroll >= 2, "kUncachedUnroll must be at least 2 (the tai
 ///                  memory for its REUSE_W rows. 1 and 2 only with CACHE > 0.
 ///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden, the
 ///                  row's unaligned head and tail elements one per thread beside the vectors,
-///                  weight read shifted (ktune/edges.cuh).
+///                  weight read shifted (ktune/edges.cuh); 2: as 1, 16-byte vectors whose
+///                  body starts on a 128-byte line (up to 9 * VEC - 1 edge elements).
 ///   REUSE_W:       rows per block that share one (shifted) load of the weight, kept in
-///                  registers (ktune::RowGroup: rows VEC apart, which share the shift); 1: a
+///                  registers (ktune::RowGroup: rows VEC apart, 8 * VEC with EDGE 2, which
+///                  share the cut); 1: a
 ///                  row per block (or per warp). > 1 only with a row per block, CACHE > 0 and
 ///                  PREFETCH_W.
 /// REQUIRES: hidden % VEC == 0 unless EDGE; x, weight, out aligned to VEC * sizeof(T) bytes
@@ -44,7 +46,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out,
                    int tokens, int hidden, float eps) {
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
-  using Group = ktune::RowGroup<VEC, REUSE_W>;
+  using Group = ktune::RowGroup<VEC, REUSE_W, EDGE == 2 ? 8 * VEC : VEC>;
   static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W >= 1),
                 "REUSE_W > 1 needs a row per block and the weight cached (CACHE, PREFETCH_W)");
   static_assert(PREFETCH_W < 2 || REUSE_W > 1, "PREFETCH_W 2 is for REUSE_W > 1");

@@ -31,6 +31,13 @@ std::vector<KernelVariant> RowNormEdgeVariants() {
            [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "ROWS_PER_WARP") == 1; }}};
 }
 
+// add_rmsnorm's: the edge paths, and bodies from a 128-byte line (EDGE 2).
+std::vector<KernelVariant> AddRmsnormVariants() {
+  std::vector<KernelVariant> v = RowNormEdgeVariants();
+  v.push_back({"edges on lines", [](const Config &c) { return P(c, "EDGE") == 2; }});
+  return v;
+}
+
 // rmsnorm's and layernorm's: the edge paths, and rows that share one shifted read of the
 // weight (and bias).
 std::vector<KernelVariant> RowNormReuseVariants() {
@@ -44,9 +51,9 @@ std::vector<KernelVariant> RowNormReuseVariants() {
   return v;
 }
 
-// layernorm's: rmsnorm's, and bodies from a 128-byte line (EDGE 2), alone and with rows
-// that share the weight (8 * VEC rows apart).
-std::vector<KernelVariant> LayernormVariants() {
+// rmsnorm's and layernorm's, with bodies from a 128-byte line (EDGE 2) besides, alone and
+// with rows that share the weight (8 * VEC rows apart).
+std::vector<KernelVariant> RowNormLineVariants() {
   std::vector<KernelVariant> v = RowNormReuseVariants();
   v.push_back({"edges on lines",
                [](const Config &c) { return P(c, "EDGE") == 2 && P(c, "REUSE_W") == 1; }});
@@ -119,9 +126,9 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
          [](const Config &c) { return P(c, "EDGE") == 2 && P(c, "SPLIT") == 1; }},
         {"edges on lines, split rows",
          [](const Config &c) { return P(c, "EDGE") == 2 && P(c, "SPLIT") > 1; }}}},
-      {"rmsnorm", RowNormReuseVariants()},
-      {"add_rmsnorm", RowNormEdgeVariants()},
-      {"layernorm", LayernormVariants()},
+      {"rmsnorm", RowNormLineVariants()},
+      {"add_rmsnorm", AddRmsnormVariants()},
+      {"layernorm", RowNormLineVariants()},
       {"silu_and_mul",
        {{"edges, tile per block",
          [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 0; }},

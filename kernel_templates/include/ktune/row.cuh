@@ -10,10 +10,10 @@
 // The layout every helper assumes: the row is hidden / VEC vectors; thread t of a row
 // (t < threads_per_row) owns the row vectors t, t + threads_per_row, t + 2 * threads_per_row,
 // ..., so each step u of a strided loop is one coalesced access by the row's threads. A row
-// that is no whole number of aligned vectors (EDGE = 1) has that layout over its body, and
-// its head and tail elements go one per thread (ktune/edges.cuh); the row-length vectors
-// (weight, bias) are then read shifted (SHIFTED = 1), since the body starts mid-vector in
-// them.
+// that is no whole number of aligned vectors (EDGE = 1 or 2) has that layout over its body,
+// and its head and tail elements go one per thread (ktune/edges.cuh); the row-length vectors
+// (weight, bias) are then read shifted (SHIFTED nonzero: the kernels pass EDGE), since the
+// body starts mid-vector in them.
 #ifndef KTUNE_ROW_CUH_
 #define KTUNE_ROW_CUH_
 
