@@ -7,10 +7,11 @@
 //   the tail: the fewer than VEC elements after the body.
 // Head and tail together are fewer than 2 * VEC <= 16 elements (EDGE 2, whose body starts on
 // a 128-byte line: 9 * VEC <= 72), so the first `count` threads of the row take one edge
-// element each, in scalar accesses, beside their body vectors. Arrays indexed by the same linear element (x and out of a row-major matrix) share
-// the cut; an array indexed by column only (a weight or bias read by every row) is not
-// aligned where the body starts, and its body vectors come through LoadShiftedVector (two
-// aligned loads and a funnel shift, both mostly L1 hits since every row reads them).
+// element each, in scalar accesses, beside their body vectors. Arrays indexed by the same
+// linear element (x and out of a row-major matrix) share the cut; an array indexed by column
+// only (a weight or bias read by every row) is not aligned where the body starts, and its
+// body vectors come through LoadShiftedVector (two aligned loads and a funnel shift, both
+// mostly L1 hits since every row reads them).
 //
 // EDGE == 0 compiles to the aligned-only code (head = 0, count = 0 are constants), so a
 // shape whose row length is a multiple of VEC loses nothing; the manifests pin EDGE to
