@@ -186,7 +186,9 @@ __device__ __forceinline__ void FlatTile(const T* __restrict__ x, T* __restrict_
 ///   EDGE:        0: inter % VEC == 0 (the up half and every row start VEC-aligned); 1: any
 ///                inter: each row's vectors start at out's first aligned element, gate and
 ///                up read shifted, the fewer than 2 * VEC elements around them one per
-///                thread of the row's tile 0 (ktune/edges.cuh).
+///                thread of the row's tile 0 (ktune/edges.cuh); 2: as 1, 16-byte vectors
+///                from out's first 128-byte line in the row (up to 9 * VEC - 1 edge
+///                elements: BLOCK >= 9 * VEC).
 /// REQUIRES: inter % VEC == 0 unless EDGE; x and out aligned to VEC * sizeof(T) bytes; out
 /// does not overlap x; tokens * 2 * inter elements in x, tokens * inter in out.
 template <typename T, int BLOCK, int VEC_BYTES, int UNROLL, int GRID_STRIDE, int EDGE>

@@ -134,6 +134,8 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
          [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 0; }},
         {"edges, grid-stride",
          [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 1; }},
+        {"edges on lines",
+         [](const Config &c) { return P(c, "EDGE") == 2; }},
         {"row-major tiles",
          [](const Config &c) { return P(c, "EDGE") == 0 && P(c, "GRID_STRIDE") == 2; }},
         {"edges, row-major tiles",

@@ -242,7 +242,8 @@ TEST_F(ShippedRopeSiluGemvTest, BadShapesAreRejectedNamingTheDim) {
 TEST_F(ShippedRopeSiluGemvTest, OddSizesPruneToWhatFits) {
   // An odd head_dim has no pairs to rotate: no point fits (rather than one that rotates
   // head_dim - 1 elements). An odd inter is served, by one-element vectors without edges or
-  // by 8- and 16-byte vectors with them (EDGE = 1).
+  // by 8- and 16-byte vectors with them (EDGE = 1; 16-byte ones also from out's 128-byte
+  // line, EDGE = 2).
   const TargetInfo target = *TargetFromArch("sm_90");
   ASSERT_OK_AND_ASSIGN(
       SearchSpace odd,
@@ -259,6 +260,9 @@ TEST_F(ShippedRopeSiluGemvTest, OddSizesPruneToWhatFits) {
   for (const Config& c : odd_inter.configs) {
     if (c.params.at("VEC_BYTES") == 2) {
       EXPECT_EQ(c.params.at("EDGE"), 0);
+    } else if (c.params.at("EDGE") == 2) {
+      EXPECT_EQ(c.params.at("VEC_BYTES"), 16);
+      ++edges;
     } else {
       EXPECT_EQ(c.params.at("EDGE"), 1);
       EXPECT_GE(c.params.at("VEC_BYTES"), 8);
