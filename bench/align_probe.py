@@ -32,6 +32,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the benches' shared modules
 import timing  # noqa: E402
+from nvrtc_program import compile_program  # noqa: E402
 
 SOURCE = r"""
 typedef unsigned long long u64;
@@ -92,18 +93,14 @@ KERNELS = ("flat_copy", "row_copy_plain", "row_copy_line")
 def compile_module(arch):
     """The kernels as a loaded module: {name: CUfunction}."""
     from cuda.bindings import driver, nvrtc
-    err, prog = nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"align_probe.cu", 0, [], [])
-    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
-    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        raise RuntimeError(f"NVRTC: {err}: {log.decode(errors='replace')}")
-    _, size = nvrtc.nvrtcGetCUBINSize(prog)
-    cubin = b" " * size
-    nvrtc.nvrtcGetCUBIN(prog, cubin)
-    nvrtc.nvrtcDestroyProgram(prog)
+    _, prog = nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"align_probe.cu", 0, [], [])
+    try:
+        compile_program(nvrtc, prog, [f"--gpu-architecture={arch}", "-std=c++17"])
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        nvrtc.nvrtcGetCUBIN(prog, cubin)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
     err, module = driver.cuModuleLoadData(cubin)
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuModuleLoadData: {err}")

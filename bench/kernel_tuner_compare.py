@@ -70,6 +70,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from manifest_text import DTYPE_BYTES, compile_expr, one, parse_textproto  # noqa: E402
+from nvrtc_program import compile_program  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CUDA_NAMES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16", "i32": "int"}
@@ -738,15 +739,10 @@ def nvrtc_compile(problem, name, text):
     opts = list(problem.compiler_options(cuda_include()))
     if find_cuda_home():  # what the backend adds
         opts.append(f"-I{os.path.join(find_cuda_home(), 'include')}")
-    err, prog = nvrtc.nvrtcCreateProgram(text.encode(), b"CUDAProgram", 0, [], [])
+    _, prog = nvrtc.nvrtcCreateProgram(text.encode(), b"CUDAProgram", 0, [], [])
     try:
         nvrtc.nvrtcAddNameExpression(prog, name.encode())
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-            log = b" " * size
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            raise RuntimeError(f"NVRTC: {err}: {log.decode(errors='replace')[:3000]}")
+        compile_program(nvrtc, prog, opts)
         _, size = nvrtc.nvrtcGetPTXSize(prog)
         ptx = b" " * size
         nvrtc.nvrtcGetPTX(prog, ptx)

@@ -29,7 +29,7 @@ mkdir -p "$out/bench"
 cp bench/peers.py bench/llama_layer.py bench/torch_overhead.py bench/timing.py bench/manifest_text.py \
   "$out/bench/"  # run.sh's peers, llama and overhead stages
 cp bench/pin_template.py bench/ncu_worker.sh "$out/bench/"  # profiling one config by hand
-cp bench/align_probe.py "$out/bench/"  # what alignment alone costs a streaming copy
+cp bench/align_probe.py bench/nvrtc_program.py "$out/bench/"  # what alignment alone costs a streaming copy
 mkdir -p "$out/examples"
 cp examples/llama_decoder_layer.py "$out/examples/"  # bench/llama_layer.py's layer
 # The Python client as generated in the build (no grpc_tools on the host), its example and tests.
