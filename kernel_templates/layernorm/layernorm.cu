@@ -96,7 +96,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
                      const T* __restrict__ bias, T* __restrict__ out, int tokens, int hidden,
                      int has_bias, float eps) {
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
-  using Group = ktune::RowGroup<VEC, REUSE_W, EDGE == 2 ? 8 * VEC : VEC>;
+  using Group = ktune::RowGroup<VEC, REUSE_W, EDGE>;
   static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W >= 1),
                 "REUSE_W > 1 needs a row per block and the weight cached (CACHE, PREFETCH_W)");
   static_assert(PREFETCH_W < 2 || REUSE_W > 1, "PREFETCH_W 2 is for REUSE_W > 1");

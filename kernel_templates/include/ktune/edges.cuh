@@ -41,6 +41,7 @@ namespace ktune {
 template <int VEC, int EDGE>
 struct RowEdges {
   static_assert(EDGE == 1 || EDGE == 2, "EDGE must be 0, 1 or 2");
+  // Where bodies start: on multiples of kAlign elements (so rows kAlign apart share a cut).
   static constexpr int kAlign = EDGE == 2 ? 8 * VEC : VEC;
 
   int head;     // edge elements before the body
@@ -63,6 +64,7 @@ struct RowEdges {
 
 template <int VEC>
 struct RowEdges<VEC, 0> {
+  static constexpr int kAlign = VEC;
   static constexpr int head = 0;
   static constexpr int count = 0;
   int num_vec;

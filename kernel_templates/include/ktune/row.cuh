@@ -114,13 +114,15 @@ __device__ __forceinline__ float LoadCachedRow(const RowEdges<VEC, EDGE>& edges,
 ///   phase + VEC * (group * REUSE_W + j),  j < REUSE_W,  phase = b % VEC, group = b / VEC,
 /// which share one cut, and grid = ceil(tokens / (VEC * REUSE_W)) * VEC blocks cover every
 /// row once. REUSE_W == 1: row b (grid = tokens), the one-row-per-block kernel unchanged.
-/// PERIOD replaces VEC above where the cut repeats less often: with EDGE 2 (bodies from a
-/// 128-byte line, RowEdges) rows 8 * VEC apart share it.
+/// EDGE is the cut's (RowEdges): with EDGE 2 (bodies from a 128-byte line) the cut repeats
+/// every RowEdges::kAlign = 8 * VEC rows instead, and that period stands for VEC above.
 /// For a row per block only (ROWS_PER_WARP == 0).
-template <int VEC, int REUSE_W, int PERIOD = VEC>
+template <int VEC, int REUSE_W, int EDGE>
 struct RowGroup {
   static_assert(REUSE_W >= 1 && REUSE_W <= 16, "REUSE_W must be from 1 to 16");
-  static constexpr int kStep = REUSE_W == 1 ? 1 : PERIOD;  // rows between two of the block's
+  // Rows that share a cut.
+  static constexpr int kPeriod = RowEdges<VEC, EDGE>::kAlign;
+  static constexpr int kStep = REUSE_W == 1 ? 1 : kPeriod;  // rows between two of the block's
 
   /// Runs body(row, vectors, edge) on each of the block's rows below `tokens`, first to last:
   /// vectors and edge are this thread's N vectors (stride STRIDE) and edge element of the
@@ -129,7 +131,7 @@ struct RowGroup {
   /// before body runs on this one: one row at a time per block, a block's rows would
   /// otherwise have fewer loads in flight than as many one-row blocks have.
   /// REQUIRES: first == First() < tokens; every thread of the block calls.
-  template <int N, int STRIDE, int EDGE, typename T, typename Body>
+  template <int N, int STRIDE, typename T, typename Body>
   __device__ __forceinline__ static void ForEachCachedRow(const RowEdges<VEC, EDGE>& edges,
                                                           const T* __restrict__ x, int hidden,
                                                           int t, long long first, int tokens,
@@ -162,8 +164,8 @@ struct RowGroup {
     if constexpr (REUSE_W == 1) {
       return blockIdx.x;
     } else {
-      return static_cast<long long>(blockIdx.x / PERIOD) * PERIOD * REUSE_W +
-             blockIdx.x % PERIOD;
+      return static_cast<long long>(blockIdx.x / kPeriod) * kPeriod * REUSE_W +
+             blockIdx.x % kPeriod;
     }
   }
 };
