@@ -148,7 +148,9 @@ def main(argv=None):
         p.error(f"--block: a multiple of 32 from 32 to 1024, not {args.block}")
 
     import torch
-    torch.cuda.init()
+    # torch creates the device's primary context at its first allocation, not at init; the
+    # driver calls below load into whatever context is current, so one must exist first.
+    torch.zeros(1, device="cuda")
     dev = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(dev)
     funcs = compile_module(f"sm_{major}{minor}")
