@@ -116,8 +116,8 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const float inv_hidden = 1.f / hidden;
   // The row's edge element that this thread takes (if any), normalized and stored; its
   // weight and bias are loaded here, once for all of the block's rows.
-  float w_edge = 0.f;
-  float b_edge = 0.f;
+  T w_edge{};
+  T b_edge{};
   if constexpr (EDGE) {
     w_edge = ktune::EdgeElement(edges, weight, t);
     if (has_bias) b_edge = ktune::EdgeElement(edges, bias, t);
@@ -125,8 +125,8 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const auto store_edge = [&](long long row_start, float xe, float mean, float inv_std) {
     if constexpr (EDGE) {
       if (edges.Has(t)) {
-        float o = (xe - mean) * inv_std * w_edge;
-        if (has_bias) o += b_edge;
+        float o = (xe - mean) * inv_std * ktune::ToFloat(w_edge);
+        if (has_bias) o += ktune::ToFloat(b_edge);
         out[row_start + edges.Column(t)] = ktune::FromFloat<T>(o);
       }
     }
@@ -182,8 +182,10 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     const long long row_start = first_row * hidden;
     const T* __restrict__ x_row = x + row_start + edges.head;
     T* __restrict__ out_row = out + row_start + edges.head;
-    const float xe = ktune::EdgeElement(edges, x + row_start, t);
-    float sum = EDGE ? xe : 0.f;
+    // The edge element is loaded with the row's first vectors and added after them (ToFloat
+    // waits for the load).
+    const T x_edge = ktune::EdgeElement(edges, x + row_start, t);
+    float sum = 0.f;
 #pragma unroll 1
     for (int v = t; v < num_vec; v += kChunk) {
       Vec xv[kU];
@@ -191,6 +193,8 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 #pragma unroll
       for (int u = 0; u < kU; ++u) sum = ktune_layernorm::AddSum(xv[u], sum);
     }
+    const float xe = ktune::ToFloat(x_edge);
+    if constexpr (EDGE) sum += xe;
     const float mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
     float sq = 0.f;
     if (edges.Has(t)) sq = (xe - mean) * (xe - mean);

@@ -64,12 +64,13 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const int num_vec = edges.num_vec;
   // The row's edge element that this thread takes (if any), scaled and stored; its weight is
   // loaded here, once for all of the block's rows.
-  float w_edge = 0.f;
+  T w_edge{};
   if constexpr (EDGE) w_edge = ktune::EdgeElement(edges, weight, t);
   const auto store_edge = [&](long long row_start, float xe, float inv_rms) {
     if constexpr (EDGE) {
       if (edges.Has(t)) {
-        out[row_start + edges.Column(t)] = ktune::FromFloat<T>(xe * inv_rms * w_edge);
+        out[row_start + edges.Column(t)] =
+            ktune::FromFloat<T>(xe * inv_rms * ktune::ToFloat(w_edge));
       }
     }
   };
@@ -102,9 +103,10 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     const long long row_start = first_row * hidden;
     const T* __restrict__ x_row = x + row_start + edges.head;
     T* __restrict__ out_row = out + row_start + edges.head;
-    const float xe = ktune::EdgeElement(edges, x + row_start, t);
+    // The edge element is loaded with the row's first vectors and added after them (ToFloat
+    // waits for the load).
+    const T x_edge = ktune::EdgeElement(edges, x + row_start, t);
     float sumsq = 0.f;
-    if constexpr (EDGE) sumsq = xe * xe;
     int v = t;
 #pragma unroll 1
     for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
@@ -122,6 +124,8 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 #pragma unroll
       for (int u = 0; u < kU - 1; ++u) sumsq = ktune::SumOfSquares(xv[u], sumsq);
     }
+    const float xe = ktune::ToFloat(x_edge);
+    if constexpr (EDGE) sumsq = fmaf(xe, xe, sumsq);
     const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
     v = t;
 #pragma unroll 1

@@ -79,22 +79,27 @@ __device__ __forceinline__ void RowTile(const T* __restrict__ x, T* __restrict__
   const T* __restrict__ x_row = x + row * 2 * inter;
   T* __restrict__ out_row = out + row * inter;
   // The edge element's gate and up are loaded before the tile's vectors, so their latency
-  // overlaps the vectors' instead of following the tile's stores at the block's end.
+  // overlaps the vectors' instead of following the tile's stores at the block's end. They
+  // stay in T until the tile is issued: converted where they are loaded, the conversion
+  // waited out their DRAM latency before the tile's first vector load.
   const bool has_edge = EDGE && tile == 0 && edges.Has(threadIdx.x);
   const int edge_col = edges.Column(threadIdx.x);
-  float edge_gate = 0.f;
-  float edge_up = 0.f;
+  T edge_gate{};
+  T edge_up{};
   if constexpr (EDGE) {
     if (has_edge) {
-      edge_gate = ktune::ToFloat(x_row[edge_col]);
-      edge_up = ktune::ToFloat(x_row[inter + edge_col]);
+      edge_gate = x_row[edge_col];
+      edge_up = x_row[inter + edge_col];
     }
   }
   Tile<BLOCK, VEC, UNROLL, EDGE>(x_row + edges.head, out_row + edges.head,
                                  tile * BLOCK * UNROLL + static_cast<int>(threadIdx.x),
                                  edges.num_vec, inter);
   if constexpr (EDGE) {
-    if (has_edge) out_row[edge_col] = ktune::FromFloat<T>(SiluMul(edge_gate, edge_up));
+    if (has_edge) {
+      out_row[edge_col] =
+          ktune::FromFloat<T>(SiluMul(ktune::ToFloat(edge_gate), ktune::ToFloat(edge_up)));
+    }
   }
 }
 

@@ -196,12 +196,22 @@ __device__ __forceinline__ void WriteElement(float v, float max_log2e, float inv
   }
 }
 
-// The row's edge element that thread t takes (ktune::RowEdges), as a float; -inf, which
-// adds nothing to a max or a sum, where it takes none.
+// The row's edge element that thread t takes (ktune::RowEdges), as loaded (T{} where it
+// takes none). Kernels load it beside the row's first vectors and turn it into a float
+// (EdgeValue) only after those are issued: converted next to its load, the conversion
+// waits out the load's DRAM latency, and the warp's vector loads with it.
 template <typename T, int VEC, int EDGE>
-__device__ __forceinline__ float EdgeValue(const ktune::RowEdges<VEC, EDGE>& edges,
-                                           const T* __restrict__ row, int t) {
-  return edges.Has(t) ? ktune::ToFloat(row[edges.Column(t)]) : NegInf();
+__device__ __forceinline__ T EdgeLoad(const ktune::RowEdges<VEC, EDGE>& edges,
+                                      const T* __restrict__ row, int t) {
+  return edges.Has(t) ? row[edges.Column(t)] : T{};
+}
+
+// An edge element from EdgeLoad as a float; -inf, which adds nothing to a max or a sum,
+// where thread t takes none.
+template <typename T, int VEC, int EDGE>
+__device__ __forceinline__ float EdgeValue(const ktune::RowEdges<VEC, EDGE>& edges, T loaded,
+                                           int t) {
+  return edges.Has(t) ? ktune::ToFloat(loaded) : NegInf();
 }
 
 // The (max, sum) of the edge value from EdgeValue: empty for -inf.
@@ -367,13 +377,15 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const T* __restrict__ x_body = x_row + edges.head;
   T* __restrict__ out_body = out_row + edges.head;
   float* __restrict__ out32_body = out32_row + edges.head;
-  const float xe = sm::EdgeValue(edges, x_row, t);
+  const T x_edge = sm::EdgeLoad(edges, x_row, t);
 
   float m_log2e;
   float inv_sum;
+  float xe;
   if constexpr (CACHE > 0) {
     ktune::AlignedVector<T, VEC> cache[CACHE];
     sm::LoadSlice<CACHE, kThreadsPerRow>(x_body, t, num_vec, cache);
+    xe = sm::EdgeValue(edges, x_edge, t);
     float mine = sm::SliceMax<T, VEC, CACHE, kThreadsPerRow>(cache, t, num_vec);
     if constexpr (EDGE) mine = fmaxf(mine, xe);  // (not folded for EDGE = 0: NaN rules)
     const float m = sm::RowMax<BLOCK, ROWS_PER_WARP>(mine, slots_a);
@@ -390,6 +402,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     }
   } else {
     sm::MaxSum mine = sm::OnlineSlice<kThreadsPerRow, VEC>(x_body, t, num_vec);
+    xe = sm::EdgeValue(edges, x_edge, t);
     if constexpr (EDGE) mine = sm::Combine(mine, sm::EdgeMaxSum(xe));
     const sm::MaxSum ms = sm::RowCombine<BLOCK, ROWS_PER_WARP>(mine, slots_a, slots_b);
     m_log2e = ms.m * sm::kLog2e;
@@ -441,12 +454,13 @@ __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
   const int end = slice.end;
   const int first = begin + static_cast<int>(threadIdx.x);
   const bool takes_edge = part == 0 && edges.Has(threadIdx.x);
-  const float xe = takes_edge ? ktune::ToFloat(x_row[edges.Column(threadIdx.x)]) : sm::NegInf();
+  const T x_edge = takes_edge ? x_row[edges.Column(threadIdx.x)] : T{};
   const T* __restrict__ x_body = x_row + edges.head;
 
   ktune::AlignedVector<T, VEC> cache[CACHE];
   sm::LoadSlice<CACHE, BLOCK>(x_body, first, end, cache);
   float mine = sm::SliceMax<T, VEC, CACHE, BLOCK>(cache, first, end);
+  const float xe = takes_edge ? ktune::ToFloat(x_edge) : sm::NegInf();
   if constexpr (EDGE) mine = fmaxf(mine, xe);  // (not folded for EDGE = 0: NaN rules)
   const float local_max = sm::RowMax<BLOCK, 0>(mine, slots_a);
   if (threadIdx.x == 0) block_max = local_max;
@@ -510,10 +524,14 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const T* __restrict__ x_row = x + row * cols;
   const ktune::RowEdges<VEC, EDGE> edges(row * cols, cols);
   const sm::Slice slice = sm::SliceOf<SPLIT>(edges.num_vec, part);
+  // Block 0's edge element, loaded before the slice's vectors (EdgeLoad).
+  const T x_edge = part == 0 ? sm::EdgeLoad(edges, x_row, threadIdx.x) : T{};
   sm::MaxSum mine = sm::OnlineSlice<BLOCK, VEC>(
       x_row + edges.head, slice.begin + static_cast<int>(threadIdx.x), slice.end);
   if constexpr (EDGE) {
-    if (part == 0) mine = sm::Combine(mine, sm::EdgeMaxSum(sm::EdgeValue(edges, x_row, threadIdx.x)));
+    if (part == 0) {
+      mine = sm::Combine(mine, sm::EdgeMaxSum(sm::EdgeValue(edges, x_edge, threadIdx.x)));
+    }
   }
   const sm::MaxSum ms = sm::RowCombine<BLOCK, 0>(mine, slots_a, slots_b);
   if (threadIdx.x == 0) {
@@ -556,19 +574,21 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const float m_log2e = ms.m * sm::kLog2e;
   const float inv_sum = 1.f / ms.s;
   // The edge element is loaded before the slice's vectors, so its latency overlaps theirs
-  // instead of following the slice's stores.
+  // instead of following the slice's stores; kept in T until then (converted next to the
+  // load, the conversion waited out its latency before the slice's first vector load).
   const bool takes_edge = EDGE && part == 0 && edges.Has(threadIdx.x);
   const int edge_col = edges.Column(threadIdx.x);
-  float xe = 0.f;
+  T xe{};
   if constexpr (EDGE) {
-    if (takes_edge) xe = ktune::ToFloat(x_row[edge_col]);
+    if (takes_edge) xe = x_row[edge_col];
   }
   sm::WriteSlice<BLOCK, VEC>(x_row + edges.head, slice.begin + static_cast<int>(threadIdx.x),
                              slice.end, m_log2e, inv_sum, out_row + edges.head,
                              out32_row + edges.head, write_f32);
   if constexpr (EDGE) {
     if (takes_edge) {
-      sm::WriteElement(xe, m_log2e, inv_sum, out_row, out32_row, edge_col, write_f32);
+      sm::WriteElement(ktune::ToFloat(xe), m_log2e, inv_sum, out_row, out32_row, edge_col,
+                       write_f32);
     }
   }
 }
