@@ -73,12 +73,14 @@ if want compile; then
   tail -n 12 "$out/compile_bench.txt" >> "$summary"
 fi
 if want gemm; then
-  # GEMM keys tuned in full (every valid candidate), bf16 and fp8; $GEMM_KEYS replaces the
-  # default list ("dtype:m:n:k ..."). Then one key tuned five times from scratch
-  # (repeatability) and NVRTC's time per candidate at 1 thread and all cores.
+  # GEMM keys tuned in full (every valid candidate, --strategy exhaustive: $out/ktune.db is
+  # then a store bench/search_replay can replay the guided search over), bf16 and fp8;
+  # $GEMM_KEYS replaces the default list ("dtype:m:n:k ..."). Then one key tuned five times
+  # from scratch with the default (guided) search, for its repeatability, and NVRTC's time
+  # per candidate at 1 thread and all cores.
   for key in ${GEMM_KEYS:-bf16:16:6144:4096 bf16:128:4096:4096 bf16:4096:4096:4096 f8e4m3:16:6144:4096}; do
     IFS=: read -r dt m n k <<< "$key"
-    tune "gemm-$dt-$m-$n-$k" gemm --dtype "$dt" --shape "m=$m,n=$n,k=$k"
+    tune "gemm-$dt-$m-$n-$k" gemm --dtype "$dt" --shape "m=$m,n=$n,k=$k" --strategy exhaustive
   done
   for i in 1 2 3 4 5; do
     "$here/bin/ktune" tune gemm --dtype bf16 --shape m=16,n=4096,k=4096 \
