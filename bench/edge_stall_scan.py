@@ -126,8 +126,12 @@ def main(argv=None):
         p.error(f"--cuobjdump: {args.cuobjdump} not found (install the CUDA toolkit's, or "
                 "NVIDIA's nvidia-cuda-cuobjdump wheel)")
 
-    points = candidates(args.ktune, args.templates, args.template, args.dtype, args.shape,
-                        args.all)
+    try:
+        points = candidates(args.ktune, args.templates, args.template, args.dtype, args.shape,
+                            args.all)
+    except RuntimeError as e:  # ktune refused the template, dtype or shape; it says which
+        print(e, file=sys.stderr)
+        return 2
     flagged = 0
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, "candidate.cubin")
@@ -147,10 +151,11 @@ def main(argv=None):
                 continue
             sass = subprocess.run([args.cuobjdump, "-sass", cubin], capture_output=True,
                                   text=True, check=True).stdout
-            for load, reader in stalls(sass):
+            found = stalls(sass)
+            if found:
+                load, reader = found[0]
                 print(f"{label}: '{reader}' reads '{load}' before the first vector load")
                 flagged += 1
-                break
     print(f"{args.template} {args.dtype} {args.shape}: {len(points)} candidates, "
           f"{flagged} flagged")
     return 1 if flagged else 0

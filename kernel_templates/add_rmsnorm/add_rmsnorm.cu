@@ -127,10 +127,9 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   // x + residual rounded and stored (Edge::Finish) only once the vectors' loads are issued.
   // Stored up front, it held those loads back (they might alias residual[i] as far as the
   // compiler knows), so the row's first warp waited out a DRAM latency for one element.
-  // Its weight is loaded only where the edge is stored, at the end: loaded up front as
-  // well, the three loads formed a branch of their own whose results were converted at once,
-  // so the edge threads' warps waited out a DRAM latency before issuing the row's vector
-  // loads (odd rows measured 12 % slower on the H200: 39.8 against 35.3 us at 4096 x 4097).
+  // Its weight is loaded where the edge is stored, at the end, the form timed on the H200
+  // (35.9 us at 4096 x 4097; loaded up front and converted at once, as one release had it,
+  // the edge threads' warps waited out a DRAM latency before the row's vector loads: 39.9).
   ktune_add_rmsnorm::Edge<T> edge;
   if constexpr (EDGE) {
     if (edges.Has(t)) edge.Load(x, residual, row_start + edges.Column(t));

@@ -196,18 +196,8 @@ __device__ __forceinline__ void WriteElement(float v, float max_log2e, float inv
   }
 }
 
-// The row's edge element that thread t takes (ktune::RowEdges), as loaded (T{} where it
-// takes none). Kernels load it beside the row's first vectors and turn it into a float
-// (EdgeValue) only after those are issued: converted next to its load, the conversion
-// waits out the load's DRAM latency, and the warp's vector loads with it.
-template <typename T, int VEC, int EDGE>
-__device__ __forceinline__ T EdgeLoad(const ktune::RowEdges<VEC, EDGE>& edges,
-                                      const T* __restrict__ row, int t) {
-  return edges.Has(t) ? row[edges.Column(t)] : T{};
-}
-
-// An edge element from EdgeLoad as a float; -inf, which adds nothing to a max or a sum,
-// where thread t takes none.
+// An edge element from ktune::EdgeElement as a float, once the row's vector loads are
+// issued; -inf, which adds nothing to a max or a sum, where thread t takes none.
 template <typename T, int VEC, int EDGE>
 __device__ __forceinline__ float EdgeValue(const ktune::RowEdges<VEC, EDGE>& edges, T loaded,
                                            int t) {
@@ -377,7 +367,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const T* __restrict__ x_body = x_row + edges.head;
   T* __restrict__ out_body = out_row + edges.head;
   float* __restrict__ out32_body = out32_row + edges.head;
-  const T x_edge = sm::EdgeLoad(edges, x_row, t);
+  const T x_edge = ktune::EdgeElement(edges, x_row, t);
 
   float m_log2e;
   float inv_sum;
@@ -524,8 +514,8 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   const T* __restrict__ x_row = x + row * cols;
   const ktune::RowEdges<VEC, EDGE> edges(row * cols, cols);
   const sm::Slice slice = sm::SliceOf<SPLIT>(edges.num_vec, part);
-  // Block 0's edge element, loaded before the slice's vectors (EdgeLoad).
-  const T x_edge = part == 0 ? sm::EdgeLoad(edges, x_row, threadIdx.x) : T{};
+  // Block 0's edge element, loaded before the slice's vectors.
+  const T x_edge = part == 0 ? ktune::EdgeElement(edges, x_row, threadIdx.x) : T{};
   sm::MaxSum mine = sm::OnlineSlice<BLOCK, VEC>(
       x_row + edges.head, slice.begin + static_cast<int>(threadIdx.x), slice.end);
   if constexpr (EDGE) {

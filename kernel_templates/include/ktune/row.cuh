@@ -83,20 +83,6 @@ __device__ __forceinline__ void LoadRowVectors(const T* __restrict__ row, int fi
   }
 }
 
-/// The row's edge element that thread t takes (RowEdges::Has), as loaded; T{} (zero, which
-/// adds nothing to a sum) where it takes none. `row` is a row of x, or a row-length array
-/// (weight, bias), whose edge columns are the same for every row with this cut: a kernel
-/// loads those once where it starts, so an edge element's store at the end of a row waits on
-/// no load. Callers convert it (ToFloat) only after the row's vector loads are issued: a
-/// conversion next to the load waits out its DRAM latency there, and the warp's vector loads
-/// with it (seen in the SASS of each row template's odd candidates; add_rmsnorm's odd rows
-/// ran 12 % slower on the H200 while its edge loads were converted up front).
-template <typename T, int VEC, int EDGE>
-__device__ __forceinline__ T EdgeElement(const RowEdges<VEC, EDGE>& edges,
-                                         const T* __restrict__ row, int t) {
-  return edges.Has(t) ? row[edges.Column(t)] : T{};
-}
-
 /// Loads this thread's N vectors (first = t, stride STRIDE) of row `row` of x, laid out as
 /// `edges` cuts it, into v; returns its edge element (EdgeElement), loaded first.
 template <int N, int STRIDE, int VEC, int EDGE, typename T>
