@@ -28,6 +28,10 @@ bool ReadAt(const std::string& bytes, uint64_t at, T* out) {
 
 // Section name -> bytes, for every section of the cubin (".text.<kernel>" holds a kernel's
 // machine code, ".nv.compat" the target's compatibility attributes, sm_90a's among them).
+// A section that occupies no bytes of the file (SHT_NOBITS: ".nv.shared.<kernel>", a
+// kernel's static shared memory) maps to no bytes: its size is what the loader reserves,
+// and checked against the file it refused every cubin whose shared arrays outsize what
+// follows their section's offset (a layernorm with 16 KB of them, ktune cache import).
 inline absl::StatusOr<std::map<std::string, std::string>> ElfSections(const std::string& cubin) {
   using internal::ReadAt;
   auto bad = [](const char* why) { return absl::InvalidArgumentError(absl::StrCat("ELF: ", why)); };
@@ -46,13 +50,18 @@ inline absl::StatusOr<std::map<std::string, std::string>> ElfSections(const std:
   }
   struct Section {
     uint32_t name = 0;
+    uint32_t type = 0;
     uint64_t offset = 0, size = 0;
   };
+  constexpr uint32_t kNoBits = 8;  // SHT_NOBITS
   auto section = [&](uint16_t i, Section* s) {
     const uint64_t at = shoff + uint64_t{i} * shentsize;
-    return ReadAt(cubin, at, &s->name) && ReadAt(cubin, at + 0x18, &s->offset) &&
-           ReadAt(cubin, at + 0x20, &s->size) && s->offset <= cubin.size() &&
-           cubin.size() - s->offset >= s->size;
+    if (!ReadAt(cubin, at, &s->name) || !ReadAt(cubin, at + 0x04, &s->type) ||
+        !ReadAt(cubin, at + 0x18, &s->offset) || !ReadAt(cubin, at + 0x20, &s->size)) {
+      return false;
+    }
+    if (s->type == kNoBits) s->size = 0;  // reserved by the loader, not stored in the file
+    return s->offset <= cubin.size() && cubin.size() - s->offset >= s->size;
   };
   Section names;
   if (!section(shstrndx, &names)) return bad("bad section name table");

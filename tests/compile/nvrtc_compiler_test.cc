@@ -110,6 +110,32 @@ TEST_F(NvrtcCompilerTest, Sm90aCubinDiffersFromSm90) {
   EXPECT_TRUE(sections_a.at(".nv.compat") != sections_b.at(".nv.compat"));
 }
 
+TEST_F(NvrtcCompilerTest, StaticSharedMemoryTakesNoBytesOfTheCubin) {
+  // 32 KB of static shared memory is a section of that size that the file does not hold
+  // (SHT_NOBITS); the section reader once took it for a truncated file and refused the
+  // cubin (ktune cache import of a layernorm staging weight and bias in shared memory).
+  CompileRequest request;
+  request.source =
+      "template <int N> __global__ void staged(float* p) {\n"
+      "  __shared__ float s[N];\n"
+      "  for (int i = threadIdx.x; i < N; i += blockDim.x) s[i] = p[i];\n"
+      "  __syncthreads();\n"
+      "  p[threadIdx.x] = s[N - 1 - threadIdx.x];\n"
+      "}\n";
+  request.source_name = "staged.cu";
+  request.name_expressions = {"staged<8192>"};
+  request.options = {"--gpu-architecture=sm_90"};
+  ASSERT_OK_AND_ASSIGN(CompileResult r, compiler_->Compile(request));
+  ASSERT_TRUE(r.ok) << r.log;
+  ASSERT_LT(r.cubin.size(), 32768u) << "the shared array would fit in the file after all";
+  ASSERT_OK_AND_ASSIGN(auto sections, ElfSections(r.cubin));
+  const std::string shared = ".nv.shared." + r.kernels.at(0).lowered_name;
+  ASSERT_THAT(sections, ::testing::Contains(::testing::Key(shared)));
+  EXPECT_THAT(sections.at(shared), IsEmpty());
+  ASSERT_OK_AND_ASSIGN(auto text, TextSections(r.cubin));
+  EXPECT_THAT(text, ::testing::Contains(::testing::Key(".text." + r.kernels.at(0).lowered_name)));
+}
+
 TEST_F(NvrtcCompilerTest, SyntaxErrorIsAFailedResultNotAnError) {
   CompileRequest request;
   request.source = "template <int N> __global__ void broken(float* p) { p[0] = N +; }\n";
