@@ -13,7 +13,8 @@ For one key (template, dtype, shape; default rmsnorm bf16 tokens=4096,hidden=819
      the restriction accepts exactly the listed configs; strategy_options max_fevals is the
      budget. The kernel is compiled as ktune compiles it: the template's .cu, the name
      expression of its manifest (KT's nvcuda backend hands it to nvrtcAddNameExpression),
-     -std=c++17 -minimal, the templates' include folder, --gpu-architecture of the knob, and
+     -std=c++17 -minimal -default-device, the templates' include folder, --gpu-architecture
+     of the knob, and
      the defines ktune passes (KTUNE_MAX_THREADS, KTUNE_MIN_BLOCKS, KTUNE_MAXRREG,
      KTUNE_LAUNCH_BOUNDS; server/templates/instance.cc), given through tune_kernel's
      `defines`, which then defines nothing else. Grid and block are the manifest's
@@ -281,7 +282,8 @@ class Problem:
     def compiler_options(self, cuda_include):
         """ktune's NVRTC options (nvrtc_compiler.cc) less -Xptxas=-v, which changes no code."""
         knobs = self.configs[0]["knobs"]
-        opts = ["-std=c++17", "-minimal", f"--gpu-architecture={knobs['target']}",
+        opts = ["-std=c++17", "-minimal", "-default-device",
+                f"--gpu-architecture={knobs['target']}",
                 f"--include-path={os.path.join(self.templates, 'include')}"]
         if cuda_include:
             opts.append(f"--include-path={cuda_include}")

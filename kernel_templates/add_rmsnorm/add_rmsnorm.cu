@@ -99,9 +99,13 @@ struct Edge {
 ///   EDGE:          0: rows are whole aligned vectors (hidden % VEC == 0); 1: any hidden
 ///                  (ktune/edges.cuh; weight read shifted); 2: as 1, 16-byte vectors whose
 ///                  body starts on a 128-byte line (up to 9 * VEC - 1 edge elements).
+///   PER_SHIFT:     with EDGE: 0: the weight read shifted by one body whose loads find the
+///                  shift at run time; 1: the body compiled once per shift (VEC copies,
+///                  ktune::WithShift), so the shifts' word selects fold away.
 /// REQUIRES: hidden % VEC == 0 unless EDGE; x, residual, weight, out aligned to VEC *
 /// sizeof(T) bytes; no two of x, residual, weight, out overlap (__restrict__); 1 <= hidden.
-template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE>
+template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE,
+          int PER_SHIFT>
 __global__ void KTUNE_LAUNCH_BOUNDS
     add_rmsnorm_kernel(const T* __restrict__ x, T* __restrict__ residual,
                        const T* __restrict__ weight, T* __restrict__ out, int tokens,
@@ -109,6 +113,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
   using Vec = typename K::Vec;
   constexpr int kThreadsPerRow = K::kThreadsPerRow;
+  static_assert(PER_SHIFT == 0 || EDGE > 0, "PER_SHIFT is for EDGE > 0");
 
   const int t = K::Lane();
   const long long row = K::Row();
@@ -138,60 +143,64 @@ __global__ void KTUNE_LAUNCH_BOUNDS
 
   float sumsq = 0.f;
   float inv_rms;
-  if constexpr (CACHE > 0) {
-    // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c.
-    const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE> w(w_row, t, num_vec);
-    sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
-    Vec cache[CACHE];
-    ktune_add_rmsnorm::AddRowVectors<CACHE, kThreadsPerRow>(x_row, res_row, t, num_vec, cache,
-                                                            &sumsq);
-    if constexpr (EDGE) {
-      if (edges.Has(t)) re = edge.Finish(residual);
-      sumsq = fmaf(re, re, sumsq);
-    }
-    inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
-    ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
-  } else {
-    // Per thread: chunks of kU vectors (all 2 * kU loads of a chunk in flight), then the
-    // fewer than kU left. Each thread re-reads in the second pass only what it stored itself
-    // in the first, so program order makes the new residual visible without a barrier.
-    constexpr int kU = ktune_add_rmsnorm::kUncachedUnroll;
-    constexpr int kChunk = kThreadsPerRow * kU;
-    using Weights = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T, EDGE>;
-    using TailWeights = ktune::RowVectors<0, kU - 1, kThreadsPerRow, VEC, T, EDGE>;
-    int v = t;
-#pragma unroll 1
-    for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
-      Vec r[kU];
-      ktune_add_rmsnorm::AddRowVectors<kU, kThreadsPerRow>(x_row, res_row, v, num_vec, r,
-                                                           &sumsq);
-    }
-    if (v < num_vec) {
-      Vec r[kU - 1];
-      ktune_add_rmsnorm::AddRowVectors<kU - 1, kThreadsPerRow>(x_row, res_row, v, num_vec, r,
-                                                               &sumsq);
-    }
-    if constexpr (EDGE) {
-      if (edges.Has(t)) re = edge.Finish(residual);
-      sumsq = fmaf(re, re, sumsq);
-    }
-    inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
-    v = t;
-#pragma unroll 1
-    for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
-      Vec r[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        r[u] = ktune::LoadVector<VEC>(res_row + (v + u * kThreadsPerRow) * VEC);
+  ktune::WithShift<VEC, EDGE, PER_SHIFT>(edges.head % VEC, [&](auto shift) {
+    constexpr int kShift = decltype(shift)::value;
+    if constexpr (CACHE > 0) {
+      // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c.
+      const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, kShift> w(w_row, t,
+                                                                                 num_vec);
+      sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
+      Vec cache[CACHE];
+      ktune_add_rmsnorm::AddRowVectors<CACHE, kThreadsPerRow>(x_row, res_row, t, num_vec, cache,
+                                                              &sumsq);
+      if constexpr (EDGE) {
+        if (edges.Has(t)) re = edge.Finish(residual);
+        sumsq = fmaf(re, re, sumsq);
       }
-      ktune::ScaleRowVectors(r, Weights(w_row, v, num_vec), out_row, v, num_vec, inv_rms);
+      inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+      ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
+    } else {
+      // Per thread: chunks of kU vectors (all 2 * kU loads of a chunk in flight), then the
+      // fewer than kU left. Each thread re-reads in the second pass only what it stored itself
+      // in the first, so program order makes the new residual visible without a barrier.
+      constexpr int kU = ktune_add_rmsnorm::kUncachedUnroll;
+      constexpr int kChunk = kThreadsPerRow * kU;
+      using Weights = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T, kShift>;
+      using TailWeights = ktune::RowVectors<0, kU - 1, kThreadsPerRow, VEC, T, kShift>;
+      int v = t;
+#pragma unroll 1
+      for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
+        Vec r[kU];
+        ktune_add_rmsnorm::AddRowVectors<kU, kThreadsPerRow>(x_row, res_row, v, num_vec, r,
+                                                             &sumsq);
+      }
+      if (v < num_vec) {
+        Vec r[kU - 1];
+        ktune_add_rmsnorm::AddRowVectors<kU - 1, kThreadsPerRow>(x_row, res_row, v, num_vec, r,
+                                                                 &sumsq);
+      }
+      if constexpr (EDGE) {
+        if (edges.Has(t)) re = edge.Finish(residual);
+        sumsq = fmaf(re, re, sumsq);
+      }
+      inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+      v = t;
+#pragma unroll 1
+      for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
+        Vec r[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          r[u] = ktune::LoadVector<VEC>(res_row + (v + u * kThreadsPerRow) * VEC);
+        }
+        ktune::ScaleRowVectors(r, Weights(w_row, v, num_vec), out_row, v, num_vec, inv_rms);
+      }
+      if (v < num_vec) {
+        Vec r[kU - 1];
+        ktune::LoadRowVectors<kU - 1, kThreadsPerRow>(res_row, v, num_vec, r);
+        ktune::ScaleRowVectors(r, TailWeights(w_row, v, num_vec), out_row, v, num_vec, inv_rms);
+      }
     }
-    if (v < num_vec) {
-      Vec r[kU - 1];
-      ktune::LoadRowVectors<kU - 1, kThreadsPerRow>(res_row, v, num_vec, r);
-      ktune::ScaleRowVectors(r, TailWeights(w_row, v, num_vec), out_row, v, num_vec, inv_rms);
-    }
-  }
+  });
   if constexpr (EDGE) {
     if (edges.Has(t)) {
       const int col = edges.Column(t);

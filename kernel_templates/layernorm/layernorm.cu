@@ -38,11 +38,11 @@ __device__ __forceinline__ float AddSquaredDeviations(const ktune::AlignedVector
 
 // out = (x - mean) * inv_std * w (+ b), elementwise, in this order (the reference's), for
 // the vector u of weight and bias (the bias read only when has_bias).
-template <int PREFETCH, int N, int STRIDE, int VEC, typename T, int SHIFTED>
+template <int PREFETCH, int N, int STRIDE, int VEC, typename T, int SHIFT>
 __device__ __forceinline__ ktune::AlignedVector<T, VEC> Normalize(
     const ktune::AlignedVector<T, VEC>& xv,
-    const ktune::RowVectors<PREFETCH, N, STRIDE, VEC, T, SHIFTED>& weight,
-    const ktune::RowVectors<PREFETCH, N, STRIDE, VEC, T, SHIFTED>& bias, int u, int has_bias,
+    const ktune::RowVectors<PREFETCH, N, STRIDE, VEC, T, SHIFT>& weight,
+    const ktune::RowVectors<PREFETCH, N, STRIDE, VEC, T, SHIFT>& bias, int u, int has_bias,
     float mean, float inv_std) {
   float xf[VEC];
   float wf[VEC];
@@ -86,11 +86,14 @@ __device__ __forceinline__ ktune::AlignedVector<T, VEC> Normalize(
 ///                  share the cut); 1:
 ///                  a row per block (or per warp). > 1 only with a row per block, CACHE > 0
 ///                  and PREFETCH_W.
+///   PER_SHIFT:     with EDGE: 0: weight and bias read shifted by one body whose loads find
+///                  the shift at run time; 1: the body compiled once per shift (VEC copies,
+///                  ktune::WithShift), so the shifts' word selects fold away.
 /// has_bias: 0 or 1, the same for the whole launch (bias is not read when 0).
 /// REQUIRES: hidden % VEC == 0 unless EDGE; x, weight, bias, out aligned to VEC * sizeof(T)
 /// bytes; out overlaps none of the inputs (__restrict__); 1 <= hidden.
 template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE,
-          int REUSE_W>
+          int REUSE_W, int PER_SHIFT>
 __global__ void KTUNE_LAUNCH_BOUNDS
     layernorm_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                      const T* __restrict__ bias, T* __restrict__ out, int tokens, int hidden,
@@ -100,6 +103,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W >= 1),
                 "REUSE_W > 1 needs a row per block and the weight cached (CACHE, PREFETCH_W)");
   static_assert(PREFETCH_W < 2 || REUSE_W > 1, "PREFETCH_W 2 is for REUSE_W > 1");
+  static_assert(PER_SHIFT == 0 || EDGE > 0, "PER_SHIFT is for EDGE > 0");
   using Vec = typename K::Vec;
   constexpr int kThreadsPerRow = K::kThreadsPerRow;
 
@@ -132,103 +136,108 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     }
   };
 
-  if constexpr (CACHE > 0) {
-    // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c. All C
-    // loads are issued before any is used; vectors past the row are zeros and skipped.
-    using Affine = ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, (EDGE > 0)>;
-    // PREFETCH_W 2: the block's staging of weight and bias (each thread its own slots).
-    __shared__ Vec staged[PREFETCH_W == 2 ? 2 * CACHE * kThreadsPerRow : 1];
-    const Affine w(w_row, t, num_vec, true, staged);
-    const Affine b(b_row, t, num_vec, has_bias, staged + CACHE * kThreadsPerRow);
-    // With REUSE_W > 1, the next row's vectors are loaded before this one's reductions.
-    Group::template ForEachCachedRow<CACHE, kThreadsPerRow>(
-        edges, x, hidden, t, first_row, tokens,
-        [&](long long row, const Vec (&cache)[CACHE], float xe) {
-      const long long row_start = row * hidden;
-      T* __restrict__ out_row = out + row_start + edges.head;
-      // Exactly 0.f (see RowVectors::ZeroAfterLoads): orders the prefetches with x's loads.
-      float sum = w.ZeroAfterLoads(num_vec >> 31) + b.ZeroAfterLoads(num_vec >> 31);
-      if constexpr (EDGE) sum += xe;
+  // PREFETCH_W 2: the block's staging of weight and bias (each thread its own slots);
+  // declared out here, since each of WithShift's bodies would have an array of its own.
+  __shared__ Vec staged[PREFETCH_W == 2 ? 2 * CACHE * kThreadsPerRow : 1];
+
+  ktune::WithShift<VEC, EDGE, PER_SHIFT>(edges.head % VEC, [&](auto shift) {
+    constexpr int kShift = decltype(shift)::value;
+    if constexpr (CACHE > 0) {
+      // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c. All C
+      // loads are issued before any is used; vectors past the row are zeros and skipped.
+      using Affine = ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, kShift>;
+      const Affine w(w_row, t, num_vec, true, staged);
+      const Affine b(b_row, t, num_vec, has_bias, staged + CACHE * kThreadsPerRow);
+      // With REUSE_W > 1, the next row's vectors are loaded before this one's reductions.
+      Group::template ForEachCachedRow<CACHE, kThreadsPerRow>(
+          edges, x, hidden, t, first_row, tokens,
+          [&](long long row, const Vec (&cache)[CACHE], float xe) {
+        const long long row_start = row * hidden;
+        T* __restrict__ out_row = out + row_start + edges.head;
+        // Exactly 0.f (see RowVectors::ZeroAfterLoads): orders the prefetches with x's loads.
+        float sum = w.ZeroAfterLoads(num_vec >> 31) + b.ZeroAfterLoads(num_vec >> 31);
+        if constexpr (EDGE) sum += xe;
 #pragma unroll
-      for (int c = 0; c < CACHE; ++c) sum = ktune_layernorm::AddSum(cache[c], sum);
+        for (int c = 0; c < CACHE; ++c) sum = ktune_layernorm::AddSum(cache[c], sum);
+        const float mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
+        float sq = 0.f;
+        if (edges.Has(t)) sq = (xe - mean) * (xe - mean);
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+          if (t + c * kThreadsPerRow < num_vec) {
+            sq = ktune_layernorm::AddSquaredDeviations(cache[c], mean, sq);
+          }
+        }
+        if constexpr (!ROWS_PER_WARP) __syncthreads();  // BlockReduceSum's slots are reused
+        const float inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+          const int idx = t + c * kThreadsPerRow;
+          if (idx < num_vec) {
+            ktune::StoreVector<VEC>(out_row + idx * VEC,
+                                    ktune_layernorm::Normalize(cache[c], w, b, c, has_bias, mean,
+                                                               inv_std));
+          }
+        }
+        store_edge(row_start, xe, mean, inv_std);
+      });
+    } else {
+      // Three passes over the row, kU vectors per thread in flight per step (bounds-checked:
+      // this variant is for rows longer than any cache, where the checks are noise).
+      constexpr int kU = ktune_layernorm::kUncachedUnroll;
+      constexpr int kChunk = kThreadsPerRow * kU;
+      using Affine = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T, kShift>;
+      const long long row_start = first_row * hidden;
+      const T* __restrict__ x_row = x + row_start + edges.head;
+      T* __restrict__ out_row = out + row_start + edges.head;
+      // The edge element is loaded with the row's first vectors and added after them (ToFloat
+      // waits for the load).
+      const T x_edge = ktune::EdgeElement(edges, x + row_start, t);
+      float sum = 0.f;
+#pragma unroll 1
+      for (int v = t; v < num_vec; v += kChunk) {
+        Vec xv[kU];
+        ktune::LoadRowVectors<kU, kThreadsPerRow>(x_row, v, num_vec, xv);
+#pragma unroll
+        for (int u = 0; u < kU; ++u) sum = ktune_layernorm::AddSum(xv[u], sum);
+      }
+      const float xe = ktune::ToFloat(x_edge);
+      if constexpr (EDGE) sum += xe;
       const float mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
       float sq = 0.f;
       if (edges.Has(t)) sq = (xe - mean) * (xe - mean);
+#pragma unroll 1
+      for (int v = t; v < num_vec; v += kChunk) {
+        Vec xv[kU];
+        ktune::LoadRowVectors<kU, kThreadsPerRow>(x_row, v, num_vec, xv);
 #pragma unroll
-      for (int c = 0; c < CACHE; ++c) {
-        if (t + c * kThreadsPerRow < num_vec) {
-          sq = ktune_layernorm::AddSquaredDeviations(cache[c], mean, sq);
+        for (int u = 0; u < kU; ++u) {
+          if (v + u * kThreadsPerRow < num_vec) {
+            sq = ktune_layernorm::AddSquaredDeviations(xv[u], mean, sq);
+          }
         }
       }
       if constexpr (!ROWS_PER_WARP) __syncthreads();  // BlockReduceSum's slots are reused
       const float inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
+#pragma unroll 1
+      for (int v = t; v < num_vec; v += kChunk) {
+        Vec xv[kU];
+        ktune::LoadRowVectors<kU, kThreadsPerRow>(x_row, v, num_vec, xv);
+        const Affine w(w_row, v, num_vec);
+        const Affine b(b_row, v, num_vec);
 #pragma unroll
-      for (int c = 0; c < CACHE; ++c) {
-        const int idx = t + c * kThreadsPerRow;
-        if (idx < num_vec) {
-          ktune::StoreVector<VEC>(out_row + idx * VEC,
-                                  ktune_layernorm::Normalize(cache[c], w, b, c, has_bias, mean,
-                                                             inv_std));
+        for (int u = 0; u < kU; ++u) {
+          const int idx = v + u * kThreadsPerRow;
+          if (idx < num_vec) {
+            ktune::StoreVector<VEC>(out_row + idx * VEC,
+                                    ktune_layernorm::Normalize(xv[u], w, b, u, has_bias, mean,
+                                                               inv_std));
+          }
         }
       }
       store_edge(row_start, xe, mean, inv_std);
-    });
-  } else {
-    // Three passes over the row, kU vectors per thread in flight per step (bounds-checked:
-    // this variant is for rows longer than any cache, where the checks are noise).
-    constexpr int kU = ktune_layernorm::kUncachedUnroll;
-    constexpr int kChunk = kThreadsPerRow * kU;
-    using Affine = ktune::RowVectors<0, kU, kThreadsPerRow, VEC, T, (EDGE > 0)>;
-    const long long row_start = first_row * hidden;
-    const T* __restrict__ x_row = x + row_start + edges.head;
-    T* __restrict__ out_row = out + row_start + edges.head;
-    // The edge element is loaded with the row's first vectors and added after them (ToFloat
-    // waits for the load).
-    const T x_edge = ktune::EdgeElement(edges, x + row_start, t);
-    float sum = 0.f;
-#pragma unroll 1
-    for (int v = t; v < num_vec; v += kChunk) {
-      Vec xv[kU];
-      ktune::LoadRowVectors<kU, kThreadsPerRow>(x_row, v, num_vec, xv);
-#pragma unroll
-      for (int u = 0; u < kU; ++u) sum = ktune_layernorm::AddSum(xv[u], sum);
     }
-    const float xe = ktune::ToFloat(x_edge);
-    if constexpr (EDGE) sum += xe;
-    const float mean = ktune::RowSum<BLOCK, ROWS_PER_WARP>(sum) * inv_hidden;
-    float sq = 0.f;
-    if (edges.Has(t)) sq = (xe - mean) * (xe - mean);
-#pragma unroll 1
-    for (int v = t; v < num_vec; v += kChunk) {
-      Vec xv[kU];
-      ktune::LoadRowVectors<kU, kThreadsPerRow>(x_row, v, num_vec, xv);
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        if (v + u * kThreadsPerRow < num_vec) {
-          sq = ktune_layernorm::AddSquaredDeviations(xv[u], mean, sq);
-        }
-      }
-    }
-    if constexpr (!ROWS_PER_WARP) __syncthreads();  // BlockReduceSum's slots are reused
-    const float inv_std = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sq) * inv_hidden + eps);
-#pragma unroll 1
-    for (int v = t; v < num_vec; v += kChunk) {
-      Vec xv[kU];
-      ktune::LoadRowVectors<kU, kThreadsPerRow>(x_row, v, num_vec, xv);
-      const Affine w(w_row, v, num_vec);
-      const Affine b(b_row, v, num_vec);
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int idx = v + u * kThreadsPerRow;
-        if (idx < num_vec) {
-          ktune::StoreVector<VEC>(out_row + idx * VEC,
-                                  ktune_layernorm::Normalize(xv[u], w, b, u, has_bias, mean,
-                                                             inv_std));
-        }
-      }
-    }
-    store_edge(row_start, xe, mean, inv_std);
-  }
+  });
 }
 
 /// The reference: one row per block of 32 threads. Two passes in double: each thread sums

@@ -37,11 +37,14 @@ static_assert(kUncachedUnroll >= 2, "kUncachedUnroll must be at least 2 (the tai
 ///                  share the cut); 1: a
 ///                  row per block (or per warp). > 1 only with a row per block, CACHE > 0 and
 ///                  PREFETCH_W.
+///   PER_SHIFT:     with EDGE: 0: the weight read shifted by one body whose loads find the
+///                  shift at run time; 1: the body compiled once per shift (VEC copies,
+///                  ktune::WithShift), so the shifts' word selects fold away.
 /// REQUIRES: hidden % VEC == 0 unless EDGE; x, weight, out aligned to VEC * sizeof(T) bytes
 /// (cudaMalloc gives 256); out does not overlap x or weight (__restrict__); 1 <= hidden;
 /// tokens * hidden elements in x and out.
 template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREFETCH_W, int EDGE,
-          int REUSE_W>
+          int REUSE_W, int PER_SHIFT>
 __global__ void KTUNE_LAUNCH_BOUNDS
     rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out,
                    int tokens, int hidden, float eps) {
@@ -50,6 +53,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
   static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W >= 1),
                 "REUSE_W > 1 needs a row per block and the weight cached (CACHE, PREFETCH_W)");
   static_assert(PREFETCH_W < 2 || REUSE_W > 1, "PREFETCH_W 2 is for REUSE_W > 1");
+  static_assert(PER_SHIFT == 0 || EDGE > 0, "PER_SHIFT is for EDGE > 0");
   using Vec = typename K::Vec;
   constexpr int kThreadsPerRow = K::kThreadsPerRow;
 
@@ -75,83 +79,88 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     }
   };
 
-  if constexpr (CACHE > 0) {
-    // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c.
-    // PREFETCH_W 2: the block's staging of the weight (each thread its own slots).
-    __shared__ Vec staged[PREFETCH_W == 2 ? CACHE * kThreadsPerRow : 1];
-    const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, EDGE> w(w_row, t, num_vec,
-                                                                             true, staged);
-    // With REUSE_W > 1, the next row's vectors are loaded before this one's reductions.
-    Group::template ForEachCachedRow<CACHE, kThreadsPerRow>(
-        edges, x, hidden, t, first_row, tokens,
-        [&](long long row, const Vec (&cache)[CACHE], float xe) {
-      const long long row_start = row * hidden;
+  // PREFETCH_W 2: the block's staging of the weight (each thread its own slots); declared
+  // out here, since each of WithShift's bodies would have an array of its own.
+  __shared__ Vec staged[PREFETCH_W == 2 ? CACHE * kThreadsPerRow : 1];
+
+  ktune::WithShift<VEC, EDGE, PER_SHIFT>(edges.head % VEC, [&](auto shift) {
+    constexpr int kShift = decltype(shift)::value;
+    if constexpr (CACHE > 0) {
+      // Vector c of this thread is row vector c * kThreadsPerRow + t: coalesced per c.
+      const ktune::RowVectors<PREFETCH_W, CACHE, kThreadsPerRow, VEC, T, kShift> w(
+          w_row, t, num_vec, true, staged);
+      // With REUSE_W > 1, the next row's vectors are loaded before this one's reductions.
+      Group::template ForEachCachedRow<CACHE, kThreadsPerRow>(
+          edges, x, hidden, t, first_row, tokens,
+          [&](long long row, const Vec (&cache)[CACHE], float xe) {
+        const long long row_start = row * hidden;
+        T* __restrict__ out_row = out + row_start + edges.head;
+        float sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
+        if constexpr (EDGE) sumsq = fmaf(xe, xe, sumsq);
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) sumsq = ktune::SumOfSquares(cache[c], sumsq);
+        const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
+        ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
+        store_edge(row_start, xe, inv_rms);
+      });
+    } else {
+      // Per thread: chunks of kU vectors with no bounds checks while a whole chunk is in the
+      // row, then the fewer than kU left, all loads of a chunk in flight at once.
+      constexpr int kU = ktune_rmsnorm::kUncachedUnroll;
+      constexpr int kChunk = kThreadsPerRow * kU;
+      const long long row_start = first_row * hidden;
+      const T* __restrict__ x_row = x + row_start + edges.head;
       T* __restrict__ out_row = out + row_start + edges.head;
-      float sumsq = w.ZeroAfterLoads(num_vec >> 31);  // exactly 0.f; see RowVectors
+      // The edge element is loaded with the row's first vectors and added after them (ToFloat
+      // waits for the load).
+      const T x_edge = ktune::EdgeElement(edges, x + row_start, t);
+      float sumsq = 0.f;
+      int v = t;
+#pragma unroll 1
+      for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
+        Vec xv[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          xv[u] = ktune::LoadVector<VEC>(x_row + (v + u * kThreadsPerRow) * VEC);
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) sumsq = ktune::SumOfSquares(xv[u], sumsq);
+      }
+      if (v < num_vec) {
+        Vec xv[kU - 1];
+        ktune::LoadRowVectors<kU - 1, kThreadsPerRow>(x_row, v, num_vec, xv);
+#pragma unroll
+        for (int u = 0; u < kU - 1; ++u) sumsq = ktune::SumOfSquares(xv[u], sumsq);
+      }
+      const float xe = ktune::ToFloat(x_edge);
       if constexpr (EDGE) sumsq = fmaf(xe, xe, sumsq);
-#pragma unroll
-      for (int c = 0; c < CACHE; ++c) sumsq = ktune::SumOfSquares(cache[c], sumsq);
       const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
-      ktune::ScaleRowVectors(cache, w, out_row, t, num_vec, inv_rms);
+      v = t;
+#pragma unroll 1
+      for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
+        Vec xv[kU];
+        Vec wv[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          xv[u] = ktune::LoadVector<VEC>(x_row + (v + u * kThreadsPerRow) * VEC);
+          wv[u] = ktune::LoadVectorAt<VEC, kShift>(w_row + (v + u * kThreadsPerRow) * VEC);
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          ktune::StoreVector<VEC>(out_row + (v + u * kThreadsPerRow) * VEC,
+                                  ktune::ScaleByRms(xv[u], wv[u], inv_rms));
+        }
+      }
+      if (v < num_vec) {
+        Vec xv[kU - 1];
+        ktune::LoadRowVectors<kU - 1, kThreadsPerRow>(x_row, v, num_vec, xv);
+        ktune::ScaleRowVectors(xv, ktune::RowVectors<0, kU - 1, kThreadsPerRow, VEC, T, kShift>(
+                                       w_row, v, num_vec),
+                               out_row, v, num_vec, inv_rms);
+      }
       store_edge(row_start, xe, inv_rms);
-    });
-  } else {
-    // Per thread: chunks of kU vectors with no bounds checks while a whole chunk is in the
-    // row, then the fewer than kU left, all loads of a chunk in flight at once.
-    constexpr int kU = ktune_rmsnorm::kUncachedUnroll;
-    constexpr int kChunk = kThreadsPerRow * kU;
-    const long long row_start = first_row * hidden;
-    const T* __restrict__ x_row = x + row_start + edges.head;
-    T* __restrict__ out_row = out + row_start + edges.head;
-    // The edge element is loaded with the row's first vectors and added after them (ToFloat
-    // waits for the load).
-    const T x_edge = ktune::EdgeElement(edges, x + row_start, t);
-    float sumsq = 0.f;
-    int v = t;
-#pragma unroll 1
-    for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
-      Vec xv[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        xv[u] = ktune::LoadVector<VEC>(x_row + (v + u * kThreadsPerRow) * VEC);
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) sumsq = ktune::SumOfSquares(xv[u], sumsq);
     }
-    if (v < num_vec) {
-      Vec xv[kU - 1];
-      ktune::LoadRowVectors<kU - 1, kThreadsPerRow>(x_row, v, num_vec, xv);
-#pragma unroll
-      for (int u = 0; u < kU - 1; ++u) sumsq = ktune::SumOfSquares(xv[u], sumsq);
-    }
-    const float xe = ktune::ToFloat(x_edge);
-    if constexpr (EDGE) sumsq = fmaf(xe, xe, sumsq);
-    const float inv_rms = rsqrtf(ktune::RowSum<BLOCK, ROWS_PER_WARP>(sumsq) / hidden + eps);
-    v = t;
-#pragma unroll 1
-    for (; v + (kU - 1) * kThreadsPerRow < num_vec; v += kChunk) {
-      Vec xv[kU];
-      Vec wv[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        xv[u] = ktune::LoadVector<VEC>(x_row + (v + u * kThreadsPerRow) * VEC);
-        wv[u] = ktune::LoadVectorAt<VEC, EDGE>(w_row + (v + u * kThreadsPerRow) * VEC);
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        ktune::StoreVector<VEC>(out_row + (v + u * kThreadsPerRow) * VEC,
-                                ktune::ScaleByRms(xv[u], wv[u], inv_rms));
-      }
-    }
-    if (v < num_vec) {
-      Vec xv[kU - 1];
-      ktune::LoadRowVectors<kU - 1, kThreadsPerRow>(x_row, v, num_vec, xv);
-      ktune::ScaleRowVectors(xv, ktune::RowVectors<0, kU - 1, kThreadsPerRow, VEC, T, EDGE>(
-                                     w_row, v, num_vec),
-                             out_row, v, num_vec, inv_rms);
-    }
-    store_edge(row_start, xe, inv_rms);
-  }
+  });
 }
 
 /// The reference: one row per block of kReferenceThreads (32) threads, each summing a

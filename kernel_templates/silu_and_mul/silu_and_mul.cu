@@ -33,9 +33,10 @@ __device__ __forceinline__ ktune::AlignedVector<T, VEC> SiluMulVector(
 // One tile: output vectors first + u * BLOCK (u < UNROLL) of one row, those below num_vec.
 // All 2 * UNROLL loads are issued before the first use, so each thread keeps
 // 2 * UNROLL * VEC * sizeof(T) bytes in flight. A whole tile (every tile but a row's last
-// when BLOCK * UNROLL does not divide num_vec) takes no bounds checks. SHIFTED: gate and up
-// are read with LoadShiftedVector (x_row need not be VEC-aligned).
-template <int BLOCK, int VEC, int UNROLL, int SHIFTED, typename T>
+// when BLOCK * UNROLL does not divide num_vec) takes no bounds checks. GATE_SHIFT, UP_SHIFT:
+// how gate (at x_row) and up (at x_row + inter) lie against vector boundaries, the SHIFT
+// of ktune::LoadVectorAt (0: aligned).
+template <int BLOCK, int VEC, int UNROLL, int GATE_SHIFT, int UP_SHIFT, typename T>
 __device__ __forceinline__ void Tile(const T* __restrict__ x_row, T* __restrict__ out_row,
                                      int first, int num_vec, int inter) {
   using Vec = ktune::AlignedVector<T, VEC>;
@@ -46,8 +47,8 @@ __device__ __forceinline__ void Tile(const T* __restrict__ x_row, T* __restrict_
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int idx = (first + u * BLOCK) * VEC;
-      gate[u] = ktune::LoadVectorAt<VEC, SHIFTED>(x_row + idx);
-      up[u] = ktune::LoadVectorAt<VEC, SHIFTED>(x_row + inter + idx);
+      gate[u] = ktune::LoadVectorAt<VEC, GATE_SHIFT>(x_row + idx);
+      up[u] = ktune::LoadVectorAt<VEC, UP_SHIFT>(x_row + inter + idx);
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
@@ -57,8 +58,8 @@ __device__ __forceinline__ void Tile(const T* __restrict__ x_row, T* __restrict_
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int v = first + u * BLOCK;
-      gate[u] = v < num_vec ? ktune::LoadVectorAt<VEC, SHIFTED>(x_row + v * VEC) : Vec{};
-      up[u] = v < num_vec ? ktune::LoadVectorAt<VEC, SHIFTED>(x_row + inter + v * VEC) : Vec{};
+      gate[u] = v < num_vec ? ktune::LoadVectorAt<VEC, GATE_SHIFT>(x_row + v * VEC) : Vec{};
+      up[u] = v < num_vec ? ktune::LoadVectorAt<VEC, UP_SHIFT>(x_row + inter + v * VEC) : Vec{};
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
@@ -72,7 +73,9 @@ __device__ __forceinline__ void Tile(const T* __restrict__ x_row, T* __restrict_
 // (ktune/edges.cuh). The vectors are cut in out's frame, so stores stay aligned; gate and
 // up start `inter` elements apart, so with EDGE at least one of them is read shifted (both
 // are, which costs no DRAM bytes: the second aligned load is the neighbour's first).
-template <int BLOCK, int VEC, int UNROLL, int EDGE, typename T>
+// PER_SHIFT 1: the tile compiled once per shift of gate (ktune::WithShift), up's found at
+// run time; a shift of both at compile time would be VEC * VEC tiles.
+template <int BLOCK, int VEC, int UNROLL, int EDGE, int PER_SHIFT, typename T>
 __device__ __forceinline__ void RowTile(const T* __restrict__ x, T* __restrict__ out,
                                         long long row, int tile, int inter) {
   const ktune::RowEdges<VEC, EDGE> edges(row * inter, inter);
@@ -92,9 +95,14 @@ __device__ __forceinline__ void RowTile(const T* __restrict__ x, T* __restrict__
       edge_up = x_row[inter + edge_col];
     }
   }
-  Tile<BLOCK, VEC, UNROLL, EDGE>(x_row + edges.head, out_row + edges.head,
-                                 tile * BLOCK * UNROLL + static_cast<int>(threadIdx.x),
-                                 edges.num_vec, inter);
+  const int gate_shift = static_cast<int>((row * 2 * inter + edges.head) % VEC);
+  ktune::WithShift<VEC, EDGE, PER_SHIFT>(gate_shift, [&](auto shift) {
+    constexpr int kGateShift = decltype(shift)::value;
+    constexpr int kUpShift = EDGE ? ktune::kAnyShift : 0;
+    Tile<BLOCK, VEC, UNROLL, kGateShift, kUpShift>(
+        x_row + edges.head, out_row + edges.head,
+        tile * BLOCK * UNROLL + static_cast<int>(threadIdx.x), edges.num_vec, inter);
+  });
   if constexpr (EDGE) {
     if (has_edge) {
       out_row[edge_col] =
@@ -194,9 +202,13 @@ __device__ __forceinline__ void FlatTile(const T* __restrict__ x, T* __restrict_
 ///                thread of the row's tile 0 (ktune/edges.cuh); 2: as 1, 16-byte vectors
 ///                from out's first 128-byte line in the row (up to 9 * VEC - 1 edge
 ///                elements: BLOCK >= 9 * VEC).
+///   PER_SHIFT:   with EDGE: 0: gate and up read shifted with the shift found per load at
+///                run time; 1: the tile compiled once per shift of gate (VEC copies), up's
+///                still found at run time.
 /// REQUIRES: inter % VEC == 0 unless EDGE; x and out aligned to VEC * sizeof(T) bytes; out
 /// does not overlap x; tokens * 2 * inter elements in x, tokens * inter in out.
-template <typename T, int BLOCK, int VEC_BYTES, int UNROLL, int GRID_STRIDE, int EDGE>
+template <typename T, int BLOCK, int VEC_BYTES, int UNROLL, int GRID_STRIDE, int EDGE,
+          int PER_SHIFT>
 __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
                                                         T* __restrict__ out, int tokens,
                                                         int inter) {
@@ -208,12 +220,14 @@ __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
   static_assert(UNROLL >= 1 && UNROLL <= 16, "UNROLL must be from 1 to 16");
   static_assert(GRID_STRIDE >= 0 && GRID_STRIDE <= 3, "GRID_STRIDE must be 0, 1, 2 or 3");
   static_assert(GRID_STRIDE != 3 || !EDGE, "GRID_STRIDE 3 needs whole aligned vectors (EDGE 0)");
+  static_assert(PER_SHIFT == 0 || EDGE > 0, "PER_SHIFT is for EDGE > 0");
 
   constexpr int kTile = BLOCK * UNROLL;
   if constexpr (GRID_STRIDE == 3) {
     ktune_silu_and_mul::FlatTile<BLOCK, VEC, UNROLL>(x, out, tokens, inter);
   } else if constexpr (GRID_STRIDE == 0) {
-    ktune_silu_and_mul::RowTile<BLOCK, VEC, UNROLL, EDGE>(x, out, blockIdx.x, blockIdx.y, inter);
+    ktune_silu_and_mul::RowTile<BLOCK, VEC, UNROLL, EDGE, PER_SHIFT>(x, out, blockIdx.x,
+                                                                     blockIdx.y, inter);
   } else {
     // 1 and 2 alike (with 2 the loop runs once per block). inter / VEC vectors bound every
     // row's body (fewer where the row has edges), and a row of edges only still has tile 0.
@@ -224,7 +238,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
     for (long long id = blockIdx.x; id < tiles; id += gridDim.x) {
       const long long row = id / tiles_per_row;
       const int tile = static_cast<int>(id - row * tiles_per_row);
-      ktune_silu_and_mul::RowTile<BLOCK, VEC, UNROLL, EDGE>(x, out, row, tile, inter);
+      ktune_silu_and_mul::RowTile<BLOCK, VEC, UNROLL, EDGE, PER_SHIFT>(x, out, row, tile, inter);
     }
   }
 }

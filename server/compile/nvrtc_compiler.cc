@@ -183,7 +183,11 @@ absl::StatusOr<std::unique_ptr<Compiler>> NewNvrtcCompiler(const NvrtcOptions& o
   // (bench/RESULTS.md). Automatic PCH (--pch) helped the 16-core host more but slowed the
   // 2-core machine and needs a folder of state: the caller turns it on (options.pch_dir;
   // the engine does where the compile pool has many threads).
-  std::vector<std::string> fixed = {"-std=c++17", "-Xptxas=-v", "-minimal"};
+  // -default-device: templates are device code only, and NVRTC (13.0) takes the call
+  // operator of a generic lambda (`[&](auto shift) {...}`, ktune::WithShift's bodies) for a
+  // host function and refuses it without this flag (an explicit __device__ on a lambda is
+  // refused too); code that compiled without it compiles to the same machine code.
+  std::vector<std::string> fixed = {"-std=c++17", "-Xptxas=-v", "-minimal", "-default-device"};
   // The identity leaves out where things are (folders differ between hosts and installs)
   // and keeps what they are: the NVRTC build (the toolkit headers ship with it), the
   // headers' bytes and the options.

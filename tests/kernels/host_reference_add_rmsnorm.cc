@@ -59,7 +59,10 @@ HostReference AddRmsnormHostReference() {
                                   // No multiple of 4 or 8: the edge paths (EDGE = 1).
                                   {{"tokens", 5}, {"hidden", 1001}},
                                   {{"tokens", 3}, {"hidden", 4102}},
-                                  {{"tokens", 2}, {"hidden", 8197}}})};
+                                  {{"tokens", 2}, {"hidden", 8197}},
+                                  // 9 rows of 1001: the weight read at each of the 8
+                                  // shifts (a kernel compiled per shift, PER_SHIFT).
+                                  {{"tokens", 9}, {"hidden", 1001}}})};
 }
 
 } // namespace ktune::testing

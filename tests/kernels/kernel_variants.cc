@@ -28,7 +28,13 @@ std::vector<KernelVariant> RowNormEdgeVariants() {
           {"edges, weight prefetched",
            [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "PREFETCH_W") == 1; }},
           {"edges, row per warp",
-           [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "ROWS_PER_WARP") == 1; }}};
+           [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "ROWS_PER_WARP") == 1; }},
+          // The body compiled once per shift of the weight (ktune::WithShift): the cases
+          // of 9 rows or more of 1001 take every shift.
+          {"edges, compiled per shift, uncached",
+           [](const Config &c) { return P(c, "PER_SHIFT") == 1 && P(c, "CACHE") == 0; }},
+          {"edges, compiled per shift, cached",
+           [](const Config &c) { return P(c, "PER_SHIFT") == 1 && P(c, "CACHE") > 0; }}};
 }
 
 // add_rmsnorm's: the edge paths, and bodies from a 128-byte line (EDGE 2).
@@ -48,6 +54,8 @@ std::vector<KernelVariant> RowNormReuseVariants() {
                }});
   v.push_back({"edges, weight reused from shared memory",
                [](const Config &c) { return P(c, "REUSE_W") > 1 && P(c, "PREFETCH_W") == 2; }});
+  v.push_back({"edges, weight reused, compiled per shift",
+               [](const Config &c) { return P(c, "REUSE_W") > 1 && P(c, "PER_SHIFT") == 1; }});
   return v;
 }
 
@@ -136,6 +144,10 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
          [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 1; }},
         {"edges on lines",
          [](const Config &c) { return P(c, "EDGE") == 2; }},
+        {"edges, compiled per shift of gate",
+         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "PER_SHIFT") == 1; }},
+        {"edges on lines, compiled per shift of gate",
+         [](const Config &c) { return P(c, "EDGE") == 2 && P(c, "PER_SHIFT") == 1; }},
         {"row-major tiles",
          [](const Config &c) { return P(c, "EDGE") == 0 && P(c, "GRID_STRIDE") == 2; }},
         {"edges, row-major tiles",

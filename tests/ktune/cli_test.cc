@@ -164,8 +164,8 @@ TEST(CliTemplatesTest, ConfigsListsEveryCandidateTheTableCounts) {
   ASSERT_FALSE(lines.empty()) << list;
   EXPECT_EQ(absl::StrCat(lines.size()), (*row)[5]) << "lines vs the table's CANDIDATES";
 
-  const std::set<std::string> param_names = {"BLOCK",   "CACHE",         "EDGE", "PREFETCH_W",
-                                             "REUSE_W", "ROWS_PER_WARP", "VEC"};
+  const std::set<std::string> param_names = {"BLOCK",   "CACHE",         "EDGE", "PER_SHIFT",
+                                             "PREFETCH_W", "REUSE_W", "ROWS_PER_WARP", "VEC"};
   std::set<Config> seen;
   std::set<int64_t> min_blocks;
   for (const std::string& line : lines) {
@@ -193,7 +193,7 @@ TEST(CliTemplatesTest, ConfigsListsEveryCandidateTheTableCounts) {
   Config default_config;
   default_config.params = {{"BLOCK", 256}, {"VEC", 4},        {"ROWS_PER_WARP", 0},
                            {"CACHE", 0},   {"PREFETCH_W", 0}, {"EDGE", 0},
-                           {"REUSE_W", 1}};
+                           {"REUSE_W", 1}, {"PER_SHIFT", 0}};
   EXPECT_EQ(seen.count(default_config), 1u) << "the default config is a candidate";
 }
 
@@ -271,10 +271,10 @@ TEST_F(CliCompileTest, CompilesRmsnormAndHitsTheCacheTheSecondTime) {
   EXPECT_THAT(first.err, IsEmpty());
   EXPECT_THAT(first.out, HasSubstr("template  rmsnorm bf16 hidden=4096,tokens=16\n"));
   EXPECT_THAT(first.out,
-              HasSubstr("config    BLOCK=256,CACHE=0,EDGE=0,PREFETCH_W=0,REUSE_W=1,"
-                        "ROWS_PER_WARP=0,VEC=4 maxrreg=0 minb=1 fastmath=0 sm_90a\n"));
+              HasSubstr("config    BLOCK=256,CACHE=0,EDGE=0,PER_SHIFT=0,PREFETCH_W=0,"
+                        "REUSE_W=1,ROWS_PER_WARP=0,VEC=4 maxrreg=0 minb=1 fastmath=0 sm_90a\n"));
   EXPECT_THAT(first.out,
-              HasSubstr("kernel    rmsnorm_kernel<__nv_bfloat16, 256, 4, 0, 0, 0, 0, 1>\n"));
+              HasSubstr("kernel    rmsnorm_kernel<__nv_bfloat16, 256, 4, 0, 0, 0, 0, 1, 0>\n"));
   EXPECT_THAT(first.out, ContainsRegex("lowered   _Z[A-Za-z0-9_]+\n"));
   // ROWS_PER_WARP = 0: one row per block.
   EXPECT_THAT(first.out, HasSubstr("grid      [16, 1, 1]  block [256, 1, 1]"));

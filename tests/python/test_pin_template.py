@@ -15,7 +15,7 @@ from bench_files import TEMPLATES, bench_path, load_bench
 pin_mod = load_bench("pin_template.py", "pin_template_under_test")
 KTUNE = os.path.join(os.environ.get("KTUNE_BUILD_DIR", ""), "bin", "ktune")
 LAYERNORM_PINS = [("BLOCK", 128), ("CACHE", 4), ("EDGE", 1), ("PREFETCH_W", 2), ("VEC", 8),
-                  ("REUSE_W", 8), ("ROWS_PER_WARP", 0)]
+                  ("REUSE_W", 8), ("ROWS_PER_WARP", 0), ("PER_SHIFT", 1)]
 
 
 class PinTemplateTest(unittest.TestCase):

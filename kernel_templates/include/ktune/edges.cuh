@@ -10,8 +10,9 @@
 // element each, in scalar accesses, beside their body vectors. Arrays indexed by the same
 // linear element (x and out of a row-major matrix) share the cut; an array indexed by column
 // only (a weight or bias read by every row) is not aligned where the body starts, and its
-// body vectors come through LoadShiftedVector (two aligned loads and a funnel shift, both
-// mostly L1 hits since every row reads them).
+// body vectors come through LoadVectorAt's shifted forms (two aligned loads and a funnel
+// shift, both mostly L1 hits since every row reads them), the shift found per load at run
+// time or, under WithShift, fixed when a body is compiled for it.
 //
 // EDGE == 0 compiles to the aligned-only code (head = 0, count = 0 are constants), so a
 // shape whose row length is a multiple of VEC loses nothing; the manifests pin EDGE to
@@ -136,13 +137,84 @@ __device__ __forceinline__ AlignedVector<T, VEC> LoadShiftedVector(const T* p) {
   }
 }
 
-/// LoadVector where SHIFTED == 0 (p aligned), LoadShiftedVector where 1.
-template <int VEC, int SHIFTED, typename T>
+/// The SHIFT argument of LoadVectorAt (and of LoadRowVectors, RowVectors): where the
+/// vectors read from an array lie against its VEC-element boundaries. 0: on them (one load
+/// each); s, 0 < s < VEC: s elements past one, known when the kernel is compiled (WithShift;
+/// two loads and at most a funnel shift per word, the word selects folded); kAnyShift:
+/// anywhere, found per load at run time (LoadShiftedVector's word selects).
+constexpr int kAnyShift = -1;
+
+/// LoadShiftedVector for p exactly S elements past a VEC-element boundary (0 < S < VEC):
+/// the same values, with the word selects resolved at compile time, so a shift of whole
+/// 32-bit words costs no instruction beyond the two loads and a 16-bit one a funnel shift
+/// per word. REQUIRES: as LoadShiftedVector, and p's distance from its array's base is
+/// S modulo VEC elements.
+template <int VEC, int S, typename T>
+__device__ __forceinline__ AlignedVector<T, VEC> LoadShiftedVectorBy(const T* p) {
+  using V = AlignedVector<T, VEC>;
+  static_assert(S > 0 && S < VEC, "LoadShiftedVectorBy: S must be in (0, VEC)");
+  static_assert(V::kBytes >= 4, "a vector of one 16-bit element is never shifted");
+  constexpr int kW = V::kWords;
+  constexpr int kOff = S * static_cast<int>(sizeof(T));  // bytes past the boundary
+  constexpr int kQ = kOff / 4;                            // whole words to skip
+  constexpr bool kHalf = kOff % 4 != 0;                   // and a 16-bit element more
+  const V lo = LoadReadOnlyVector<VEC>(p - S);
+  const V hi = LoadReadOnlyVector<VEC>(p - S + VEC);
+  unsigned int w[2 * kW];
+#pragma unroll
+  for (int i = 0; i < kW; ++i) {
+    w[i] = lo.words[i];
+    w[kW + i] = hi.words[i];
+  }
+  V out;
+#pragma unroll
+  for (int i = 0; i < kW; ++i) {
+    out.words[i] = kHalf ? __funnelshift_r(w[i + kQ], w[i + kQ + 1], 16) : w[i + kQ];
+  }
+  return out;
+}
+
+/// The VEC elements at p, as SHIFT says p lies (kAnyShift, 0, or 1 .. VEC - 1; see above).
+template <int VEC, int SHIFT, typename T>
 __device__ __forceinline__ AlignedVector<T, VEC> LoadVectorAt(const T* p) {
-  if constexpr (SHIFTED) {
+  static_assert(SHIFT == kAnyShift || (SHIFT >= 0 && SHIFT < VEC), "SHIFT out of range");
+  if constexpr (SHIFT == kAnyShift) {
     return LoadShiftedVector<VEC>(p);
-  } else {
+  } else if constexpr (SHIFT == 0) {
     return LoadVector<VEC>(p);
+  } else {
+    return LoadShiftedVectorBy<VEC, SHIFT>(p);
+  }
+}
+
+/// A shift as a type, for WithShift's body: ShiftConstant<S>::value == S.
+template <int S>
+struct ShiftConstant {
+  static constexpr int value = S;
+};
+
+/// Runs body(ShiftConstant<SHIFT>()) with the SHIFT argument a kernel's shifted loads take
+/// for an array read `shift` elements past a VEC boundary (0 <= shift < VEC, the same for
+/// every thread that calls, e.g. a block's cut of weight). EDGE 0 (no edges, so never
+/// shifted): SHIFT 0. DISPATCH 0: kAnyShift, one body that selects each load's words at run
+/// time. DISPATCH 1: the body compiled once per shift (VEC copies of it) and the one for
+/// `shift` taken by a branch every thread takes alike; the selects fold away, which is most
+/// of what a shifted vector costs beyond its loads, for VEC times the machine code.
+template <int VEC, int EDGE, int DISPATCH, int S = 0, typename Body>
+__device__ __forceinline__ void WithShift(int shift, Body&& body) {
+  static_assert(DISPATCH == 0 || DISPATCH == 1, "DISPATCH must be 0 or 1");
+  if constexpr (EDGE == 0) {
+    body(ShiftConstant<0>());
+  } else if constexpr (DISPATCH == 0) {
+    body(ShiftConstant<kAnyShift>());
+  } else {
+    if constexpr (S + 1 < VEC) {
+      if (shift != S) {
+        WithShift<VEC, EDGE, DISPATCH, S + 1>(shift, body);
+        return;
+      }
+    }
+    body(ShiftConstant<S>());
   }
 }
 

@@ -12,8 +12,8 @@
 // ..., so each step u of a strided loop is one coalesced access by the row's threads. A row
 // that is no whole number of aligned vectors (EDGE = 1 or 2) has that layout over its body,
 // and its head and tail elements go one per thread (ktune/edges.cuh); the row-length vectors
-// (weight, bias) are then read shifted (SHIFTED nonzero: the kernels pass EDGE), since the
-// body starts mid-vector in them.
+// (weight, bias) are then read shifted (the SHIFT argument of LoadVectorAt, from the
+// kernel's WithShift), since the body starts mid-vector in them.
 #ifndef KTUNE_ROW_CUH_
 #define KTUNE_ROW_CUH_
 
@@ -72,14 +72,14 @@ __device__ __forceinline__ float RowSum(float partial) {
 /// zeros for the others (which add nothing to a sum). All N loads are issued before any is
 /// used, and every v[u] is defined on every path, so nothing stays live across an
 /// enclosing loop.
-/// REQUIRES: row is aligned to VEC * sizeof(T) bytes, unless SHIFTED (LoadVectorAt).
-template <int N, int STRIDE, int SHIFTED = 0, int VEC, typename T>
+/// REQUIRES: row lies as SHIFT says (LoadVectorAt; 0: aligned to VEC * sizeof(T) bytes).
+template <int N, int STRIDE, int SHIFT = 0, int VEC, typename T>
 __device__ __forceinline__ void LoadRowVectors(const T* __restrict__ row, int first,
                                                int num_vec, AlignedVector<T, VEC> (&v)[N]) {
 #pragma unroll
   for (int u = 0; u < N; ++u) {
     const int idx = first + u * STRIDE;
-    v[u] = idx < num_vec ? LoadVectorAt<VEC, SHIFTED>(row + idx * VEC) : AlignedVector<T, VEC>{};
+    v[u] = idx < num_vec ? LoadVectorAt<VEC, SHIFT>(row + idx * VEC) : AlignedVector<T, VEC>{};
   }
 }
 
@@ -172,12 +172,12 @@ struct RowGroup {
 /// PREFETCH == 0: only the address is kept, and At loads the vector where it is used (after
 /// the reduction; mostly an L1/L2 hit, since every row reads it). Either way At(u) returns
 /// the same values.
-/// REQUIRES: p is aligned to VEC * sizeof(T) bytes, unless SHIFTED (1: p is anywhere in an
-/// array based on such a boundary; each vector is loaded by LoadShiftedVector); At(u) only
+/// REQUIRES: p lies as SHIFT says (LoadVectorAt: 0 aligned to VEC * sizeof(T) bytes, else
+/// in an array based on such a boundary, each vector loaded shifted); At(u) only
 /// for first + u * STRIDE < num_vec; `load` false (a vector the kernel never reads, e.g. an
 /// absent bias) only if At is never called; PREFETCH == 2: staging != nullptr, first <
 /// STRIDE, and no other RowVectors of the block shares `staging`.
-template <int PREFETCH, int N, int STRIDE, int VEC, typename T, int SHIFTED = 0>
+template <int PREFETCH, int N, int STRIDE, int VEC, typename T, int SHIFT = 0>
 class RowVectors {
  public:
   static_assert(PREFETCH >= 0 && PREFETCH <= 2, "PREFETCH must be 0, 1 or 2");
@@ -188,7 +188,7 @@ class RowVectors {
       : p_(p), first_(first), staging_(staging) {
     if constexpr (PREFETCH) {
       if (load) {
-        LoadRowVectors<N, STRIDE, SHIFTED>(p, first, num_vec, v_);
+        LoadRowVectors<N, STRIDE, SHIFT>(p, first, num_vec, v_);
       } else {
 #pragma unroll
         for (int u = 0; u < N; ++u) v_[u] = AlignedVector<T, VEC>{};
@@ -224,7 +224,7 @@ class RowVectors {
     } else if constexpr (PREFETCH == 2) {
       return staging_[u * STRIDE + first_];
     } else {
-      return LoadVectorAt<VEC, SHIFTED>(p_ + (first_ + u * STRIDE) * VEC);
+      return LoadVectorAt<VEC, SHIFT>(p_ + (first_ + u * STRIDE) * VEC);
     }
   }
 
@@ -264,9 +264,9 @@ __device__ __forceinline__ AlignedVector<T, VEC> ScaleByRms(const AlignedVector<
 /// x already in registers (x[u] is row vector first + u * STRIDE), weight's vectors from w
 /// (built with the same first).
 /// REQUIRES: out_row aligned to VEC * sizeof(T) bytes.
-template <int N, int STRIDE, int VEC, typename T, int PREFETCH, int SHIFTED>
+template <int N, int STRIDE, int VEC, typename T, int PREFETCH, int SHIFT>
 __device__ __forceinline__ void ScaleRowVectors(const AlignedVector<T, VEC> (&x)[N],
-                                                const RowVectors<PREFETCH, N, STRIDE, VEC, T, SHIFTED>& w,
+                                                const RowVectors<PREFETCH, N, STRIDE, VEC, T, SHIFT>& w,
                                                 T* __restrict__ out_row, int first,
                                                 int num_vec, float inv_rms) {
 #pragma unroll
