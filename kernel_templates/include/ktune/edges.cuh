@@ -89,6 +89,38 @@ __device__ __forceinline__ T EdgeElement(const RowEdges<VEC, EDGE>& edges,
   return edges.Has(t) ? row[edges.Column(t)] : T{};
 }
 
+/// The vector that starts q words and, where half, a 16-bit element more into the pair of
+/// aligned vectors lo, hi (lo first in memory): runtime word selects and a funnel shift,
+/// which fold away where q and half are constants after inlining (LoadShiftedVectorBy).
+/// REQUIRES: 0 <= q < words per vector, and (q, half) not (0, false) unless hi is unused.
+template <typename T, int VEC>
+__device__ __forceinline__ AlignedVector<T, VEC> ShiftedWords(const AlignedVector<T, VEC>& lo,
+                                                              const AlignedVector<T, VEC>& hi,
+                                                              int q, bool half) {
+  constexpr int kW = AlignedVector<T, VEC>::kWords;
+  unsigned int w[2 * kW];
+#pragma unroll
+  for (int i = 0; i < kW; ++i) {
+    w[i] = lo.words[i];
+    w[kW + i] = hi.words[i];
+  }
+  AlignedVector<T, VEC> out;
+#pragma unroll
+  for (int i = 0; i < kW; ++i) {
+    unsigned int a = w[i];
+    unsigned int b = w[i + 1];
+#pragma unroll
+    for (int c = 1; c < kW; ++c) {
+      if (q == c) {
+        a = w[i + c];
+        b = w[i + c + 1];
+      }
+    }
+    out.words[i] = half ? __funnelshift_r(a, b, 16) : a;
+  }
+  return out;
+}
+
 /// The VEC elements at p, p not necessarily aligned to VEC * sizeof(T): the aligned vector
 /// holding p[0] and, where p is not aligned, the next one, shifted into place (runtime word
 /// selects and a 16-bit funnel shift: no local memory). An aligned p costs one load.
@@ -100,7 +132,6 @@ __device__ __forceinline__ AlignedVector<T, VEC> LoadShiftedVector(const T* p) {
   if constexpr (V::kBytes <= static_cast<int>(sizeof(T))) {
     return LoadVector<VEC>(p);  // one element: always aligned
   } else {
-    constexpr int kW = V::kWords;
     const unsigned long long addr = reinterpret_cast<unsigned long long>(p);
     const int off = static_cast<int>(addr % V::kBytes);  // a multiple of sizeof(T)
     // The aligned vectors by pointer arithmetic on p and through the read-only path: loaded
@@ -111,29 +142,7 @@ __device__ __forceinline__ AlignedVector<T, VEC> LoadShiftedVector(const T* p) {
     const V lo = LoadReadOnlyVector<VEC>(base);
     if (off == 0) return lo;
     const V hi = LoadReadOnlyVector<VEC>(base + VEC);
-    unsigned int w[2 * kW];
-#pragma unroll
-    for (int i = 0; i < kW; ++i) {
-      w[i] = lo.words[i];
-      w[kW + i] = hi.words[i];
-    }
-    const int q = off / 4;       // whole words to skip
-    const bool half = off % 4;   // and a 16-bit element more
-    V out;
-#pragma unroll
-    for (int i = 0; i < kW; ++i) {
-      unsigned int a = w[i];
-      unsigned int b = w[i + 1];
-#pragma unroll
-      for (int c = 1; c < kW; ++c) {
-        if (q == c) {
-          a = w[i + c];
-          b = w[i + c + 1];
-        }
-      }
-      out.words[i] = half ? __funnelshift_r(a, b, 16) : a;
-    }
-    return out;
+    return ShiftedWords(lo, hi, off / 4, off % 4 != 0);
   }
 }
 
@@ -154,24 +163,10 @@ __device__ __forceinline__ AlignedVector<T, VEC> LoadShiftedVectorBy(const T* p)
   using V = AlignedVector<T, VEC>;
   static_assert(S > 0 && S < VEC, "LoadShiftedVectorBy: S must be in (0, VEC)");
   static_assert(V::kBytes >= 4, "a vector of one 16-bit element is never shifted");
-  constexpr int kW = V::kWords;
   constexpr int kOff = S * static_cast<int>(sizeof(T));  // bytes past the boundary
-  constexpr int kQ = kOff / 4;                            // whole words to skip
-  constexpr bool kHalf = kOff % 4 != 0;                   // and a 16-bit element more
   const V lo = LoadReadOnlyVector<VEC>(p - S);
   const V hi = LoadReadOnlyVector<VEC>(p - S + VEC);
-  unsigned int w[2 * kW];
-#pragma unroll
-  for (int i = 0; i < kW; ++i) {
-    w[i] = lo.words[i];
-    w[kW + i] = hi.words[i];
-  }
-  V out;
-#pragma unroll
-  for (int i = 0; i < kW; ++i) {
-    out.words[i] = kHalf ? __funnelshift_r(w[i + kQ], w[i + kQ + 1], 16) : w[i + kQ];
-  }
-  return out;
+  return ShiftedWords(lo, hi, kOff / 4, kOff % 4 != 0);
 }
 
 /// The VEC elements at p, as SHIFT says p lies (kAnyShift, 0, or 1 .. VEC - 1; see above).
