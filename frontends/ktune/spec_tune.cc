@@ -61,6 +61,7 @@ struct KeyResult {
   std::string strategy;        // kTuned here: the job's strategy; "" through a daemon
   std::string stop_reason;     // kTuned here: why its search stopped
   int64_t space_size = 0;      // kTuned here: the key's valid candidates
+  TunePhases phases;           // kTuned here: where its wall time went
 
   double speedup() const {
     return time_ns > 0 && default_time_ns > 0 ? default_time_ns / time_ns : 0;
@@ -120,6 +121,7 @@ KeyResult FromTuned(const SpecKey& key, const TuneResult& tuned) {
   r.strategy = tuned.strategy;
   r.stop_reason = tuned.stop_reason;
   r.space_size = tuned.space_size;
+  r.phases = tuned.phases;
   return r;
 }
 
@@ -277,6 +279,12 @@ nlohmann::json ToJson(const std::string& spec_path, const std::string& model,
           k["strategy"] = r.strategy;
           k["stop_reason"] = r.stop_reason;
           k["space_size"] = r.space_size;
+        }
+        if (std::vector<std::pair<std::string, double>> phases = PhaseList(r.phases);
+            !phases.empty()) {
+          nlohmann::json p = nlohmann::json::object();
+          for (const auto& [name, seconds] : phases) p[name] = seconds;
+          k["phases"] = std::move(p);
         }
       }
     }

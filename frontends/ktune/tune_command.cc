@@ -108,6 +108,11 @@ void PrintWinner(const TuneResult& result, const std::string& stored_in, bool lo
                   : "");
   std::printf("search    %s over %lld candidates; stopped: %s\n", result.strategy.c_str(),
               static_cast<long long>(result.space_size), result.stop_reason.c_str());
+  std::vector<std::string> phases;
+  for (const auto& [name, seconds] : PhaseList(result.phases)) {
+    phases.push_back(absl::StrFormat("%s %.2f", name, seconds));
+  }
+  if (!phases.empty()) std::printf("phases    %s (s)\n", absl::StrJoin(phases, ", ").c_str());
   std::printf("stored    entry %lld in %s\n\n", static_cast<long long>(e.id), stored_in.c_str());
 }
 

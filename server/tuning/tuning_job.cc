@@ -39,6 +39,19 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Adds the seconds from its construction to its destruction to `*sum`.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(double* sum) : sum_(sum), start_(Clock::now()) {}
+  ~PhaseTimer() { *sum_ += SecondsSince(start_); }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  double* sum_;
+  Clock::time_point start_;
+};
+
 struct Pending {
   Config config;
   Instance instance;
@@ -208,18 +221,33 @@ class TuningRun {
       : request_(request), env_(env), on_progress_(on_progress), start_(Clock::now()) {}
 
   absl::StatusOr<TuneResult> Run() {
-    KTUNE_RETURN_IF_ERROR(Prepare());
-    KTUNE_RETURN_IF_ERROR(OpenJob());
-    // The first batch compiles while the reference compiles and runs on the GPU: on a key
-    // whose search is a few batches long, that set-up is a large part of the job.
-    std::vector<Pending> first = Submit(strategy_->Next(BatchSize()));
-    KTUNE_RETURN_IF_ERROR(SetProblem());
+    std::vector<Pending> first;
+    {
+      PhaseTimer t(&phases_.prepare);
+      KTUNE_RETURN_IF_ERROR(Prepare());
+      KTUNE_RETURN_IF_ERROR(OpenJob());
+      // The first batch compiles while the reference compiles and runs on the GPU: on a key
+      // whose search is a few batches long, that set-up is a large part of the job.
+      first = Submit(strategy_->Next(BatchSize()));
+    }
+    {
+      PhaseTimer t(&phases_.reference);
+      KTUNE_RETURN_IF_ERROR(SetProblem());
+    }
     KTUNE_RETURN_IF_ERROR(Search(std::move(first)));
     KTUNE_ASSIGN_OR_RETURN(std::vector<store::Trial> trials, env_.store->ListTrials(job_.id));
     if (!best_) return Fail(NoCandidatePassed(trials));
-    if (TimingRounds()) KTUNE_RETURN_IF_ERROR(Promote(trials));
-    KTUNE_ASSIGN_OR_RETURN(Finalist winner, FinalRound(trials));
-    return Commit(std::move(winner), std::move(trials));
+    if (TimingRounds()) {
+      PhaseTimer t(&phases_.promote);
+      KTUNE_RETURN_IF_ERROR(Promote(trials));
+    }
+    absl::StatusOr<Finalist> winner;
+    {
+      PhaseTimer t(&phases_.final_round);
+      winner = FinalRound(trials);
+    }
+    if (!winner.ok()) return winner.status();
+    return Commit(*std::move(winner), std::move(trials));
   }
 
  private:
@@ -354,7 +382,12 @@ class TuningRun {
   absl::Status Search(std::vector<Pending> current) {
     bool cancelled = false;
     while (!current.empty() && !cancelled && stop_reason_.empty()) {
-      std::vector<Pending> next = Submit(strategy_->Next(BatchSize()));
+      std::vector<Config> configs;
+      {
+        PhaseTimer t(&phases_.strategy);
+        configs = strategy_->Next(BatchSize());
+      }
+      std::vector<Pending> next = Submit(std::move(configs));
       for (Pending& p : current) {
         if (cancelled || !stop_reason_.empty()) break;
         if (TimeUp()) {
@@ -382,7 +415,12 @@ class TuningRun {
   // Measures one compiled candidate, records its trial and reports progress. False when
   // the caller cancels.
   absl::StatusOr<bool> Try(Pending& p) {
-    KTUNE_ASSIGN_OR_RETURN(CompileResult compiled, p.compiled.get());
+    absl::StatusOr<CompileResult> waited;
+    {
+      PhaseTimer t(&phases_.compile_wait);
+      waited = p.compiled.get();
+    }
+    KTUNE_ASSIGN_OR_RETURN(CompileResult compiled, std::move(waited));
     store::Trial trial;
     trial.job_id = job_.id;
     trial.config = p.config;
@@ -393,10 +431,13 @@ class TuningRun {
       trial.log = compiled.log.substr(0, kMaxLogBytes);
     } else {
       KTUNE_ASSIGN_OR_RETURN(v1::KernelBinary binary, BuildKernelBinary(p.instance, compiled));
-      KTUNE_ASSIGN_OR_RETURN(
-          v1::Measurement m,
-          env_.gpu->Measure(binary, TimingRounds() ? ScreeningTiming(request_.timing)
-                                                   : request_.timing));
+      absl::StatusOr<v1::Measurement> measured;
+      {
+        PhaseTimer t(&phases_.measure);
+        measured = env_.gpu->Measure(
+            binary, TimingRounds() ? ScreeningTiming(request_.timing) : request_.timing);
+      }
+      KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, std::move(measured));
       std::optional<Outcome> outcome = ParseOutcome(m.outcome());
       trial.outcome = outcome.value_or(Outcome::kCrashed);
       trial.log = outcome ? m.detail()
@@ -405,13 +446,24 @@ class TuningRun {
                                     p.instance.flops, copy_gbps_);
     }
     trial.created_unix_ms = NowUnixMs();
-    KTUNE_ASSIGN_OR_RETURN(trial.id, env_.store->AddTrial(trial));
-    strategy_->Report(trial.config, trial.outcome, trial.metrics.time_ns);
+    absl::StatusOr<int64_t> id;
+    {
+      PhaseTimer t(&phases_.store);
+      id = env_.store->AddTrial(trial);
+    }
+    KTUNE_ASSIGN_OR_RETURN(trial.id, std::move(id));
+    {
+      PhaseTimer t(&phases_.strategy);
+      strategy_->Report(trial.config, trial.outcome, trial.metrics.time_ns);
+    }
     if (trial.outcome == Outcome::kOk && (!best_ || Faster(trial, *best_))) best_ = trial;
     if (trial.outcome == Outcome::kOk) CheckRoofline(trial);
     ++done_;
-    env_.store->UpdateJob(job_.id, store::JobState::kRunning, done_, job_.total, "")
-        .IgnoreError();
+    {
+      PhaseTimer t(&phases_.store);
+      env_.store->UpdateJob(job_.id, store::JobState::kRunning, done_, job_.total, "")
+          .IgnoreError();
+    }
     return on_progress_ ? on_progress_(Progress(trial)) : true;
   }
 
@@ -557,11 +609,14 @@ class TuningRun {
     e.trials_total = static_cast<int64_t>(trials.size());
     e.trials_ok = std::count_if(trials.begin(), trials.end(),
                                 [](const store::Trial& t) { return t.outcome == Outcome::kOk; });
-    result.seconds = SecondsSince(start_);
-    e.tuning_seconds = result.seconds;
+    e.tuning_seconds = SecondsSince(start_);
     e.created_unix_ms = NowUnixMs();
+    const Clock::time_point commit_start = Clock::now();
     absl::StatusOr<int64_t> entry_id = env_.store->CommitWinner(e, {});
     if (!entry_id.ok()) return Fail(entry_id.status());
+    phases_.commit = SecondsSince(commit_start);
+    result.seconds = SecondsSince(start_);
+    result.phases = phases_;
     e.id = *entry_id;
     std::stable_sort(trials.begin(), trials.end(),
                      [](const store::Trial& a, const store::Trial& b) {
@@ -594,9 +649,21 @@ class TuningRun {
   int64_t done_ = 0;         // trials of this job so far, an earlier run's included
   int64_t done_before_ = 0;  // trials of an earlier run
   std::optional<store::Trial> best_;  // the fastest ok trial so far
+  TunePhases phases_;
 };
 
 }  // namespace
+
+std::vector<std::pair<std::string, double>> PhaseList(const TunePhases& p) {
+  std::vector<std::pair<std::string, double>> out = {
+      {"prepare", p.prepare},   {"reference", p.reference},     {"compile_wait", p.compile_wait},
+      {"measure", p.measure},   {"store", p.store},             {"strategy", p.strategy},
+      {"promote", p.promote},   {"final_round", p.final_round}, {"commit", p.commit}};
+  for (const auto& [name, seconds] : out) {
+    if (seconds > 0) return out;
+  }
+  return {};
+}
 
 absl::StatusOr<TuneResult> RunTuning(const TuneRequest& request, const TuningEnv& env,
                                      const ProgressCallback& on_progress) {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -62,6 +63,25 @@ struct TuneProgress {
   const store::Trial* best = nullptr;  // fastest ok trial so far, or null
 };
 
+// Where one run's wall time went, in seconds. The search's compile waits, measurements,
+// store writes and strategy calls are summed per candidate; what the phases leave of
+// `TuneResult::seconds` is the binding of candidates and the progress callback.
+struct TunePhases {
+  double prepare = 0;       // template, device, space, features, warm start, the job's row
+  double reference = 0;     // the reference compiled and run on the GPU (SetProblem)
+  double compile_wait = 0;  // the search waiting for the compile pool's candidates
+  double measure = 0;       // the search's measurements (screening, under timing rounds)
+  double store = 0;         // the search's trial and progress writes
+  double strategy = 0;      // the strategy choosing batches and taking in results
+  double promote = 0;       // timing rounds: the leaders timed again in full
+  double final_round = 0;   // the finalists compiled again (a cache read) and re-timed
+  double commit = 0;        // the winner's entry stored
+};
+
+// The phases as (name, seconds) in the order a run goes through them, the names as
+// `ktune tune` prints them; empty when none was timed (a result through a daemon).
+std::vector<std::pair<std::string, double>> PhaseList(const TunePhases& phases);
+
 struct TuneResult {
   store::Entry entry;               // the winner as stored
   std::vector<store::Trial> trials;  // every trial of the job, fastest ok first
@@ -70,6 +90,7 @@ struct TuneResult {
   std::string strategy;             // the strategy's name, as the job records it
   std::string stop_reason;          // why the search ended, as the job records it
   int64_t space_size = 0;           // the key's valid candidates
+  TunePhases phases;                // this run's, where it ran here (a daemon reports none)
 };
 
 struct TuningEnv {

@@ -528,6 +528,17 @@ TEST_F(SpecTuneTest, SpecSearchBlockUnderTheCommandLine) {
     EXPECT_EQ(k["strategy"], "random:3:1") << k;
     EXPECT_EQ(k["stop_reason"], "budget of 3 reached") << k;
     EXPECT_EQ(k["trials"], 3) << k;
+    // Where the key's wall time went, phase by phase, none of it more than the whole.
+    ASSERT_TRUE(k.contains("phases")) << k;
+    double sum = 0;
+    for (const char* phase : {"prepare", "reference", "compile_wait", "measure", "store",
+                              "strategy", "promote", "final_round", "commit"}) {
+      ASSERT_TRUE(k["phases"].contains(phase)) << phase << " in " << k;
+      EXPECT_GE(k["phases"][phase].get<double>(), 0) << phase;
+      sum += k["phases"][phase].get<double>();
+    }
+    EXPECT_GT(k["phases"]["measure"].get<double>(), 0) << k;
+    EXPECT_LE(sum, k["seconds"].get<double>()) << k;
   }
 }
 

@@ -350,6 +350,49 @@ TEST_F(TuningJobTest, TheFirstBatchCompilesWhileTheProblemIsSet) {
   EXPECT_EQ(r.entry.config.params, (std::map<std::string, int64_t>{{"BLOCK", 256}, {"VEC", 4}}));
 }
 
+// A GPU whose problem takes 30 ms to set and each measurement 1 ms.
+class SlowGpu : public testing::FakeGpu {
+ public:
+  absl::StatusOr<v1::ProblemReady> SetProblem(const v1::Problem& problem) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    return FakeGpu::SetProblem(problem);
+  }
+  absl::StatusOr<v1::Measurement> Measure(const v1::KernelBinary& candidate,
+                                          const v1::TimingOptions& timing) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return FakeGpu::Measure(candidate, timing);
+  }
+};
+
+TEST_F(TuningJobTest, PhasesSayWhereTheWallTimeWent) {
+  SlowGpu gpu;
+  gpu.script = Landscape;
+  TuningEnv env = Env();
+  env.gpu = &gpu;
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, env));
+  const TunePhases& p = r.phases;
+  EXPECT_GE(p.reference, 0.030);
+  EXPECT_GE(p.measure, 0.108);      // every one of the 108 candidates, once
+  EXPECT_GE(p.final_round, 0.009);  // 3 finalists x 3 rounds
+  EXPECT_LT(p.final_round, p.measure);
+  EXPECT_EQ(p.promote, 0);          // exhaustive: no timing rounds
+  EXPECT_GT(p.prepare, 0);
+  EXPECT_GT(p.store, 0);
+  EXPECT_GT(p.commit, 0);
+  double sum = 0;
+  for (const auto& [name, seconds] : PhaseList(p)) sum += seconds;
+  EXPECT_LE(sum, r.seconds);
+  EXPECT_EQ(PhaseList(p).size(), 9u);
+  EXPECT_EQ(PhaseList(p).front().first, "prepare");
+
+  // Under timing rounds the leaders are timed again: that is its own phase.
+  request_.search.strategy = "random";
+  request_.search.budget = 20;
+  ASSERT_OK_AND_ASSIGN(TuneResult rounds, RunTuning(request_, env));
+  EXPECT_GE(rounds.phases.promote, 0.006);  // at least 2 x 3 finalists' leaders
+  EXPECT_TRUE(PhaseList(TunePhases{}).empty());
+}
+
 TEST(DeriveMetricsTest, FromCostModelAndCeiling) {
   CompileResult c;
   CompiledKernel k;
