@@ -257,7 +257,10 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
   // serve every shape, so they do not apply to it.
   for (int i = 0; !is_reference && i < m.constraints_size(); ++i) {
     KTUNE_ASSIGN_OR_RETURN(int64_t ok, t.Evaluate(m.constraints(i), scope));
-    if (!ok) return reject(absl::StrCat("constraint '", m.constraints(i), "'"));
+    if (!ok) {
+      result.for_every_knob = t.ConstraintReadsNoKnob(i);
+      return reject(absl::StrCat("constraint '", m.constraints(i), "'"));
+    }
   }
 
   KTUNE_ASSIGN_OR_RETURN(std::string grid_why, BindGrids(t, launches, scope, target, &inst));

@@ -78,6 +78,10 @@ struct Instance {
 struct BindResult {
   std::optional<Instance> instance;
   std::string rejected_because;  // empty iff instance is set
+  // Rejected by a constraint that reads no knob (KernelTemplate::ConstraintReadsNoKnob):
+  // the same params with any other knobs (same target) are rejected too, by it or by a
+  // check before it, so an enumeration need not bind them.
+  bool for_every_knob = false;
 };
 
 // Binds the candidate launches. REQUIRES: ValidateRequest(*tmpl, dtype, shape) is OK and

@@ -817,6 +817,13 @@ absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
                         .AddField(*text)
                         .AddField(shared_headers_digest)
                         .Finish();
+  for (const std::string& c : t->manifest_.constraints()) {  // before the first Bind
+    bool reads_no_knob = true;
+    for (const std::string& id : t->expressions_.at(c).identifiers()) {
+      for (const char* knob : kPerKnobIdentifiers) reads_no_knob &= id != knob;
+    }
+    t->constraint_reads_no_knob_.push_back(reads_no_knob);
+  }
   KTUNE_RETURN_IF_ERROR(CheckAtExampleShape(t, t->expressions_, file, *text));
   return std::shared_ptr<const KernelTemplate>(std::move(t));
 }

@@ -24,6 +24,13 @@ inline constexpr const char* kKnobIdentifiers[] = {
     "KTUNE_MAX_THREADS", "KTUNE_SM_COUNT", "KTUNE_THREADS_PER_SM", "KTUNE_REGS_PER_SM",
     "KTUNE_ARCH_SPECIFIC"};
 
+// Of those, the ones that differ between the knob choices of one target: a config's knobs
+// (maxrregcount, min_blocks, fast_math, the sm_XY or sm_XYa target) and the block size
+// bound beside them.
+inline constexpr const char* kPerKnobIdentifiers[] = {
+    "KTUNE_MAXRREG", "KTUNE_MIN_BLOCKS", "KTUNE_FAST_MATH", "KTUNE_ARCH_SPECIFIC",
+    "KTUNE_MAX_THREADS"};
+
 // A buffer's element type for request dtype `request`: its dtype_for entry, else its
 // `dtype` ("dtype" meaning `request`). REQUIRES: a validated manifest's buffer.
 DType BufferDType(const v1::Buffer& buffer, DType request);
@@ -49,6 +56,10 @@ class KernelTemplate {
   absl::StatusOr<int64_t> Evaluate(const std::string& text, const Scope& scope,
                                    int64_t if_empty = 0) const;
 
+  // Whether the manifest's constraints[i] reads none of kPerKnobIdentifiers, so its value
+  // is the same for every knob choice of a param point. REQUIRES: i < constraints_size().
+  bool ConstraintReadsNoKnob(int i) const { return constraint_reads_no_knob_[i]; }
+
  private:
   friend absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
       const std::string& dir, const std::string& shared_headers_digest);
@@ -60,6 +71,7 @@ class KernelTemplate {
   std::string source_hash_;
   std::vector<DType> dtypes_;
   absl::flat_hash_map<std::string, Expression> expressions_;
+  std::vector<bool> constraint_reads_no_knob_;  // per manifest constraint
 };
 
 // Loads and validates the template in folder `dir` (NAME/NAME.textproto and NAME/NAME.cu).

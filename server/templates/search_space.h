@@ -53,7 +53,8 @@ struct SearchSpace {
   int64_t param_points = 0;     // params' cartesian product
   int64_t points = 0;           // param_points x knob choices
   // Why the others were left out: reason -> count (reasons without their numbers, so
-  // they group; e.g. "constraint 'hidden % VEC == 0'").
+  // they group; e.g. "constraint 'hidden % VEC == 0'"). A param point that a constraint of
+  // its params alone rejects counts under that constraint for each of its knob choices.
   std::map<std::string, int64_t> rejected;
 };
 

@@ -13,6 +13,7 @@
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
 #include "server/templates/search_space.h"
+#include "server/templates/shape.h"
 #include "tests/templates/shipped_registry.h"
 #include "tests/testing/status_matchers.h"
 
@@ -97,6 +98,57 @@ TEST_F(ShippedManifestsTest, SearchSpacesAtDecodeAndPrefillShapes) {
             EXPECT_TRUE(bound.instance) << bound.rejected_because;
           }
         }
+      }
+    }
+  }
+}
+
+// The enumeration skips a param point's other knob choices once a constraint of its params
+// alone rejects it; binding every point and knob choice must find the same candidates in
+// the same order, and as many points. Every shipped template at decode and prefill shapes
+// (odd ones included: they reach the edge params), on sm_90 and sm_90a.
+TEST_F(ShippedManifestsTest, EnumerationMatchesBindingEveryPoint) {
+  std::vector<std::pair<std::string, std::vector<Shape>>> cases;
+  for (const Case& c : Cases()) cases.emplace_back(c.name, c.shapes);
+  cases.push_back({"rmsnorm", {{{"tokens", 64}, {"hidden", 4097}}, {{"tokens", 7}, {"hidden", 4096}}}});
+  cases.push_back({"silu_and_mul", {{{"tokens", 4096}, {"inter", 14338}}}});
+  cases.push_back({"gemm", {{{"m", 77}, {"n", 1000}, {"k", 4112}}, {{"m", 4096}, {"n", 4096}, {"k", 4096}}}});
+  cases.push_back({"gemv", {{{"n", 6144}, {"k", 4096}, {"batch", 3}}}});
+  cases.push_back({"elementwise", {{{"n", 4097}}, {{"n", 1 << 24}}}});
+  cases.push_back({"rope", {{{"tokens", 77}, {"heads", 32}, {"kv_heads", 8}, {"head_dim", 128},
+                             {"interleaved", 0}}}});
+  for (const char* arch : {"sm_90", "sm_90a"}) {
+    ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch(arch));
+    for (const auto& [name, shapes] : cases) {
+      ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get(name));
+      const DType dtype = tmpl->dtypes().back();
+      for (const Shape& shape : shapes) {
+        SCOPED_TRACE(absl::StrCat(name, " ", ShapeString(shape), " ", arch));
+        ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(tmpl, dtype, shape, target));
+        std::vector<Config> every;
+        int64_t points = 0;
+        const auto& params = tmpl->manifest().params();
+        std::vector<int> idx(params.size(), 0);
+        for (bool more = true; more;) {
+          Config config;
+          for (int i = 0; i < params.size(); ++i) {
+            config.params[params[i].name()] = params[i].values(idx[i]);
+          }
+          for (const Knobs& k : KnobChoices(*tmpl, target)) {
+            ++points;
+            config.knobs = k;
+            ASSERT_OK_AND_ASSIGN(BindResult r, Bind(tmpl, dtype, shape, config, target));
+            if (r.instance) every.push_back(config);
+          }
+          int i = 0;
+          for (; i < params.size() && ++idx[i] == params[i].values_size(); ++i) idx[i] = 0;
+          more = i < params.size();
+        }
+        EXPECT_EQ(space.configs, every);
+        EXPECT_EQ(space.points, points);
+        int64_t rejected = 0;
+        for (const auto& [why, count] : space.rejected) rejected += count;
+        EXPECT_EQ(rejected + static_cast<int64_t>(space.configs.size()), points);
       }
     }
   }
