@@ -5,6 +5,7 @@
 #include <future>
 #include <map>
 #include <optional>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,18 +40,19 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Adds the seconds from its construction to its destruction to `*sum`.
-class PhaseTimer {
- public:
-  explicit PhaseTimer(double* sum) : sum_(sum), start_(Clock::now()) {}
-  ~PhaseTimer() { *sum_ += SecondsSince(start_); }
-  PhaseTimer(const PhaseTimer&) = delete;
-  PhaseTimer& operator=(const PhaseTimer&) = delete;
-
- private:
-  double* sum_;
-  Clock::time_point start_;
-};
+// Runs fn, adds its seconds to `*sum` (a TunePhases field) and returns what it returns.
+template <typename Fn>
+auto Timed(double* sum, Fn&& fn) {
+  const Clock::time_point start = Clock::now();
+  if constexpr (std::is_void_v<std::invoke_result_t<Fn&>>) {
+    fn();
+    *sum += SecondsSince(start);
+  } else {
+    auto result = fn();
+    *sum += SecondsSince(start);
+    return result;
+  }
+}
 
 struct Pending {
   Config config;
@@ -221,33 +223,22 @@ class TuningRun {
       : request_(request), env_(env), on_progress_(on_progress), start_(Clock::now()) {}
 
   absl::StatusOr<TuneResult> Run() {
-    std::vector<Pending> first;
-    {
-      PhaseTimer t(&phases_.prepare);
-      KTUNE_RETURN_IF_ERROR(Prepare());
-      KTUNE_RETURN_IF_ERROR(OpenJob());
-      // The first batch compiles while the reference compiles and runs on the GPU: on a key
-      // whose search is a few batches long, that set-up is a large part of the job.
-      first = Submit(strategy_->Next(BatchSize()));
-    }
-    {
-      PhaseTimer t(&phases_.reference);
-      KTUNE_RETURN_IF_ERROR(SetProblem());
-    }
+    KTUNE_RETURN_IF_ERROR(Timed(&phases_.prepare, [&] { return Prepare(); }));
+    KTUNE_RETURN_IF_ERROR(Timed(&phases_.prepare, [&] { return OpenJob(); }));
+    // The first batch compiles while the reference compiles and runs on the GPU: on a key
+    // whose search is a few batches long, that set-up is a large part of the job.
+    std::vector<Pending> first =
+        Timed(&phases_.prepare, [&] { return Submit(strategy_->Next(BatchSize())); });
+    KTUNE_RETURN_IF_ERROR(Timed(&phases_.reference, [&] { return SetProblem(); }));
     KTUNE_RETURN_IF_ERROR(Search(std::move(first)));
     KTUNE_ASSIGN_OR_RETURN(std::vector<store::Trial> trials, env_.store->ListTrials(job_.id));
     if (!best_) return Fail(NoCandidatePassed(trials));
     if (TimingRounds()) {
-      PhaseTimer t(&phases_.promote);
-      KTUNE_RETURN_IF_ERROR(Promote(trials));
+      KTUNE_RETURN_IF_ERROR(Timed(&phases_.promote, [&] { return Promote(trials); }));
     }
-    absl::StatusOr<Finalist> winner;
-    {
-      PhaseTimer t(&phases_.final_round);
-      winner = FinalRound(trials);
-    }
-    if (!winner.ok()) return winner.status();
-    return Commit(*std::move(winner), std::move(trials));
+    KTUNE_ASSIGN_OR_RETURN(Finalist winner,
+                           Timed(&phases_.final_round, [&] { return FinalRound(trials); }));
+    return Commit(std::move(winner), std::move(trials));
   }
 
  private:
@@ -382,12 +373,8 @@ class TuningRun {
   absl::Status Search(std::vector<Pending> current) {
     bool cancelled = false;
     while (!current.empty() && !cancelled && stop_reason_.empty()) {
-      std::vector<Config> configs;
-      {
-        PhaseTimer t(&phases_.strategy);
-        configs = strategy_->Next(BatchSize());
-      }
-      std::vector<Pending> next = Submit(std::move(configs));
+      std::vector<Pending> next =
+          Submit(Timed(&phases_.strategy, [&] { return strategy_->Next(BatchSize()); }));
       for (Pending& p : current) {
         if (cancelled || !stop_reason_.empty()) break;
         if (TimeUp()) {
@@ -415,12 +402,8 @@ class TuningRun {
   // Measures one compiled candidate, records its trial and reports progress. False when
   // the caller cancels.
   absl::StatusOr<bool> Try(Pending& p) {
-    absl::StatusOr<CompileResult> waited;
-    {
-      PhaseTimer t(&phases_.compile_wait);
-      waited = p.compiled.get();
-    }
-    KTUNE_ASSIGN_OR_RETURN(CompileResult compiled, std::move(waited));
+    KTUNE_ASSIGN_OR_RETURN(CompileResult compiled,
+                           Timed(&phases_.compile_wait, [&] { return p.compiled.get(); }));
     store::Trial trial;
     trial.job_id = job_.id;
     trial.config = p.config;
@@ -431,13 +414,11 @@ class TuningRun {
       trial.log = compiled.log.substr(0, kMaxLogBytes);
     } else {
       KTUNE_ASSIGN_OR_RETURN(v1::KernelBinary binary, BuildKernelBinary(p.instance, compiled));
-      absl::StatusOr<v1::Measurement> measured;
-      {
-        PhaseTimer t(&phases_.measure);
-        measured = env_.gpu->Measure(
-            binary, TimingRounds() ? ScreeningTiming(request_.timing) : request_.timing);
-      }
-      KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, std::move(measured));
+      const v1::TimingOptions timing =
+          TimingRounds() ? ScreeningTiming(request_.timing) : request_.timing;
+      KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, Timed(&phases_.measure, [&] {
+                               return env_.gpu->Measure(binary, timing);
+                             }));
       std::optional<Outcome> outcome = ParseOutcome(m.outcome());
       trial.outcome = outcome.value_or(Outcome::kCrashed);
       trial.log = outcome ? m.detail()
@@ -446,24 +427,16 @@ class TuningRun {
                                     p.instance.flops, copy_gbps_);
     }
     trial.created_unix_ms = NowUnixMs();
-    absl::StatusOr<int64_t> id;
-    {
-      PhaseTimer t(&phases_.store);
-      id = env_.store->AddTrial(trial);
-    }
-    KTUNE_ASSIGN_OR_RETURN(trial.id, std::move(id));
-    {
-      PhaseTimer t(&phases_.strategy);
-      strategy_->Report(trial.config, trial.outcome, trial.metrics.time_ns);
-    }
+    KTUNE_ASSIGN_OR_RETURN(trial.id,
+                           Timed(&phases_.store, [&] { return env_.store->AddTrial(trial); }));
+    Timed(&phases_.strategy,
+          [&] { strategy_->Report(trial.config, trial.outcome, trial.metrics.time_ns); });
     if (trial.outcome == Outcome::kOk && (!best_ || Faster(trial, *best_))) best_ = trial;
     if (trial.outcome == Outcome::kOk) CheckRoofline(trial);
     ++done_;
-    {
-      PhaseTimer t(&phases_.store);
-      env_.store->UpdateJob(job_.id, store::JobState::kRunning, done_, job_.total, "")
-          .IgnoreError();
-    }
+    Timed(&phases_.store, [&] {
+      return env_.store->UpdateJob(job_.id, store::JobState::kRunning, done_, job_.total, "");
+    }).IgnoreError();
     return on_progress_ ? on_progress_(Progress(trial)) : true;
   }
 
@@ -611,10 +584,9 @@ class TuningRun {
                                 [](const store::Trial& t) { return t.outcome == Outcome::kOk; });
     e.tuning_seconds = SecondsSince(start_);
     e.created_unix_ms = NowUnixMs();
-    const Clock::time_point commit_start = Clock::now();
-    absl::StatusOr<int64_t> entry_id = env_.store->CommitWinner(e, {});
+    absl::StatusOr<int64_t> entry_id =
+        Timed(&phases_.commit, [&] { return env_.store->CommitWinner(e, {}); });
     if (!entry_id.ok()) return Fail(entry_id.status());
-    phases_.commit = SecondsSince(commit_start);
     result.seconds = SecondsSince(start_);
     result.phases = phases_;
     e.id = *entry_id;

@@ -65,7 +65,8 @@ struct TuneProgress {
 
 // Where one run's wall time went, in seconds. The search's compile waits, measurements,
 // store writes and strategy calls are summed per candidate; what the phases leave of
-// `TuneResult::seconds` is the binding of candidates and the progress callback.
+// `TuneResult::seconds` is the binding of candidates, the trials read back after the
+// search and the progress callback.
 struct TunePhases {
   double prepare = 0;       // template, device, space, features, warm start, the job's row
   double reference = 0;     // the reference compiled and run on the GPU (SetProblem)
