@@ -37,6 +37,10 @@ class HealthCheckedGpu final : public Gpu {
                                           const v1::TimingOptions& timing) override {
     return Record(gpu_->Measure(candidate, timing));
   }
+  absl::StatusOr<v1::Measurement> Retime(const v1::KernelBinary& candidate,
+                                         const v1::TimingOptions& timing) override {
+    return Record(gpu_->Retime(candidate, timing));
+  }
 
   bool healthy() const;
   // Why not healthy; empty when healthy.

@@ -228,9 +228,19 @@ class ProcessGpu final : public Gpu {
   absl::StatusOr<v1::Ceiling> MeasureCeiling() override;
   absl::StatusOr<v1::ProblemReady> SetProblem(const v1::Problem& problem) override;
   absl::StatusOr<v1::Measurement> Measure(const v1::KernelBinary& candidate,
-                                          const v1::TimingOptions& timing) override;
+                                          const v1::TimingOptions& timing) override {
+    return MeasureOnWorker(candidate, timing, /*skip_check=*/false);
+  }
+  absl::StatusOr<v1::Measurement> Retime(const v1::KernelBinary& candidate,
+                                         const v1::TimingOptions& timing) override {
+    return MeasureOnWorker(candidate, timing, /*skip_check=*/true);
+  }
 
  private:
+  absl::StatusOr<v1::Measurement> MeasureOnWorker(const v1::KernelBinary& candidate,
+                                                  const v1::TimingOptions& timing,
+                                                  bool skip_check);
+
   // The fate of one request/response exchange with the worker.
   enum class Transport {
     kAnswered,      // `response` holds the worker's answer
@@ -594,8 +604,9 @@ absl::StatusOr<v1::ProblemReady> ProcessGpu::SetProblem(const v1::Problem& probl
   return ready_;
 }
 
-absl::StatusOr<v1::Measurement> ProcessGpu::Measure(const v1::KernelBinary& candidate,
-                                                    const v1::TimingOptions& timing) {
+absl::StatusOr<v1::Measurement> ProcessGpu::MeasureOnWorker(const v1::KernelBinary& candidate,
+                                                            const v1::TimingOptions& timing,
+                                                            bool skip_check) {
   if (!unusable_.ok()) return unusable_;
   if (!problem_.has_value()) {
     return absl::FailedPreconditionError("Measure needs a successful SetProblem first");
@@ -605,6 +616,7 @@ absl::StatusOr<v1::Measurement> ProcessGpu::Measure(const v1::KernelBinary& cand
   v1::Request request;
   *request.mutable_measure()->mutable_candidate() = candidate;
   *request.mutable_measure()->mutable_timing() = timing;
+  request.mutable_measure()->set_skip_check(skip_check);
 
   // At most one retry, for a worker that turns out to have been leaving before it saw
   // this candidate: its death belongs to an earlier request, not to this candidate.

@@ -501,7 +501,7 @@ class TuningRun {
       store::Trial& t = *ranked[i];
       absl::StatusOr<Finalist> f = PrepareFinalist(t);
       if (!f.ok()) return Fail(f.status());
-      absl::StatusOr<v1::Measurement> m = env_.gpu->Measure(f->built.binary, request_.timing);
+      absl::StatusOr<v1::Measurement> m = env_.gpu->Retime(f->built.binary, request_.timing);
       if (!m.ok()) return Fail(m.status());
       if (std::optional<Outcome> o = ParseOutcome(m->outcome()); o != Outcome::kOk) {
         t.outcome = o.value_or(Outcome::kCrashed);
@@ -532,7 +532,7 @@ class TuningRun {
     }
     for (int round = 0; final.size() > 1 && round < request_.final_rounds; ++round) {
       for (Finalist& f : final) {
-        absl::StatusOr<v1::Measurement> m = env_.gpu->Measure(f.built.binary, request_.timing);
+        absl::StatusOr<v1::Measurement> m = env_.gpu->Retime(f.built.binary, request_.timing);
         if (!m.ok()) return Fail(m.status());
         if (m->outcome() == OutcomeName(Outcome::kOk)) f.runs.push_back(*std::move(m));
       }

@@ -33,7 +33,8 @@
 //   FAKE_WORKER_MEASURE_MS=N       with FAKE_WORKER_ANY_OK, sleeps N ms per such measurement
 //   FAKE_WORKER_LOG=path           appends "<pid> <request>" per request (hello,
 //                                  ceiling, set_problem <seed>, measure <name>, the latter
-//                                  followed by " min_sample_us=<us>" when the request sets it)
+//                                  followed by " min_sample_us=<us>" when the request sets it
+//                                  and " skip_check" when it asks for no output check)
 #include <signal.h>
 #include <dirent.h>
 #include <unistd.h>
@@ -130,7 +131,8 @@ void Measure(const ktune::v1::MeasureCandidate& request) {
   Log(absl::StrCat("measure ", name,
                    request.timing().min_sample_us() > 0
                        ? absl::StrCat(" min_sample_us=", request.timing().min_sample_us())
-                       : ""));
+                       : "",
+                   request.skip_check() ? " skip_check" : ""));
   int64_t n = 0;
   if (name == "ok") {
     Send(Ok(1000));

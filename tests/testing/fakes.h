@@ -141,10 +141,17 @@ class FakeGpu : public Gpu {
     timings.push_back(timing);  // before the script, which may read it
     return script(candidate.launches(0).lowered_name());
   }
+  // Counted apart, and measured (and counted) as Measure is.
+  absl::StatusOr<v1::Measurement> Retime(const v1::KernelBinary& candidate,
+                                         const v1::TimingOptions& timing) override {
+    ++retimes;
+    return Measure(candidate, timing);
+  }
 
   v1::Problem problem;
   int problems = 0;
-  int measures = 0;
+  int measures = 0;  // Measure and Retime calls
+  int retimes = 0;   // Retime calls
   int ceiling_calls = 0;
   std::vector<std::string> measured;
   std::vector<v1::TimingOptions> timings;  // of each Measure call, in order

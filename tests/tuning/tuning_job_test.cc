@@ -498,13 +498,15 @@ TEST_F(TuningJobTest, GuidedWarmStartsFromTheNearestStoredKey) {
 
 // Timing in rounds: random over 30 candidates times each briefly (screening), then the
 // fastest third (10) again with the request's timing, then the final round's 3 x 3. The
-// exhaustive reference times every candidate with the request's timing.
+// exhaustive reference times every candidate with the request's timing. Only the search's
+// measurements check outputs: the leaders and finalists passed theirs, and are retimed.
 TEST_F(TuningJobTest, TimingRoundsScreenEveryCandidateThenTimeTheLeadersInFull) {
   request_.search.strategy = "random";
   request_.search.budget = 30;
   ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
   ASSERT_EQ(r.trials.size(), 30u);
   ASSERT_EQ(gpu_.timings.size(), 30u + 10u + 9u);
+  EXPECT_EQ(gpu_.retimes, 10 + 9);
   for (size_t i = 0; i < gpu_.timings.size(); ++i) {
     const v1::TimingOptions& t = gpu_.timings[i];
     if (i < 30) {
@@ -536,8 +538,10 @@ TEST_F(TuningJobTest, TimingRoundsScreenEveryCandidateThenTimeTheLeadersInFull) 
     request_.search.budget = 12;
     request_.timing_rounds = std::string(no_rounds) == "exhaustive";  // exhaustive ignores it
     gpu_.timings.clear();
+    gpu_.retimes = 0;
     ASSERT_OK(RunTuning(request_, Env()).status());
     ASSERT_EQ(gpu_.timings.size(), 12u + 9u) << no_rounds;  // no promotion
+    EXPECT_EQ(gpu_.retimes, 9) << no_rounds;
     for (const v1::TimingOptions& t : gpu_.timings) EXPECT_EQ(t.max_repeats(), 0) << no_rounds;
   }
 }

@@ -174,10 +174,12 @@ class WorkerGpuTest : public ::testing::Test {
     return response.problem_ready();
   }
 
-  v1::Measurement Measure(const v1::KernelBinary& candidate, v1::TimingOptions timing = {}) {
+  v1::Measurement Measure(const v1::KernelBinary& candidate, v1::TimingOptions timing = {},
+                          bool skip_check = false) {
     v1::Request r;
     *r.mutable_measure()->mutable_candidate() = candidate;
     *r.mutable_measure()->mutable_timing() = timing;
+    r.mutable_measure()->set_skip_check(skip_check);
     const v1::Response response = session_->Handle(r);
     EXPECT_TRUE(response.has_measurement()) << response.DebugString();
     EXPECT_FALSE(session_->poisoned());
@@ -296,6 +298,14 @@ TEST_F(WorkerGpuTest, WrongValueIsWrongResult) {
   EXPECT_EQ(m.mismatches(), 1);
   EXPECT_NEAR(m.max_abs_error(), 1.0, 1e-6);
   EXPECT_EQ(m.time_ns(), 0);
+
+  // Asked to skip the check (a retime of a binary the caller saw pass), the worker only
+  // times it: the wrong value goes unseen, which is what shows the check was not run.
+  const v1::Measurement retimed =
+      Measure(Binary("twice_off_by_one_at_77", (kN + 255) / 256, 256), {}, /*skip_check=*/true);
+  EXPECT_EQ(retimed.outcome(), "ok") << retimed.detail();
+  EXPECT_EQ(retimed.mismatches(), 0);
+  EXPECT_GT(retimed.time_ns(), 0);
 }
 
 TEST_F(WorkerGpuTest, UnwrittenOutputFailsOnThePoison) {
