@@ -21,6 +21,7 @@
 #include "frontends/ktune/commands.h"
 #include "frontends/ktune/tune_backend.h"
 #include "server/store/store.h"
+#include "server/tuning/spec_schedule.h"
 #include "server/tuning/tuning_job.h"
 #include "server/tuning/tuning_spec.h"
 
@@ -356,19 +357,21 @@ std::vector<KeyResult> TuneKeys(TuneBackend& backend, const std::vector<SpecKey>
   std::vector<KeyResult> results(keys.size());
   const int workers = std::min<int>(backend.Parallelism(), static_cast<int>(keys.size()));
   if (workers > 1) {
-    // --gpus: a thread per GPU takes the next key; the display shows finished keys only
-    // (several jobs' candidates at once would not read), in the order they finish.
+    // --gpus: a thread per GPU takes the next key the schedule gives it (a chain of one
+    // entry's shapes per GPU, largest first); the display shows finished keys only (several
+    // jobs' candidates at once would not read), in the order they finish.
     absl::Mutex mu;
-    size_t next = 0;
+    SpecSchedule schedule(keys);
     std::vector<std::thread> threads;
     for (int w = 0; w < workers; ++w) {
-      threads.emplace_back([&] {
+      threads.emplace_back([&, w] {
         while (true) {
           size_t i;
           {
             absl::MutexLock lock(&mu);
-            if (next == keys.size()) return;
-            i = next++;
+            const std::optional<size_t> next = schedule.Next(w);
+            if (!next) return;
+            i = *next;
             display.StartKey(keys[i]);
           }
           bool passed_over = false;  // no fleet tier in this process: never set
