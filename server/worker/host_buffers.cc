@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/base/fp8.h"
+#include "server/base/sha256.h"
 
 namespace ktune {
 namespace {
@@ -62,11 +63,40 @@ uint64_t Mix(uint64_t z) {
 // across standard libraries, and a restarted worker must reproduce the reference's digest.
 double Unit(std::mt19937_64& gen) { return static_cast<double>(gen() >> 11) * 0x1.0p-53; }
 
-// Elements are generated in chunks, each from its own mt19937_64 seeded from the buffer's
-// seed and the chunk's index: deterministic whatever the number of threads.
+// NORMAL elements are generated in chunks, each from its own mt19937_64 seeded from the
+// buffer's seed and the chunk's index: deterministic whatever the number of threads.
 constexpr int64_t kFillChunk = int64_t{1} << 16;
 
 constexpr double kTwoPi = 6.283185307179586476925286766559;
+
+}  // namespace
+
+namespace {
+
+// fn(encode) with encode(double value, void* out) writing one element of `dtype` as
+// EncodeElement does, the dtype resolved once instead of per element.
+template <typename Fn>
+void WithElementType(DType dtype, const Fn& fn) {
+  switch (dtype) {
+    case DType::kF32:
+      return fn([](double v, void* out) {
+        const float f = static_cast<float>(v);
+        std::memcpy(out, &f, 4);
+      });
+    case DType::kF16:
+      return fn([](double v, void* out) {
+        const uint16_t h = FloatToHalf(static_cast<float>(v));
+        std::memcpy(out, &h, 2);
+      });
+    case DType::kBF16:
+      return fn([](double v, void* out) {
+        const uint16_t b = FloatToBf16(static_cast<float>(v));
+        std::memcpy(out, &b, 2);
+      });
+    default:  // i32 and fp8: as EncodeElement
+      return fn([dtype](double v, void* out) { EncodeElement(dtype, v, out); });
+  }
+}
 
 }  // namespace
 
@@ -220,30 +250,58 @@ absl::StatusOr<std::string> GenerateFill(DType dtype, int64_t count, const v1::F
   }
   const bool integer = dtype == DType::kI32;
   const int64_t chunks = (count + kFillChunk - 1) / kFillChunk;
+  if (fill.kind() == v1::Fill::UNIFORM) {
+    // Element i draws Mix(key + i): a counter, with no generator state to carry, so the
+    // loop is a few integer operations an element (an mt19937_64 draw per element took
+    // 15 ns of a core, most of SetProblem's time at 10^8 elements and more).
+    const uint64_t key = Mix(seed);
+    ParallelFor(chunks, 4, [&](int64_t begin, int64_t end) {
+      const int64_t first = begin * kFillChunk, last = std::min(count, end * kFillChunk);
+      WithElementType(dtype, [&](auto encode) {
+        for (int64_t i = first; i < last; ++i) {
+          const uint64_t r = Mix(key + static_cast<uint64_t>(i));
+          double v = lo + (hi - lo) * (static_cast<double>(r >> 11) * 0x1.0p-53);
+          if (integer) v = std::floor(v);
+          encode(v, data + i * size);
+        }
+      });
+    });
+    return bytes;
+  }
+  // NORMAL, Box-Muller: two values per pair of uniforms, each chunk from its own generator.
   ParallelFor(chunks, 4, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       std::mt19937_64 gen(Mix(seed ^ Mix(static_cast<uint64_t>(c))));
       const int64_t first = c * kFillChunk;
       const int64_t last = std::min(count, first + kFillChunk);
       for (int64_t i = first; i < last;) {
-        if (fill.kind() == v1::Fill::UNIFORM) {
-          double v = lo + (hi - lo) * Unit(gen);
-          if (integer) v = std::floor(v);
-          EncodeElement(dtype, v, data + i * size);
-          ++i;
-        } else {                              // NORMAL, Box-Muller: two values per pair of uniforms
-          const double u1 = 1.0 - Unit(gen);  // (0, 1]: log is finite
-          const double u2 = Unit(gen);
-          const double r = std::sqrt(-2.0 * std::log(u1));
-          const double z[2] = {r * std::cos(kTwoPi * u2), r * std::sin(kTwoPi * u2)};
-          for (int k = 0; k < 2 && i < last; ++k, ++i) {
-            EncodeElement(dtype, lo + hi * z[k], data + i * size);
-          }
+        const double u1 = 1.0 - Unit(gen);  // (0, 1]: log is finite
+        const double u2 = Unit(gen);
+        const double r = std::sqrt(-2.0 * std::log(u1));
+        const double z[2] = {r * std::cos(kTwoPi * u2), r * std::sin(kTwoPi * u2)};
+        for (int k = 0; k < 2 && i < last; ++k, ++i) {
+          EncodeElement(dtype, lo + hi * z[k], data + i * size);
         }
       }
     }
   });
   return bytes;
+}
+
+std::string OutputDigest(absl::string_view bytes) {
+  constexpr size_t kPiece = size_t{16} << 20;
+  const int64_t pieces = static_cast<int64_t>((bytes.size() + kPiece - 1) / kPiece);
+  std::vector<std::string> digests(static_cast<size_t>(pieces));
+  ParallelFor(pieces, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      digests[static_cast<size_t>(p)] =
+          Sha256Hex(bytes.substr(static_cast<size_t>(p) * kPiece, kPiece));
+    }
+  });
+  Sha256Builder all;
+  all.AddField(absl::StrCat(bytes.size()));
+  for (const std::string& d : digests) all.AddField(d);
+  return all.Finish();
 }
 
 uint32_t PoisonWord(DType dtype) { return dtype == DType::kI32 ? 0x80000000u : 0xFFFFFFFFu; }

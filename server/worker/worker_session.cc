@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -23,6 +24,7 @@
 #include "server/worker/device_info.h"
 #include "server/worker/driver.h"
 #include "server/worker/host_buffers.h"
+#include "server/worker/output_check.h"
 #include "server/worker/tensor_map.h"
 
 namespace ktune {
@@ -148,7 +150,8 @@ struct ProblemBuffer {
   DeviceMemory memory;     // what the kernels get
   DeviceMemory pristine;   // the generated contents, restored before every run
   std::string expected;    // OUTPUT / INOUT: the reference's result
-  std::string got;         // OUTPUT / INOUT: the candidate's, reused between candidates
+  DeviceMemory reference;  // OUTPUT / INOUT: the same on the GPU, for the check there
+  std::string got;         // OUTPUT / INOUT: the candidate's, for the check on the host
 
   bool checked() const { return role == v1::Buffer::OUTPUT || role == v1::Buffer::INOUT; }
 };
@@ -298,12 +301,13 @@ absl::StatusOr<std::unique_ptr<Problem>> PlanProblem(const v1::Problem& spec) {
 }
 
 // GPU memory the problem takes: every buffer, plus a pristine copy of each one whose
-// contents are generated.
+// contents are generated and the reference's result of each one that is checked.
 size_t DeviceBytes(const Problem& problem) {
   size_t bytes = 0;
   for (const ProblemBuffer& b : problem.buffers) {
     bytes += AllocBytes(b.bytes);
     if (b.role != v1::Buffer::OUTPUT && !b.zero_fill) bytes += AllocBytes(b.bytes);
+    if (b.checked()) bytes += AllocBytes(b.bytes);
   }
   return bytes;
 }
@@ -354,6 +358,8 @@ class CudaWorkerSession final : public WorkerSession {
     return forced_poison_ || (driver_ != nullptr && driver_->poisoned());
   }
 
+  void KeepOutputs(bool keep) override { keep_outputs_ = keep; }
+
   std::vector<WorkerOutput> LastOutputs() const override {
     std::vector<WorkerOutput> out;
     if (problem_ == nullptr) return out;
@@ -395,6 +401,9 @@ class CudaWorkerSession final : public WorkerSession {
                                   bool flush_l2);
   absl::Status Download();
   absl::Status EnsureFlushBuffer();
+  // Loads the GPU check (output_check.h) once; without it (a driver that cannot JIT the
+  // PTX) outputs are checked on the host.
+  void EnsureDeviceCheck();
 
   // SetProblem's phases after PlanProblem, in order.
   // kResourceExhausted when the problem's buffers do not fit the free GPU memory.
@@ -423,7 +432,11 @@ class CudaWorkerSession final : public WorkerSession {
   void SetOccupancy(const PreparedLaunch& first, int blocks_per_sm, v1::Measurement* m) const;
   // One run on fresh inputs and poisoned outputs, compared with the reference.
   absl::Status CheckCandidate(const std::vector<PreparedLaunch>& launches, v1::Measurement* m);
-  void CompareWithReference(v1::Measurement* m) const;
+  // The candidate's outputs against the reference's, on the GPU where the check kernel
+  // loaded (every checked buffer has its `reference` copy), else read back and compared on
+  // the host: one Comparison per checked buffer, in order.
+  absl::StatusOr<std::vector<Comparison>> CompareOutputs();
+  void CompareWithReference(const std::vector<Comparison>& comparisons, v1::Measurement* m) const;
   // Warm-up, then samples until the spread, the repeat limit or the time cap stops them.
   absl::Status TimeCandidate(const std::vector<PreparedLaunch>& launches, const TimingPlan& plan,
                              v1::Measurement* m);
@@ -449,10 +462,13 @@ class CudaWorkerSession final : public WorkerSession {
   Module flush_module_;            // kReadFlushPtx, JIT-compiled by the driver at first use
   CUfunction flush_fn_ = nullptr;  // null: flush by cuMemsetD32 instead
   DeviceMemory flush_sink_;
+  bool check_tried_ = false;
+  std::optional<OutputCheck> check_;  // loaded at the first problem; none: the host checks
+  bool keep_outputs_ = false;         // KeepOutputs: read outputs back after a GPU check too
   std::unique_ptr<Problem> problem_;
-  // Whether the buffers' `got` bytes are the last run's (the reference's after SetProblem,
-  // the candidate's after Measure's check): false from the start of a Measure until its
-  // Download, so LastOutputs() never shows an earlier run's results.
+  // Whether the buffers' `got` bytes are the last checked run's (the reference's after
+  // SetProblem, the candidate's after Measure's check when read back): false from the start
+  // of a Measure until its Download, so LastOutputs() never shows an earlier run's results.
   bool outputs_current_ = false;
 };
 
@@ -843,12 +859,23 @@ absl::StatusOr<v1::ProblemReady> CudaWorkerSession::RunReference(
     return absl::InternalError(absl::StrCat("the reference failed: ", s.message()));
   }
   KTUNE_RETURN_IF_ERROR(Download());
+  EnsureDeviceCheck();
   Sha256Builder digest;
   for (ProblemBuffer& b : problem_->buffers) {
     if (!b.checked()) continue;
-    b.expected = b.got;
-    digest.AddField(b.expected);
+    digest.AddField(OutputDigest(b.got));
+    if (check_) {
+      // Candidates are checked against this copy on the GPU: the host keeps no expected
+      // bytes, and the read-back ones only for LastOutputs.
+      KTUNE_ASSIGN_OR_RETURN(b.reference, DeviceMemory::Allocate(driver_, AllocBytes(b.bytes)));
+      KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemcpyDtoDAsync, b.reference.ptr(), b.memory.ptr(),
+                                     b.bytes, stream_.get()));
+      if (!keep_outputs_) std::string().swap(b.got);
+    } else {
+      b.expected = b.got;
+    }
   }
+  if (check_ && !keep_outputs_) outputs_current_ = false;
   KTUNE_ASSIGN_OR_RETURN(double ms, TimeRuns(launches, 1, /*flush_l2=*/true));
   v1::ProblemReady ready;
   ready.set_reference_time_ns(ms * 1e6);
@@ -975,22 +1002,66 @@ absl::Status CudaWorkerSession::CheckCandidate(const std::vector<PreparedLaunch>
     Fail(launched, Outcome::kLaunchFailed, "launching", m);
     return absl::OkStatus();
   }
-  if (absl::Status s = Download(); !s.ok()) {
-    if (!poisoned()) return s;
-    Fail(s, Outcome::kCrashed, "reading outputs", m);
+  absl::StatusOr<std::vector<Comparison>> comparisons = CompareOutputs();
+  if (!comparisons.ok()) {
+    if (!poisoned()) return comparisons.status();
+    Fail(comparisons.status(), Outcome::kCrashed, "reading outputs", m);
     return absl::OkStatus();
   }
-  CompareWithReference(m);
+  CompareWithReference(*comparisons, m);
   return absl::OkStatus();
 }
 
-void CudaWorkerSession::CompareWithReference(v1::Measurement* m) const {
+absl::StatusOr<std::vector<Comparison>> CudaWorkerSession::CompareOutputs() {
+  bool on_device = check_.has_value();
+  for (const ProblemBuffer& b : problem_->buffers) {
+    if (b.checked() && !b.reference) on_device = false;
+  }
+  std::vector<Comparison> out;
+  if (!on_device) {
+    KTUNE_RETURN_IF_ERROR(Download());
+    for (const ProblemBuffer& b : problem_->buffers) {
+      if (b.checked()) {
+        out.push_back(CompareBuffers(b.dtype, b.got, b.expected, problem_->atol, problem_->rtol));
+      }
+    }
+    return out;
+  }
+  if (keep_outputs_) KTUNE_RETURN_IF_ERROR(Download());
+  for (const ProblemBuffer& b : problem_->buffers) {
+    if (!b.checked()) continue;
+    KTUNE_ASSIGN_OR_RETURN(Comparison c,
+                           check_->Compare(b.dtype, b.memory.ptr(), b.reference.ptr(),
+                                           b.bytes / static_cast<size_t>(DTypeSize(b.dtype)),
+                                           problem_->atol, problem_->rtol, stream_.get()));
+    out.push_back(c);
+  }
+  return out;
+}
+
+void CudaWorkerSession::EnsureDeviceCheck() {
+  if (check_tried_) return;
+  check_tried_ = true;
+  absl::StatusOr<OutputCheck> check = OutputCheck::Load(driver_, info_.sm_count());
+  if (check.ok()) {
+    check_ = std::move(*check);
+    return;
+  }
+  // A driver that cannot JIT the PTX still checks: on the host.
+  std::fprintf(stderr, "ktune-worker: the GPU output check is unavailable, checking on the "
+               "host: %s\n", std::string(check.status().message()).c_str());
+}
+
+
+void CudaWorkerSession::CompareWithReference(const std::vector<Comparison>& comparisons,
+                                             v1::Measurement* m) const {
   int64_t mismatches = 0;
   double max_abs = 0;
   std::string first_mismatch;
+  size_t k = 0;
   for (const ProblemBuffer& b : problem_->buffers) {
     if (!b.checked()) continue;
-    const Comparison c = CompareBuffers(b.dtype, b.got, b.expected, problem_->atol, problem_->rtol);
+    const Comparison& c = comparisons[k++];
     mismatches += c.mismatches;
     max_abs = std::max(max_abs, c.max_abs_error);
     if (c.mismatches > 0 && first_mismatch.empty()) {

@@ -48,10 +48,16 @@ class WorkerSession {
   // The current problem's output buffers, in argument order, as the last checked run read
   // them back: after a Problem, the reference's results; after a MeasureCandidate, the
   // candidate's (outcome ok or wrong_result; empty bytes when it failed before its outputs
-  // were read). Empty without a problem. The worker protocol never carries outputs (the
-  // worker compares them itself); this is for tests that check the kernels themselves
-  // against a host reference (tests/kernels).
+  // were read, or when they were checked on the GPU and KeepOutputs was not asked for).
+  // Empty without a problem. The worker protocol never carries outputs (the worker compares
+  // them itself); this is for tests that check the kernels themselves against a host
+  // reference (tests/kernels).
   virtual std::vector<WorkerOutput> LastOutputs() const = 0;
+
+  // With `keep`, every check also reads the candidate's outputs back for LastOutputs, where
+  // the GPU compares them (the outcome is still the GPU's). Off by default: the worker reads
+  // back nothing it does not need.
+  virtual void KeepOutputs(bool keep) = 0;
 };
 
 // `ordinal` >= 0 pins the GPU (ktune-worker --ordinal N): a Hello for another ordinal is

@@ -241,6 +241,23 @@ TEST(Fp8BufferTest, CompareAndPoison) {
   EXPECT_EQ(CompareBuffers(DType::kF8E4M3, poison, want + want, 1e9, 1e9).mismatches, 4);
 }
 
+// The digest of a problem's outputs: a pure function of the bytes, over pieces of 16 MiB,
+// that sees one changed byte in any piece, and the length.
+TEST(OutputDigestTest, OneValuePerContentsAcrossPieces) {
+  std::string bytes((size_t{16} << 20) * 2 + 3, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 % 251);
+  const std::string d = OutputDigest(bytes);
+  EXPECT_EQ(d.size(), 64u);
+  EXPECT_EQ(OutputDigest(bytes), d);
+  for (size_t at : {size_t{0}, (size_t{16} << 20) - 1, size_t{16} << 20, bytes.size() - 1}) {
+    std::string changed = bytes;
+    changed[at] ^= 1;
+    EXPECT_NE(OutputDigest(changed), d) << at;
+  }
+  EXPECT_NE(OutputDigest(bytes.substr(0, bytes.size() - 1)), d);
+  EXPECT_NE(OutputDigest(""), OutputDigest(std::string(1, '\0')));
+}
+
 TEST(FillTest, BufferSeedsDiffer) {
   EXPECT_NE(BufferSeed(7, 0), BufferSeed(7, 1));
   EXPECT_EQ(BufferSeed(7, 2), BufferSeed(7, 2));

@@ -335,6 +335,7 @@ TEST_F(WorkerGpuTest, BlockOverLaunchBoundsIsResourceLimit) {
 // LastOutputs: the reference's results after a Problem, the candidate's after a check that
 // read them back, nothing from an earlier run after one that did not.
 TEST_F(WorkerGpuTest, LastOutputsAreTheLastCheckedRunsResults) {
+  session_->KeepOutputs(true);
   constexpr int kSmall = 1000;
   SetProblem(TwiceProblem(kSmall, /*seed=*/5));
   const v1::Problem problem = TwiceProblem(kSmall, 5);
@@ -357,7 +358,8 @@ TEST_F(WorkerGpuTest, LastOutputsAreTheLastCheckedRunsResults) {
   outputs = session_->LastOutputs();
   ASSERT_EQ(outputs.size(), 1u);
   ASSERT_EQ(outputs[0].bytes.size(), 4u * kSmall);
-  EXPECT_EQ(element(outputs[0].bytes, 77), 2 * element(x, 77) + 1);
+  // The kernel adds in float: 2 x is exact, 2 x + 1 rounds once, as the cast does.
+  EXPECT_EQ(element(outputs[0].bytes, 77), static_cast<float>(2 * element(x, 77) + 1));
   EXPECT_EQ(element(outputs[0].bytes, 78), 2 * element(x, 78));
 
   EXPECT_EQ(Measure(Binary("twice_small_blocks", (kSmall + 255) / 256, 256)).outcome(),
@@ -365,6 +367,13 @@ TEST_F(WorkerGpuTest, LastOutputsAreTheLastCheckedRunsResults) {
   outputs = session_->LastOutputs();
   ASSERT_EQ(outputs.size(), 1u);
   EXPECT_EQ(outputs[0].bytes, "");  // never ran: not the previous candidate's results
+
+  // Without KeepOutputs a check on the GPU reads nothing back.
+  session_->KeepOutputs(false);
+  EXPECT_EQ(Measure(Binary("twice_ref", (kSmall + 255) / 256, 256)).outcome(), "ok");
+  outputs = session_->LastOutputs();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].bytes, "");
 }
 
 TEST_F(WorkerGpuTest, TooMuchSharedMemoryIsResourceLimit) {
