@@ -38,9 +38,9 @@ class Gpu {
                                                   const v1::TimingOptions& timing) = 0;
 
   // Times again a candidate whose Measure against the current problem passed: the same as
-  // Measure but for the check of its outputs, which on a large problem can cost more than
-  // the timing (every output read back to the host and compared element by element). The
-  // default measures with the check.
+  // Measure but for the check of its outputs (a fresh run on restored inputs, then every
+  // output compared with the reference's: on the GPU, or read back where the worker cannot
+  // run its check kernel), which a retime does not need. The default measures with it.
   virtual absl::StatusOr<v1::Measurement> Retime(const v1::KernelBinary& candidate,
                                                  const v1::TimingOptions& timing) {
     return Measure(candidate, timing);
