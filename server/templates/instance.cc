@@ -11,20 +11,6 @@
 #include "server/templates/shape.h"
 
 namespace ktune {
-namespace {
-
-using Launches = google::protobuf::RepeatedPtrField<v1::Launch>;
-
-// Substitutes {dtype} and {PARAM} in a name expression. The manifest was validated, so
-// every placeholder is known.
-std::string NameExpression(const std::string& pattern, DType dtype, const Config& config) {
-  std::vector<std::pair<std::string, std::string>> subs;
-  subs.emplace_back("{dtype}", std::string(DTypeCudaName(dtype)));
-  for (const auto& [name, value] : config.params) {
-    subs.emplace_back(absl::StrCat("{", name, "}"), absl::StrCat(value));
-  }
-  return absl::StrReplaceAll(pattern, subs);
-}
 
 Scope BaseScope(DType dtype, const Shape& shape, const Config& config, const TargetInfo& target) {
   Scope scope;
@@ -42,6 +28,22 @@ Scope BaseScope(DType dtype, const Shape& shape, const Config& config, const Tar
   scope.values["KTUNE_REGS_PER_SM"] = target.registers_per_sm;
   return scope;
 }
+
+namespace {
+
+using Launches = google::protobuf::RepeatedPtrField<v1::Launch>;
+
+// Substitutes {dtype} and {PARAM} in a name expression. The manifest was validated, so
+// every placeholder is known.
+std::string NameExpression(const std::string& pattern, DType dtype, const Config& config) {
+  std::vector<std::pair<std::string, std::string>> subs;
+  subs.emplace_back("{dtype}", std::string(DTypeCudaName(dtype)));
+  for (const auto& [name, value] : config.params) {
+    subs.emplace_back(absl::StrCat("{", name, "}"), absl::StrCat(value));
+  }
+  return absl::StrReplaceAll(pattern, subs);
+}
+
 
 // Sets which buffer tensor map `tm` covers (name, index in `args`, element type), without
 // its numbers: what a map no launch takes keeps. -1 as the index if `args` has no such
@@ -242,7 +244,27 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
   inst.target = target;
   Scope scope = BaseScope(dtype, shape, config, target);
 
-  // Blocks first: KTUNE_MAX_THREADS is derived from them and other expressions may use it.
+  // Constraints select candidates; the reference is whatever reference_params fix and must
+  // serve every shape, so they do not apply to it. Those that read no knob come first, in
+  // manifest order: they depend on the params alone, so a point they reject is rejected
+  // for all its knob choices and for that reason (which lets an enumeration count a whole
+  // subtree of params under one without binding a point of it).
+  auto check_constraints = [&](bool reading_knobs) -> absl::StatusOr<bool> {
+    for (int i = 0; !is_reference && i < m.constraints_size(); ++i) {
+      if (t.ConstraintReadsNoKnob(i) == reading_knobs) continue;
+      KTUNE_ASSIGN_OR_RETURN(int64_t ok, t.Evaluate(m.constraints(i), scope));
+      if (!ok) {
+        result.for_every_knob = !reading_knobs;
+        result.rejected_because = absl::StrCat("constraint '", m.constraints(i), "'");
+        return false;
+      }
+    }
+    return true;
+  };
+  KTUNE_ASSIGN_OR_RETURN(bool params_pass, check_constraints(/*reading_knobs=*/false));
+  if (!params_pass) return result;
+
+  // Blocks next: KTUNE_MAX_THREADS is derived from them and other expressions may use it.
   KTUNE_ASSIGN_OR_RETURN(std::string block_why,
                          BindBlocks(t, launches, dtype, config, target, scope, &inst));
   if (!block_why.empty()) return reject(std::move(block_why));
@@ -252,16 +274,8 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
     return reject(absl::StrCat("min_blocks ", config.knobs.min_blocks, " x ", inst.max_threads,
                                " threads exceeds ", target.max_threads_per_sm, " per SM"));
   }
-
-  // Constraints select candidates; the reference is whatever reference_params fix and must
-  // serve every shape, so they do not apply to it.
-  for (int i = 0; !is_reference && i < m.constraints_size(); ++i) {
-    KTUNE_ASSIGN_OR_RETURN(int64_t ok, t.Evaluate(m.constraints(i), scope));
-    if (!ok) {
-      result.for_every_knob = t.ConstraintReadsNoKnob(i);
-      return reject(absl::StrCat("constraint '", m.constraints(i), "'"));
-    }
-  }
+  KTUNE_ASSIGN_OR_RETURN(bool knobs_pass, check_constraints(/*reading_knobs=*/true));
+  if (!knobs_pass) return result;
 
   KTUNE_ASSIGN_OR_RETURN(std::string grid_why, BindGrids(t, launches, scope, target, &inst));
   if (!grid_why.empty()) return reject(std::move(grid_why));

@@ -78,11 +78,16 @@ struct Instance {
 struct BindResult {
   std::optional<Instance> instance;
   std::string rejected_because;  // empty iff instance is set
-  // Rejected by a constraint that reads no knob (KernelTemplate::ConstraintReadsNoKnob):
-  // the same params with any other knobs (same target) are rejected too, by it or by a
-  // check before it, so an enumeration need not bind them.
+  // Rejected by a constraint that reads no knob (KernelTemplate::ConstraintReadsNoKnob),
+  // which Bind checks before anything else: the same params with any other knobs (same
+  // target) are rejected too, for the same reason, so an enumeration need not bind them.
   bool for_every_knob = false;
 };
+
+// The values every manifest expression of a candidate may read before its launches are
+// bound: the shape's dims, the config's params (those it has), its knobs and the target's
+// constants (KTUNE_MAX_THREADS comes with the blocks, later).
+Scope BaseScope(DType dtype, const Shape& shape, const Config& config, const TargetInfo& target);
 
 // Binds the candidate launches. REQUIRES: ValidateRequest(*tmpl, dtype, shape) is OK and
 // config names exactly the template's params. A Status error means the manifest cannot be

@@ -30,41 +30,121 @@ std::string ReasonGroup(const std::string& reason) {
   return out;
 }
 
+// The space in the params' odometer order (the first param varying fastest), walked as a
+// tree from the last param to the first. A constraint that reads no knob depends on the
+// params, the shape and the target alone, so it is decided once the params it reads are
+// set: where it fails, the whole subtree under those params (every value of the params
+// below, every knob choice) is counted under it without visiting a point, as binding each
+// would have. Only what is left is bound point by point. (rmsnorm has 20736 param points,
+// about a hundred valid at a shape.)
+class Enumerator {
+ public:
+  Enumerator(std::shared_ptr<const KernelTemplate> tmpl, DType dtype, const Shape& shape,
+             const TargetInfo& target, const std::vector<Knobs>& knob_choices)
+      : tmpl_(std::move(tmpl)), dtype_(dtype), shape_(shape), target_(target),
+        knob_choices_(knob_choices) {
+    const v1::TemplateManifest& m = tmpl_->manifest();
+    const int n = m.params_size();
+    decided_at_.resize(static_cast<size_t>(n) + 1);
+    // Bind checks these constraints first, in manifest order, and a point counts under the
+    // first that rejects it. So one is decided where it and every one before it can be: at
+    // the lowest-numbered param any of them reads (once that one is set, so are all they
+    // read); where it fails there, the ones before it have passed.
+    int level = n;
+    for (int c = 0; c < m.constraints_size(); ++c) {
+      if (!tmpl_->ConstraintReadsNoKnob(c)) continue;
+      for (int p = 0; p < level; ++p) {
+        if (ReadsIdentifier(m.constraints(c), m.params(p).name())) {
+          level = p;
+          break;
+        }
+      }
+      decided_at_[static_cast<size_t>(level)].push_back(c);
+    }
+    below_.assign(static_cast<size_t>(n) + 1, 1);
+    for (int p = 0; p < n; ++p) {
+      below_[static_cast<size_t>(p) + 1] = below_[static_cast<size_t>(p)] * m.params(p).values_size();
+    }
+  }
+
+  absl::StatusOr<SearchSpace> Run() {
+    Config config;
+    KTUNE_RETURN_IF_ERROR(Walk(tmpl_->manifest().params_size(), config));
+    return std::move(space_);
+  }
+
+ private:
+  // Whether `expr`'s text names `id` as a whole word (identifiers are [A-Za-z_][A-Za-z0-9_]*).
+  static bool ReadsIdentifier(const std::string& expr, const std::string& id) {
+    auto word = [](char c) { return absl::ascii_isalnum(c) || c == '_'; };
+    for (size_t at = expr.find(id); at != std::string::npos; at = expr.find(id, at + 1)) {
+      const size_t end = at + id.size();
+      if ((at == 0 || !word(expr[at - 1])) && (end == expr.size() || !word(expr[end]))) return true;
+    }
+    return false;
+  }
+
+  // Params level..n-1 are set in `config`; walks every point under them.
+  absl::Status Walk(int level, Config& config) {
+    const v1::TemplateManifest& m = tmpl_->manifest();
+    const int64_t knobs = static_cast<int64_t>(knob_choices_.size());
+    for (int c : decided_at_[static_cast<size_t>(level)]) {
+      const Scope scope = BaseScope(dtype_, shape_, config, target_);
+      // An expression that cannot be evaluated here decides nothing: the points are bound
+      // one by one, as without this walk, and any error is Bind's to report.
+      absl::StatusOr<int64_t> ok = tmpl_->Evaluate(m.constraints(c), scope);
+      if (ok.ok() && *ok == 0) {
+        const int64_t points = below_[static_cast<size_t>(level)];
+        space_.param_points += points;
+        space_.points += points * knobs;
+        space_.rejected[ReasonGroup(absl::StrCat("constraint '", m.constraints(c), "'"))] +=
+            points * knobs;
+        return absl::OkStatus();
+      }
+    }
+    if (level == 0) return BindPoint(config);
+    const v1::Param& p = m.params(level - 1);
+    for (int64_t v : p.values()) {
+      config.params[p.name()] = v;
+      KTUNE_RETURN_IF_ERROR(Walk(level - 1, config));
+    }
+    config.params.erase(p.name());
+    return absl::OkStatus();
+  }
+
+  absl::Status BindPoint(Config config) {
+    ++space_.param_points;
+    for (size_t k = 0; k < knob_choices_.size(); ++k) {
+      config.knobs = knob_choices_[k];
+      KTUNE_ASSIGN_OR_RETURN(BindResult r, Bind(tmpl_, dtype_, shape_, config, target_));
+      if (r.instance) {
+        ++space_.points;
+        space_.configs.push_back(config);
+        continue;
+      }
+      // A constraint of the params alone rejects this point's other knob choices too.
+      const int64_t alike = r.for_every_knob ? static_cast<int64_t>(knob_choices_.size() - k) : 1;
+      space_.points += alike;
+      space_.rejected[ReasonGroup(r.rejected_because)] += alike;
+      if (r.for_every_knob) break;
+    }
+    return absl::OkStatus();
+  }
+
+  const std::shared_ptr<const KernelTemplate> tmpl_;
+  const DType dtype_;
+  const Shape& shape_;
+  const TargetInfo& target_;
+  const std::vector<Knobs>& knob_choices_;
+  std::vector<std::vector<int>> decided_at_;  // per level: the constraints decided there
+  std::vector<int64_t> below_;                // per level: the param points under it
+  SearchSpace space_;
+};
+
 absl::StatusOr<SearchSpace> Enumerate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
                                       const Shape& shape, const TargetInfo& target,
                                       const std::vector<Knobs>& knob_choices) {
-  SearchSpace space;
-  const auto& params = tmpl->manifest().params();
-  // Odometer over the params' value lists.
-  std::vector<int> idx(params.size(), 0);
-  for (;;) {
-    ++space.param_points;
-    Config config;
-    for (int i = 0; i < params.size(); ++i) config.params[params[i].name()] = params[i].values(idx[i]);
-    for (size_t k = 0; k < knob_choices.size(); ++k) {
-      config.knobs = knob_choices[k];
-      KTUNE_ASSIGN_OR_RETURN(BindResult r, Bind(tmpl, dtype, shape, config, target));
-      if (r.instance) {
-        ++space.points;
-        space.configs.push_back(config);
-        continue;
-      }
-      // A constraint of the params alone rejects this point's other knob choices too:
-      // counted under it without binding each (most of a large space goes this way; rmsnorm
-      // has 20736 param points, a hundred of them valid at a shape).
-      const int64_t alike = r.for_every_knob ? static_cast<int64_t>(knob_choices.size() - k) : 1;
-      space.points += alike;
-      space.rejected[ReasonGroup(r.rejected_because)] += alike;
-      if (r.for_every_knob) break;
-    }
-    int i = 0;
-    for (; i < params.size(); ++i) {
-      if (++idx[i] < params[i].values_size()) break;
-      idx[i] = 0;
-    }
-    if (i == params.size()) break;
-  }
-  return space;
+  return Enumerator(std::move(tmpl), dtype, shape, target, knob_choices).Run();
 }
 
 }  // namespace

@@ -5,10 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
@@ -103,10 +105,11 @@ TEST_F(ShippedManifestsTest, SearchSpacesAtDecodeAndPrefillShapes) {
   }
 }
 
-// The enumeration skips a param point's other knob choices once a constraint of its params
-// alone rejects it; binding every point and knob choice must find the same candidates in
-// the same order, and as many points. Every shipped template at decode and prefill shapes
-// (odd ones included: they reach the edge params), on sm_90 and sm_90a.
+// The enumeration counts whole subtrees of params that a constraint of the params alone
+// rejects, without binding them; binding every point and knob choice must find the same
+// candidates in the same order, as many points, and each rejected one under the same
+// reason. Every shipped template at decode and prefill shapes (odd ones included: they
+// reach the edge params), on sm_90 and sm_90a.
 TEST_F(ShippedManifestsTest, EnumerationMatchesBindingEveryPoint) {
   std::vector<std::pair<std::string, std::vector<Shape>>> cases;
   for (const Case& c : Cases()) cases.emplace_back(c.name, c.shapes);
@@ -126,6 +129,18 @@ TEST_F(ShippedManifestsTest, EnumerationMatchesBindingEveryPoint) {
         SCOPED_TRACE(absl::StrCat(name, " ", ShapeString(shape), " ", arch));
         ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(tmpl, dtype, shape, target));
         std::vector<Config> every;
+        std::map<std::string, int64_t> why;  // as SearchSpace groups reasons: digits as N
+        auto group = [](const std::string& reason) {
+          std::string out;
+          for (char c : reason) {
+            if (absl::ascii_isdigit(c)) {
+              if (out.empty() || out.back() != 'N') out.push_back('N');
+            } else {
+              out.push_back(c);
+            }
+          }
+          return out;
+        };
         int64_t points = 0;
         const auto& params = tmpl->manifest().params();
         std::vector<int> idx(params.size(), 0);
@@ -138,7 +153,11 @@ TEST_F(ShippedManifestsTest, EnumerationMatchesBindingEveryPoint) {
             ++points;
             config.knobs = k;
             ASSERT_OK_AND_ASSIGN(BindResult r, Bind(tmpl, dtype, shape, config, target));
-            if (r.instance) every.push_back(config);
+            if (r.instance) {
+              every.push_back(config);
+            } else {
+              ++why[group(r.rejected_because)];
+            }
           }
           int i = 0;
           for (; i < params.size() && ++idx[i] == params[i].values_size(); ++i) idx[i] = 0;
@@ -146,6 +165,7 @@ TEST_F(ShippedManifestsTest, EnumerationMatchesBindingEveryPoint) {
         }
         EXPECT_EQ(space.configs, every);
         EXPECT_EQ(space.points, points);
+        EXPECT_EQ(space.rejected, why);  // each point under the reason binding it gives
         int64_t rejected = 0;
         for (const auto& [why, count] : space.rejected) rejected += count;
         EXPECT_EQ(rejected + static_cast<int64_t>(space.configs.size()), points);
