@@ -17,18 +17,6 @@ namespace {
 constexpr int64_t kDefaultMaxRegs[] = {0, 32, 64, 128};
 constexpr int64_t kDefaultMinBlocks[] = {1, 2, 4};
 
-// Reasons group better without the numbers that vary from point to point.
-std::string ReasonGroup(const std::string& reason) {
-  std::string out;
-  for (char c : reason) {
-    if (absl::ascii_isdigit(c)) {
-      if (out.empty() || out.back() != 'N') out.push_back('N');
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
 
 // The space in the params' odometer order (the first param varying fastest), walked as a
 // tree from the last param to the first. A constraint that reads no knob depends on the
@@ -148,6 +136,18 @@ absl::StatusOr<SearchSpace> Enumerate(std::shared_ptr<const KernelTemplate> tmpl
 }
 
 }  // namespace
+
+std::string ReasonGroup(const std::string& reason) {
+  std::string out;
+  for (char c : reason) {
+    if (absl::ascii_isdigit(c)) {
+      if (out.empty() || out.back() != 'N') out.push_back('N');
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
 
 absl::Status ValidateRequest(const KernelTemplate& tmpl, DType dtype, const Shape& shape) {
   if (!tmpl.SupportsDType(dtype)) {

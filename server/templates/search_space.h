@@ -58,6 +58,10 @@ struct SearchSpace {
   std::map<std::string, int64_t> rejected;
 };
 
+// A rejection reason with each run of digits replaced by N, as SearchSpace::rejected groups
+// them: "constraint 'hidden % VEC == N'".
+std::string ReasonGroup(const std::string& reason);
+
 // Enumerates the search space. REQUIRES: ValidateRequest is OK. A Status error means a
 // manifest expression could not be evaluated for some point (naming it).
 absl::StatusOr<SearchSpace> EnumerateSearchSpace(std::shared_ptr<const KernelTemplate> tmpl,

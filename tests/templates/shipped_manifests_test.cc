@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
@@ -130,17 +129,6 @@ TEST_F(ShippedManifestsTest, EnumerationMatchesBindingEveryPoint) {
         ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(tmpl, dtype, shape, target));
         std::vector<Config> every;
         std::map<std::string, int64_t> why;  // as SearchSpace groups reasons: digits as N
-        auto group = [](const std::string& reason) {
-          std::string out;
-          for (char c : reason) {
-            if (absl::ascii_isdigit(c)) {
-              if (out.empty() || out.back() != 'N') out.push_back('N');
-            } else {
-              out.push_back(c);
-            }
-          }
-          return out;
-        };
         int64_t points = 0;
         const auto& params = tmpl->manifest().params();
         std::vector<int> idx(params.size(), 0);
@@ -156,7 +144,7 @@ TEST_F(ShippedManifestsTest, EnumerationMatchesBindingEveryPoint) {
             if (r.instance) {
               every.push_back(config);
             } else {
-              ++why[group(r.rejected_because)];
+              ++why[ReasonGroup(r.rejected_because)];
             }
           }
           int i = 0;
