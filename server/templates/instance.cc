@@ -254,7 +254,6 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
       if (t.ConstraintReadsNoKnob(i) == reading_knobs) continue;
       KTUNE_ASSIGN_OR_RETURN(int64_t ok, t.Evaluate(m.constraints(i), scope));
       if (!ok) {
-        result.for_every_knob = !reading_knobs;
         result.rejected_because = absl::StrCat("constraint '", m.constraints(i), "'");
         return false;
       }

@@ -78,10 +78,6 @@ struct Instance {
 struct BindResult {
   std::optional<Instance> instance;
   std::string rejected_because;  // empty iff instance is set
-  // Rejected by a constraint that reads no knob (KernelTemplate::ConstraintReadsNoKnob),
-  // which Bind checks before anything else: the same params with any other knobs (same
-  // target) are rejected too, for the same reason, so an enumeration need not bind them.
-  bool for_every_knob = false;
 };
 
 // The values every manifest expression of a candidate may read before its launches are

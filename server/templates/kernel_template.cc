@@ -828,4 +828,9 @@ absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
   return std::shared_ptr<const KernelTemplate>(std::move(t));
 }
 
+bool KernelTemplate::ConstraintReads(int i, const std::string& id) const {
+  const std::vector<std::string>& ids = expressions_.at(manifest_.constraints(i)).identifiers();
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
 }  // namespace ktune

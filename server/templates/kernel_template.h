@@ -59,6 +59,9 @@ class KernelTemplate {
   // Whether the manifest's constraints[i] reads none of kPerKnobIdentifiers, so its value
   // is the same for every knob choice of a param point. REQUIRES: i < constraints_size().
   bool ConstraintReadsNoKnob(int i) const { return constraint_reads_no_knob_[i]; }
+  // Whether the manifest's constraints[i] reads identifier `id` (a param, a dim, a knob).
+  // REQUIRES: i < constraints_size().
+  bool ConstraintReads(int i, const std::string& id) const;
 
  private:
   friend absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(

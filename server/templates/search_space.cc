@@ -42,7 +42,7 @@ class Enumerator {
     for (int c = 0; c < m.constraints_size(); ++c) {
       if (!tmpl_->ConstraintReadsNoKnob(c)) continue;
       for (int p = 0; p < level; ++p) {
-        if (ReadsIdentifier(m.constraints(c), m.params(p).name())) {
+        if (tmpl_->ConstraintReads(c, m.params(p).name())) {
           level = p;
           break;
         }
@@ -62,26 +62,17 @@ class Enumerator {
   }
 
  private:
-  // Whether `expr`'s text names `id` as a whole word (identifiers are [A-Za-z_][A-Za-z0-9_]*).
-  static bool ReadsIdentifier(const std::string& expr, const std::string& id) {
-    auto word = [](char c) { return absl::ascii_isalnum(c) || c == '_'; };
-    for (size_t at = expr.find(id); at != std::string::npos; at = expr.find(id, at + 1)) {
-      const size_t end = at + id.size();
-      if ((at == 0 || !word(expr[at - 1])) && (end == expr.size() || !word(expr[end]))) return true;
-    }
-    return false;
-  }
-
   // Params level..n-1 are set in `config`; walks every point under them.
   absl::Status Walk(int level, Config& config) {
     const v1::TemplateManifest& m = tmpl_->manifest();
     const int64_t knobs = static_cast<int64_t>(knob_choices_.size());
-    for (int c : decided_at_[static_cast<size_t>(level)]) {
-      const Scope scope = BaseScope(dtype_, shape_, config, target_);
-      // An expression that cannot be evaluated here decides nothing: the points are bound
-      // one by one, as without this walk, and any error is Bind's to report.
-      absl::StatusOr<int64_t> ok = tmpl_->Evaluate(m.constraints(c), scope);
-      if (ok.ok() && *ok == 0) {
+    const std::vector<int>& decided = decided_at_[static_cast<size_t>(level)];
+    const Scope scope = decided.empty() ? Scope{} : BaseScope(dtype_, shape_, config, target_);
+    for (int c : decided) {
+      // An error here is the one Bind would give for every point below, at the same
+      // constraint (it checks these first, in this order, with these values).
+      KTUNE_ASSIGN_OR_RETURN(int64_t ok, tmpl_->Evaluate(m.constraints(c), scope));
+      if (ok == 0) {
         const int64_t points = below_[static_cast<size_t>(level)];
         space_.param_points += points;
         space_.points += points * knobs;
@@ -100,21 +91,19 @@ class Enumerator {
     return absl::OkStatus();
   }
 
+  // A point every constraint of its params alone passed (the walk decided them all): each
+  // knob choice bound.
   absl::Status BindPoint(Config config) {
     ++space_.param_points;
-    for (size_t k = 0; k < knob_choices_.size(); ++k) {
-      config.knobs = knob_choices_[k];
+    for (const Knobs& knobs : knob_choices_) {
+      config.knobs = knobs;
       KTUNE_ASSIGN_OR_RETURN(BindResult r, Bind(tmpl_, dtype_, shape_, config, target_));
+      ++space_.points;
       if (r.instance) {
-        ++space_.points;
         space_.configs.push_back(config);
-        continue;
+      } else {
+        ++space_.rejected[ReasonGroup(r.rejected_because)];
       }
-      // A constraint of the params alone rejects this point's other knob choices too.
-      const int64_t alike = r.for_every_knob ? static_cast<int64_t>(knob_choices_.size() - k) : 1;
-      space_.points += alike;
-      space_.rejected[ReasonGroup(r.rejected_because)] += alike;
-      if (r.for_every_knob) break;
     }
     return absl::OkStatus();
   }

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -433,8 +432,8 @@ class CudaWorkerSession final : public WorkerSession {
   // One run on fresh inputs and poisoned outputs, compared with the reference.
   absl::Status CheckCandidate(const std::vector<PreparedLaunch>& launches, v1::Measurement* m);
   // The candidate's outputs against the reference's, on the GPU where the check kernel
-  // loaded (every checked buffer has its `reference` copy), else read back and compared on
-  // the host: one Comparison per checked buffer, in order.
+  // loaded, else read back and compared on the host: one Comparison per checked buffer,
+  // in order.
   absl::StatusOr<std::vector<Comparison>> CompareOutputs();
   void CompareWithReference(const std::vector<Comparison>& comparisons, v1::Measurement* m) const;
   // Warm-up, then samples until the spread, the repeat limit or the time cap stops them.
@@ -1013,12 +1012,8 @@ absl::Status CudaWorkerSession::CheckCandidate(const std::vector<PreparedLaunch>
 }
 
 absl::StatusOr<std::vector<Comparison>> CudaWorkerSession::CompareOutputs() {
-  bool on_device = check_.has_value();
-  for (const ProblemBuffer& b : problem_->buffers) {
-    if (b.checked() && !b.reference) on_device = false;
-  }
   std::vector<Comparison> out;
-  if (!on_device) {
+  if (!check_) {  // (with it, every problem's reference keeps its outputs on the GPU)
     KTUNE_RETURN_IF_ERROR(Download());
     for (const ProblemBuffer& b : problem_->buffers) {
       if (b.checked()) {
@@ -1051,7 +1046,6 @@ void CudaWorkerSession::EnsureDeviceCheck() {
   std::fprintf(stderr, "ktune-worker: the GPU output check is unavailable, checking on the "
                "host: %s\n", std::string(check.status().message()).c_str());
 }
-
 
 void CudaWorkerSession::CompareWithReference(const std::vector<Comparison>& comparisons,
                                              v1::Measurement* m) const {
