@@ -29,6 +29,7 @@ Writes DIR/torch_overhead.md and .json. Exit 0 when both goals are met, 1 otherw
 """
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -185,6 +186,18 @@ def cases(hidden, inter, n, k):
             "partial": partial.data_ptr(), "counters": counters.data_ptr()}, None,
            lambda: kt.linear(xg, wg), lambda: torch.ops.ktune.linear(xg, wg),
            lambda: F.linear(xg, wg))
+    # The same key with its input cycling through more tensors than a tensor-map kernel
+    # keeps bound sets of addresses (ktune._cache._MAX_BOUND): what a server sees when the
+    # activations move between calls. Every call's maps cover new addresses.
+    xs = [torch.randn(1, k, dtype=bf, device=dev) for _ in range(2 * ktune._cache._MAX_BOUND)]
+    ops, dispatched, peers = (itertools.cycle(xs) for _ in range(3))
+    yield ("linear, x moving", "gemm", bf, {"m": 1, "n": n, "k": k},
+           {"x": xg.data_ptr(), "w": wg.data_ptr(), "out": yg.data_ptr(),
+            "scale_x": one.data_ptr(), "scale_w": one.data_ptr(),
+            "partial": partial.data_ptr(), "counters": counters.data_ptr()}, None,
+           lambda: kt.linear(next(ops), wg),
+           lambda: torch.ops.ktune.linear(next(dispatched), wg),
+           lambda: F.linear(next(peers), wg))
 
 
 def measure(args):

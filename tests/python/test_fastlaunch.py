@@ -16,6 +16,7 @@ from ktune._cache import CachedKernel
 from ktune._loaded import launch_plan
 
 from test_loaded_kernel import LAUNCH_FAILED, POINTERS, FakeDriver, artifact
+from test_tensor_map import FakeTmaDriver, tma_artifact
 
 LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7),
                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -40,6 +41,41 @@ class Recorder:
 
     def install(self):
         _fastlaunch.set_launch(ctypes.cast(self.fn, ctypes.c_void_p).value)
+
+
+REPLACE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class Replacer:
+    """A stand-in cuTensorMapReplaceAddress: records (map storage, address) and, as the driver
+    changes the map's address field, writes the address into the map's first 8 bytes (which
+    Recorder reads as the first kernel argument); returns `result`."""
+
+    def __init__(self):
+        self.calls = []
+        self.result = 0
+        self.fn = REPLACE(self._call)
+
+    def _call(self, tensor_map, address):
+        self.calls.append((tensor_map, address or 0))
+        if self.result == 0:
+            ctypes.c_uint64.from_address(tensor_map).value = address or 0
+        return self.result
+
+    def install(self):
+        _fastlaunch.set_replace_address(ctypes.cast(self.fn, ctypes.c_void_p).value)
+
+
+def runtime_error_in_fresh_interpreter(test, statements):
+    """The RuntimeError message `statements` raise in a new Python (set_launch and
+    set_replace_address are module state, so a test of their absence needs its own)."""
+    code = ("import ctypes, struct\nfrom ktune import _fastlaunch\ntry:\n" +
+            "".join(f"    {line}\n" for line in statements.split("\n")) +
+            "except RuntimeError as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    test.assertEqual(r.returncode, 0, r.stderr)
+    return r.stdout
 
 
 def params_with(first_value):
@@ -95,15 +131,9 @@ class FastLaunchTest(unittest.TestCase):
 
     def test_without_a_driver_function_nothing_is_called(self):
         # A fresh interpreter: set_launch is module state.
-        code = ("from ktune import _fastlaunch\n"
-                "try:\n"
-                "    _fastlaunch.launch((1, 1, 1, 1, 1, 1, 1, 0), 0, 8)\n"
-                "except RuntimeError as e:\n"
-                "    print(e)\n")
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("no cuLaunchKernel yet (call set_launch)", r.stdout)
+        self.assertIn("no cuLaunchKernel yet (call set_launch)",
+                      runtime_error_in_fresh_interpreter(
+                          self, "_fastlaunch.launch((1, 1, 1, 1, 1, 1, 1, 0), 0, 8)"))
 
 
 def entry_layout(*slots):
@@ -152,6 +182,109 @@ class LaunchWithTest(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "takes 5 arguments"):
             _fastlaunch.launch_with(self.plan, 0, p, self.layout)
         self.assertEqual(self.rec.calls, [])
+
+
+class LaunchWithTensorMapTest(unittest.TestCase):
+    """Layout kind 4: the storage is an encoded tensor map, re-pointed at the value."""
+
+    def setUp(self):
+        self.rec, self.rep = Recorder(), Replacer()
+        self.rec.install()
+        self.rep.install()
+        self.map = (ctypes.c_uint8 * 128)(*([0xAB] * 128))
+        self.array = (ctypes.c_void_p * 1)(ctypes.addressof(self.map))
+        self.layout = entry_layout((self.map, 4, 1))
+        self.plan = (0x7000, 1, 1, 1, 32, 1, 1, 0)
+
+    def test_the_map_covers_the_value_before_the_launch(self):
+        err = _fastlaunch.launch_with(self.plan, 0, ctypes.addressof(self.array), self.layout,
+                                      (0x999, 0x40000))
+        self.assertEqual(err, 0)
+        self.assertEqual(self.rep.calls, [(ctypes.addressof(self.map), 0x40000)])
+        self.assertEqual(self.rec.calls[0][5], 0x40000)
+        self.assertEqual(bytes(self.map)[8:], b"\xab" * 120)  # the rest as encoded
+
+    def test_a_misaligned_address_or_a_refusal_is_named_and_nothing_launches(self):
+        p = ctypes.addressof(self.array)
+        with self.assertRaisesRegex(ValueError, r"values\[1\] = 0x40008 is not 16-byte "
+                                    "aligned"):
+            _fastlaunch.launch_with(self.plan, 0, p, self.layout, (0, 0x40008))
+        self.assertEqual(self.rep.calls, [])
+        self.rep.result = 1  # CUDA_ERROR_INVALID_VALUE
+        with self.assertRaisesRegex(RuntimeError, r"cuTensorMapReplaceAddress for values\[1\] "
+                                    "= 0x40000 failed: CUresult 1"):
+            _fastlaunch.launch_with(self.plan, 0, p, self.layout, (0, 0x40000))
+        with self.assertRaisesRegex(TypeError, r"values\[1\]"):
+            _fastlaunch.launch_with(self.plan, 0, p, self.layout, (0, "x"))
+        self.assertEqual(self.rec.calls, [])
+
+    def test_without_a_replace_function_nothing_is_launched(self):
+        # set_launch is given an address C never calls: the map is refused first.
+        self.assertIn("no cuTensorMapReplaceAddress yet (call set_replace_address)",
+                      runtime_error_in_fresh_interpreter(
+                          self, "m = (ctypes.c_uint8 * 128)()\n"
+                          "a = (ctypes.c_void_p * 1)(ctypes.addressof(m))\n"
+                          "layout = struct.pack('=QII', ctypes.addressof(m), 4, 0)\n"
+                          "_fastlaunch.set_launch(1)\n"
+                          "_fastlaunch.launch_with((1, 1, 1, 1, 1, 1, 1, 0), 0, "
+                          "ctypes.addressof(a), layout, (0x1000,))"))
+
+
+class CachedTensorMapKernelFastPathTest(unittest.TestCase):
+    """A tensor-map kernel's launcher through C (fast_maps): the maps encoded once, at the
+    first call, then re-pointed at each call's buffers; any addresses, no set kept per
+    address."""
+
+    def entry(self):
+        a = tma_artifact()
+        self.cu = FakeTmaDriver()
+        e = CachedKernel(a, ktune.LoadedKernel(a, driver=self.cu), None)
+        self.assertFalse(e.fast_maps)  # a fake driver: not unless told
+        self.rec, self.rep = Recorder(), Replacer()
+        self.rec.install()
+        self.rep.install()
+        e.fast, e.fast_maps = _fastlaunch.launch, True
+        e._plans = [launch_plan(0x7000 + i, launch) for i, launch in enumerate(a.launches)]
+        return e
+
+    def test_each_call_points_the_map_at_its_buffer(self):
+        e = self.entry()
+        run = e.launcher(("out", "x"))
+        addresses = [0x10000 + 0x100 * i for i in range(3 * 32)]  # more sets than are bound
+        for x in addresses:
+            run(0x5000, 0x20000, x)
+        self.assertEqual(len(self.cu.encodes), 1)  # at the first call, from its address
+        self.assertEqual(self.cu.encodes[0][2], 0x10000)
+        self.assertEqual([c[1] for c in self.rep.calls], addresses)
+        self.assertEqual(len({c[0] for c in self.rep.calls}), 1)  # one map storage
+        self.assertEqual(self.rep.calls[0][0] % 128, 0)
+        self.assertEqual([c[5] for c in self.rec.calls], addresses)
+        self.assertEqual({c[4] for c in self.rec.calls}, {0x5000})
+        self.assertEqual(self.cu.launched, [])  # every launch went through C
+        self.assertEqual(e._bound, {})
+
+    def test_a_misaligned_buffer_is_named_and_the_next_call_works(self):
+        e = self.entry()
+        run = e.launcher(("x", "out"))
+        run(0, 0x10000, 0x20000)
+        with self.assertRaisesRegex(ValueError, r"tma_copy \(values for x, out\).*0x10008 is "
+                                    "not 16-byte aligned"):
+            run(0, 0x10008, 0x20000)
+        run(0, 0x30000, 0x20000)
+        self.assertEqual([c[5] for c in self.rec.calls], [0x10000, 0x30000])
+
+    def test_scalars_stay_refused_and_without_fast_maps_the_sets_are_bound(self):
+        e = self.entry()
+        with self.assertRaisesRegex(ValueError, "got a value for 'rows'"):
+            e.launcher(("x", "out", "rows"))
+        e.fast_maps = False
+        run = e.launcher(("x", "out"))
+        run(0, 0x10000, 0x20000)
+        run(0, 0x10000, 0x20000)
+        self.assertEqual(self.rep.calls, [])
+        self.assertEqual(len(e._bound), 1)
+        self.assertEqual(len(self.cu.encodes), 1)
+        self.assertEqual(len(self.cu.launched), 2)  # the BoundKernel's (the fake driver's)
 
 
 class CachedKernelFastPathTest(unittest.TestCase):

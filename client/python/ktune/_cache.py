@@ -38,6 +38,7 @@ from ktune._loaded import LoadedKernel, check_launch, cuda_check, cuda_driver
 _MAX_BOUND = 32  # address sets a tensor-map kernel keeps bound (see CachedKernel)
 # launch_with's kind of each parameter storage type (ktune/_fastlaunch.c).
 _KINDS = {ctypes.c_uint64: 0, ctypes.c_int32: 1, ctypes.c_int64: 2, ctypes.c_float: 3}
+_KIND_MAP_ADDRESS = 4  # an encoded CUtensorMap re-pointed at the value's address
 
 
 def fast_with(fast):
@@ -82,13 +83,16 @@ class CachedKernel:
         self.provisional = artifact.provenance != "exact" or artifact.stale
         self.buffers = tuple(a.name for a in artifact.args if a.is_buffer)
         # Tensor maps are encoded from the buffers' addresses (cuTensorMapEncodeTiled, tens
-        # of us from Python): those kernels keep a BoundKernel per set of addresses, the
-        # last _MAX_BOUND sets (torch's caching allocator hands a steady loop the same
-        # addresses again, so the hot path is a dict hit).
+        # of us from Python). With the C launch and cuTensorMapReplaceAddress (fast_maps),
+        # a launcher encodes its maps once and points them at each call's buffers from C;
+        # otherwise such kernels keep a BoundKernel per set of addresses, the last
+        # _MAX_BOUND sets (torch's caching allocator hands a steady loop the same addresses
+        # again, so the hot path is a dict hit).
         self._per_call = any(a.scalar_type == "tensor_map" for a in artifact.args)
         # The kernel's launch from C (LoadedKernel.fast) or None; with it, callers may pass
         # the stream as its int handle (ktune.torch does).
         self.fast = getattr(kernel, "fast", None)  # a custom loader's kernel may have none
+        self.fast_maps = getattr(kernel, "fast_maps", False)
         self._plans = getattr(kernel, "plans", None)
         self._bound = {}
         self._bound_lock = threading.Lock()
@@ -201,12 +205,16 @@ class CachedKernel:
         return run_through_driver
 
     def _map_launcher(self, names):
-        """launcher() for a kernel that takes tensor maps: its BoundKernel per set of buffer
-        addresses (the scalars are the artifact's: a value for one is refused)."""
+        """launcher() for a kernel that takes tensor maps (the scalars are the artifact's: a
+        value for one is refused): from C with its maps re-pointed per call where it can
+        (fast_maps), else a BoundKernel per set of buffer addresses."""
         scalars = [n for n in names if n not in self.buffers]
         if scalars:
             raise ValueError("this kernel takes tensor maps; its scalars are the artifact's "
                              f"(got a value for '{scalars[0]}')")
+        with_values = fast_with(self.fast) if self.fast_maps else None
+        if with_values is not None:
+            return self._map_launcher_c(names, with_values)
         # itemgetter (C) picks the buffers' values in the artifact's order, in a third of a
         # generator's time; one index more than there are buffers keeps its result a tuple
         # even for a single buffer, and is sliced off.
@@ -218,6 +226,49 @@ class CachedKernel:
             if bound is None:
                 bound = self._bound_kernel(dict(zip(self.buffers, addresses)))
             bound.launch(stream)
+        return run
+
+    def _map_launcher_c(self, names, with_values):
+        """The C launch for a tensor-map kernel: at its first call this launcher packs its
+        own kernelParams with every map encoded from that call's addresses; each call then
+        has launch_with write the buffers' addresses and re-point each map at its buffer
+        (cuTensorMapReplaceAddress, the map's shape and box unchanged), one C call a launch.
+        The storage is this launcher's alone (launchers are per thread), so no other
+        launch reads a map while it changes."""
+        index = {name: i for i, name in enumerate(names)}
+        args = self.artifact.args
+        cu = self.kernel.driver
+        state = []  # [(the BoundKernel that owns the storage, steps)] after the first call
+
+        def prepare(values):
+            bound = self.kernel.bind({b: values[index[b]] for b in self.buffers})
+            steps = []
+            for i, (params, launch) in enumerate(zip(bound.params, self.artifact.launches)):
+                layout = []
+                for j, a in enumerate(launch.args):
+                    arg = args[a]
+                    if arg.is_buffer:
+                        kind, at = _KINDS[ctypes.c_uint64], index[arg.name]
+                    elif arg.scalar_type == "tensor_map":
+                        kind = _KIND_MAP_ADDRESS
+                        at = index[args[arg.tensor_map.buffer_arg].name]
+                    else:
+                        continue  # the artifact's scalar, packed once
+                    layout.append(struct.pack("=QII", params.address_of(j), kind, at))
+                steps.append((self._plans[i], params.address, b"".join(layout), launch))
+            state.append((bound, steps))
+
+        def run(stream, *values):
+            if not state:
+                prepare(values)
+            for plan, address, layout, launch in state[0][1]:
+                try:
+                    err = with_values(plan, stream, address, layout, values)
+                except (ValueError, RuntimeError) as e:
+                    raise type(e)(f"{self.artifact.key.template_id} (values for "
+                                  f"{', '.join(names)}): {e}") from None
+                if err != 0:
+                    check_launch(cu, err, launch)
         return run
 
     def launch(self, pointers, stream, scalars=None):

@@ -19,7 +19,15 @@
 //                                          1 i32, 2 i64, 3 f32, the index into the tuple
 //                                          `values` as uint32), so a caller passes a call's
 //                                          pointers and scalars in one C call instead of a
-//                                          ctypes assignment each.
+//                                          ctypes assignment each. Kind 4: the storage
+//                                          is an encoded CUtensorMap and the value the
+//                                          device address it must cover now, written with
+//                                          cuTensorMapReplaceAddress (the map's shape,
+//                                          box and swizzle stay as encoded), so a kernel
+//                                          that takes tensor maps launches on any buffers
+//                                          without encoding its maps again.
+//   set_replace_address(address)           the cuTensorMapReplaceAddress kind 4 calls (the
+//                                          driver's, or a test's stand-in)
 //
 // Written against the stable ABI (Py_LIMITED_API, CMake defines it: 3.11), so one build
 // loads in any CPython from 3.11 on, the GPU host's included. No libcuda link: the driver is
@@ -32,7 +40,10 @@ typedef int (*LaunchFn)(void* function, unsigned grid_x, unsigned grid_y, unsign
                         unsigned block_x, unsigned block_y, unsigned block_z,
                         unsigned shared_bytes, void* stream, void** params, void** extra);
 
+typedef int (*ReplaceFn)(void* tensor_map, void* global_address);
+
 static LaunchFn g_launch = NULL;
+static ReplaceFn g_replace = NULL;
 
 static PyObject* SetLaunch(PyObject* self, PyObject* address) {
   (void)self;
@@ -44,6 +55,19 @@ static PyObject* SetLaunch(PyObject* self, PyObject* address) {
     return NULL;
   }
   g_launch = (LaunchFn)p;
+  Py_RETURN_NONE;
+}
+
+static PyObject* SetReplaceAddress(PyObject* self, PyObject* address) {
+  (void)self;
+  void* p = PyLong_AsVoidPtr(address);
+  if (p == NULL) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "set_replace_address: the address is 0");
+    }
+    return NULL;
+  }
+  g_replace = (ReplaceFn)p;
   Py_RETURN_NONE;
 }
 
@@ -109,7 +133,7 @@ typedef struct {
   uint32_t index;
 } Slot;
 
-enum { kU64 = 0, kI32 = 1, kI64 = 2, kF32 = 3 };
+enum { kU64 = 0, kI32 = 1, kI64 = 2, kF32 = 3, kMapAddress = 4 };
 
 // Writes `value` into the slot as its kind says. Returns 0 with an exception set (naming the
 // value's index) when the value does not convert or fit.
@@ -145,8 +169,35 @@ static int WriteSlot(const Slot* slot, PyObject* value) {
       *(float*)at = (float)v;
       return 1;
     }
+    case kMapAddress: {
+      const unsigned long long v = PyLong_AsUnsignedLongLong(value);
+      if (PyErr_Occurred()) break;
+      // The driver's rule for a map's global address (no interleaved maps here).
+      if (v % 16 != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "launch_with: values[%u] = %p is not 16-byte aligned, as the "
+                     "tensor map over it needs",
+                     slot->index, (void*)(uintptr_t)v);
+        return 0;
+      }
+      if (g_replace == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "launch_with: no cuTensorMapReplaceAddress yet (call "
+                        "set_replace_address)");
+        return 0;
+      }
+      const int result = g_replace(at, (void*)(uintptr_t)v);
+      if (result != 0) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "launch_with: cuTensorMapReplaceAddress for values[%u] = %p failed: "
+                     "CUresult %d",
+                     slot->index, (void*)(uintptr_t)v, result);
+        return 0;
+      }
+      return 1;
+    }
     default:
-      PyErr_Format(PyExc_ValueError, "launch_with: layout kind %u is none of 0..3", slot->kind);
+      PyErr_Format(PyExc_ValueError, "launch_with: layout kind %u is none of 0..4", slot->kind);
       return 0;
   }
   // Keep the conversion's own exception type, with the index in front.
@@ -198,6 +249,8 @@ static PyObject* LaunchWith(PyObject* self, PyObject* const* args, Py_ssize_t na
 
 static PyMethodDef kMethods[] = {
     {"set_launch", SetLaunch, METH_O, "set_launch(address): the cuLaunchKernel to call"},
+    {"set_replace_address", SetReplaceAddress, METH_O,
+     "set_replace_address(address): the cuTensorMapReplaceAddress layout kind 4 calls"},
     {"launch", (PyCFunction)(void (*)(void))Launch, METH_FASTCALL,
      "launch(plan, stream, params) -> CUresult"},
     {"launch_with", (PyCFunction)(void (*)(void))LaunchWith, METH_FASTCALL,

@@ -32,6 +32,7 @@ def cuda_driver():
 
 
 _fast = []  # [fast launcher or None] once resolved (see fast_launcher)
+_fast_maps = []  # [whether launch_with can replace a tensor map's address], resolved with it
 
 
 def fast_launcher(driver):
@@ -48,17 +49,28 @@ def fast_launcher(driver):
     except ImportError:
         return None
     if not _fast:
-        launch = None
+        launch, maps = None, False
         try:
             from ktune import _fastlaunch
             # The library cuda-python loaded: one driver, one set of contexts.
             libcuda = ctypes.CDLL("libcuda.so.1")
             _fastlaunch.set_launch(ctypes.cast(libcuda.cuLaunchKernel, ctypes.c_void_p).value)
             launch = _fastlaunch.launch
+            # CUDA 12.0 and later; without it tensor-map kernels bind per set of addresses.
+            _fastlaunch.set_replace_address(
+                ctypes.cast(libcuda.cuTensorMapReplaceAddress, ctypes.c_void_p).value)
+            maps = True
         except (ImportError, OSError, AttributeError):
             pass
         _fast.append(launch)
+        _fast_maps.append(maps)
     return _fast[0]
+
+
+def fast_maps(fast):
+    """Whether `fast` (what fast_launcher returned) comes with cuTensorMapReplaceAddress, so
+    that launch_with can point an encoded tensor map at a call's buffer (layout kind 4)."""
+    return fast is not None and bool(_fast_maps) and _fast_maps[0]
 
 
 def launch_plan(function, launch):
@@ -131,6 +143,11 @@ class BoundKernel:
         self._params = [pack_kernel_params(kernel.artifact, launch, pointers, encode)
                         for launch in kernel.artifact.launches]
 
+    @property
+    def params(self):
+        """Each launch's PackedParams (its tensor maps encoded), in the artifact's order."""
+        return self._params
+
     def launch(self, stream):
         """Enqueues every launch of the artifact, in order, on `stream` (a CUstream, or its
         handle as an int, or 0)."""
@@ -199,6 +216,8 @@ class LoadedKernel:
         # cuLaunchKernel from C where the driver is cuda-python's (fast_launcher), with each
         # launch's plan made once here; None: launches go through `driver`.
         self.fast = fast_launcher(cu)
+        # Whether the C launch can also re-point this kernel's tensor maps per call.
+        self.fast_maps = fast_maps(self.fast)
         self.plans = ([launch_plan(fn, launch) for fn, launch in
                        zip(self.functions, artifact.launches)]
                       if self.fast is not None else None)
