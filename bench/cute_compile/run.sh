@@ -24,7 +24,7 @@ for bn in 128 256; do
   echo "== ktune's wrappers, BM 128, BN $bn, 4 stages"
   python3 "$here/nvrtc_time.py" "$root/kernel_templates/gemm/gemm.cu" --cuda "$cuda" \
     --include "$root/kernel_templates/include" "${bounds[@]}" --repeat "$repeat" \
-    --name-expr "gemm_wgmma_kernel<__nv_bfloat16, 128, $bn, 4, 1, 8, 0, 1, 0>"
+    --name-expr "gemm_wgmma_kernel<__nv_bfloat16, 128, $bn, 4, 1, 8, 0, 1, 0, 0>"
   echo "== CuTe, BM 128, BN $bn, 4 stages"
   python3 "$here/nvrtc_time.py" "$here/cute_gemm.cu" --cuda "$cuda" --include "$here" \
     --include "$cutlass" --include "$cuda/include/cccl" --option=-default-device \

@@ -18,7 +18,7 @@
 //   PROBE_DEFINES="-DNAME=VALUE ..." adds NVRTC options to every compile of the template.
 //   PROBE_CLUSTER_CAP=1 caps a cluster kernel's grid at the clusters that can be resident.
 //
-// CONFIG is BM,BN,STAGES,SPLIT_K,GROUP,SWAP[,CLUSTER[,SHARE_W[,EPI]]] for the Hopper kernels
+// CONFIG is BM,BN,STAGES,SPLIT_K,GROUP,SWAP[,CLUSTER[,SHARE_W[,EPI[,TAIL]]]] for the Hopper kernels
 // (sm_90a; EPI 1 is gemm_wgmma_tma_out_kernel), or
 // mBM,BN,STAGES for gemm_mma_kernel (sm_90; PROBE_ARCH=sm_80 etc. for `compile`). DTYPE: bf16,
 // f16, e4m3, e5m2. Templates come from $KTUNE_TEMPLATES (default ./kernel_templates). Built
@@ -63,7 +63,7 @@ namespace {
   } while (0)
 
 struct Config {
-  int bm, bn, stages, split, group, swap, cluster = 1, share_w = 0, epi = 0;
+  int bm, bn, stages, split, group, swap, cluster = 1, share_w = 0, epi = 0, tail = 0;
   bool mma = false;  // gemm_mma_kernel (sm_90, no 'a'): config "mBM,BN,STAGES"
   int Threads() const { return mma ? 128 : 128 * (1 + bm / 64); }
   int Smem() const {
@@ -194,13 +194,14 @@ std::string KernelExpr(const std::string& dtype, const Config& c) {
     return b;
   }
   if (c.epi) {
-    std::snprintf(b, sizeof b, "gemm_wgmma_tma_out_kernel<%s, %d, %d, %d, %d, %d, %d>",
-                  TypeName(dtype).c_str(), c.bm, c.bn, c.stages, c.group, c.cluster, c.share_w);
+    std::snprintf(b, sizeof b, "gemm_wgmma_tma_out_kernel<%s, %d, %d, %d, %d, %d, %d, %d>",
+                  TypeName(dtype).c_str(), c.bm, c.bn, c.stages, c.group, c.cluster, c.share_w,
+                  c.tail);
     return b;
   }
-  std::snprintf(b, sizeof b, "gemm_wgmma_kernel<%s, %d, %d, %d, %d, %d, %d, %d, %d>",
+  std::snprintf(b, sizeof b, "gemm_wgmma_kernel<%s, %d, %d, %d, %d, %d, %d, %d, %d, %d>",
                 TypeName(dtype).c_str(), c.bm, c.bn, c.stages, c.split, c.group, c.swap,
-                c.cluster, c.share_w);
+                c.cluster, c.share_w, c.tail);
   return b;
 }
 
@@ -212,8 +213,8 @@ Config ParseConfig(const char* s) {
     c.split = c.group = 1;
     return c;
   }
-  int got = std::sscanf(s, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &c.bm, &c.bn, &c.stages, &c.split,
-                        &c.group, &c.swap, &c.cluster, &c.share_w, &c.epi);
+  int got = std::sscanf(s, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &c.bm, &c.bn, &c.stages, &c.split,
+                        &c.group, &c.swap, &c.cluster, &c.share_w, &c.epi, &c.tail);
   if (got < 6) {
     std::fprintf(stderr, "bad config %s\n", s);
     std::exit(2);
@@ -408,7 +409,7 @@ void RunCandidate(const Kernel& k, Problem& p) {
     // out as [m rows, n columns], boxes of 64 columns x 16 rows (its element type is 2
     // bytes: bf16 bits are all the map needs to move).
     CUtensorMap mo = MakeMap(p.out, 2, p.m, p.n, 16);
-    void* a[] = {&ma, &mb, &mo, &p.sx, &p.sw, &m, &n, &kk};
+    void* a[] = {&ma, &mb, &mo, &p.partial, &p.counters, &p.sx, &p.sw, &m, &n, &kk};
     Launch(k.f, grid, 1, c.Threads(), 1, c.Smem(), a);
     return;
   }

@@ -31,10 +31,18 @@
 // ..., so every store and load is a coalesced 16-byte access with no index math or bounds
 // checks (with the partials as an [m, n] matrix, each thread's 8-byte pairs spread over its
 // rows, the same kernels took 1.1-2.3x as long at m = 1..128 on the H200). The last of a
-// tile's blocks to finish (counted with an atomic per tile in `counters`) adds the SPLIT_K
-// slices in slice order, its own from registers (deterministic whichever finishes last),
-// scales, rounds and writes out, and sets its counter back to 0, so the counters are zero
-// again after every complete run. One launch: no second kernel for the reduction.
+// tile's blocks to finish (counted with an atomic per tile in `counters`) reads the slices
+// back in slice order into its accumulators (its own too, so the sum needs no second set of
+// registers and is the same whichever block finishes last), scales, rounds and writes out,
+// and sets its counter back to 0, so the counters are zero again after every complete run.
+// One launch: no second kernel for the reduction.
+//
+// TAIL 1 splits only the last, partial wave of a persistent walk: when the tiles are not a
+// whole number of waves (qkv at m = 1024 in 128 x 256 tiles: 192 tiles on 132 SMs, the
+// second wave 60 tiles long), the tiles of that wave are divided along K between the blocks
+// it would leave idle, as split-K's are, and reduced the same way. The whole waves pay
+// nothing for it; the last wave takes 1 / (splits) of a tile's time plus the reduction
+// instead of a whole tile's.
 #include <cuda_fp8.h>
 
 #include "ktune/common.cuh"
@@ -63,28 +71,27 @@ __device__ __forceinline__ float ToFloatAny(__nv_bfloat16 v) { return __bfloat16
 __device__ __forceinline__ float ToFloatAny(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
 __device__ __forceinline__ float ToFloatAny(__nv_fp8_e5m2 v) { return static_cast<float>(v); }
 
-/// Where tile `t` of a block's walk lies: its row of tiles over p, its column over q, and its
-/// slice of K. The SPLIT_K slices of one tile are neighbours in t, so they run at the same
-/// time; (p, q) tiles go in groups of GROUP rows of tiles, column by column inside a group,
-/// so that blocks running together share A rows and B rows in L2.
+/// Where one piece of a block's walk lies: its tile's row of tiles over p and column over q,
+/// which of the tile's `splits` slices of K it sums, and (split tiles only) `slot`, the
+/// index of the tile's counter and of its first region of partials.
 struct TileCoord {
   int p;
   int q;
   int split;
+  int splits;
+  int slot;
 };
 
-template <int SPLIT_K, int GROUP>
-__device__ __forceinline__ TileCoord TileAt(int t, int tiles_p, int tiles_q) {
-  TileCoord c;
-  c.split = t % SPLIT_K;
-  const int pq = t / SPLIT_K;
+/// Tile `pq` of a walk: (p, q) tiles go in groups of GROUP rows of tiles, column by column
+/// inside a group, so that blocks running together share A rows and B rows in L2.
+template <int GROUP>
+__device__ __forceinline__ void TileAt(int pq, int tiles_p, int tiles_q, TileCoord& c) {
   const int per_group = GROUP * tiles_q;
   const int first_p = (pq / per_group) * GROUP;
   const int rows = min(tiles_p - first_p, GROUP);
   const int within = pq % per_group;
   c.p = first_p + within % rows;
   c.q = within / rows;
-  return c;
 }
 
 /// The consumer warpgroups' own barrier (id 1; __syncthreads is 0), so the producer never
@@ -171,7 +178,7 @@ namespace gemm {
 /// The pieces of one instance of the Hopper path; the params are gemm_wgmma_kernel's (below)
 /// plus EPI: 0 writes out from the accumulators, 1 through shared memory with TMA stores.
 template <typename T, int BM, int BN, int STAGES, int SPLIT_K, int GROUP, int SWAP, int CLUSTER,
-          int SHARE_W, int EPI>
+          int SHARE_W, int EPI, int TAIL>
 struct Hopper {
   using TOut = typename Out<T>::type;
   static_assert(BM == 64 || BM == 128, "BM: 64 rows per consumer warpgroup, 1 or 2 of them");
@@ -180,6 +187,8 @@ struct Hopper {
   static_assert(CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4, "CLUSTER: 1, 2 or 4 blocks");
   static_assert(EPI == 0 || (SWAP == 0 && SPLIT_K == 1 && BN % 64 == 0),
                 "EPI 1: out in row-major chunks of 64 columns, no SWAP, no split-K");
+  static_assert(TAIL == 0 || (TAIL == 1 && SPLIT_K == 1),
+                "TAIL: 0 or 1, and only without split-K (which splits every tile already)");
   static constexpr int kConsumers = BM / 64;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kRowBytes = 128;  // K bytes per row of a slot: one swizzle span
@@ -200,10 +209,15 @@ struct Hopper {
   static constexpr int kChunkBytes = 16 * 128;
   static constexpr int kStagingBytes = EPI ? kConsumers * 4 * 2 * kChunkBytes : 0;
 
-  /// Where this block's tiles lie and which of them it takes (units of CLUSTER neighbouring
-  /// tiles, one per block of the cluster, walked by the clusters in turn).
+  /// Where this block's tiles lie and which pieces of them it takes. A unit is CLUSTER
+  /// neighbouring tiles, one per block of the cluster; the clusters walk the pieces of the
+  /// units in turn (`stride` of them at a time: one wave): each unit whole, or in SPLIT_K
+  /// slices of K, or (TAIL) the units of the last, partial wave in `tail_split` slices.
   struct Walk {
-    int tiles_p, tiles_q, units_p, units_q, units, kblocks, rank, first, stride;
+    int tiles_p, tiles_q, units_p, units_q, kblocks, rank, first, stride;
+    int pieces;      // the walk's length
+    int whole;       // TAIL: units walked whole (the full waves'); the rest are split
+    int tail_split;  // TAIL: slices per unit of the last wave (1: none split)
 
     __device__ Walk(int m, int n, int k) {
       const int rows_p = SWAP ? n : m;
@@ -212,25 +226,65 @@ struct Hopper {
       tiles_q = (rows_q + BN - 1) / BN;
       units_p = kAlongP ? (tiles_p + CLUSTER - 1) / CLUSTER : tiles_p;
       units_q = kAlongP ? tiles_q : (tiles_q + CLUSTER - 1) / CLUSTER;
-      units = units_p * units_q * SPLIT_K;
       kblocks = (k + kBK - 1) / kBK;
       rank = CLUSTER > 1 ? static_cast<int>(ktune::ClusterRank()) : 0;
       first = blockIdx.x / CLUSTER;
       stride = gridDim.x / CLUSTER;
+      const int units = units_p * units_q;
+      pieces = units * SPLIT_K;
+      whole = units;
+      tail_split = 1;
+      if constexpr (TAIL) {
+        // As many slices as the last wave leaves clusters idle for, each at least one K slot,
+        // their partials (tail units x CLUSTER tiles x slices, BM x BN floats each) within
+        // the buffer the manifest gives `partial`: min(8 (m + 127) (n + 127), 4 Mi) floats.
+        const int tail = units % stride;
+        const long long room = min(8ll * (m + 127) * (n + 127), 4194304ll) / (BM * BN);
+        long long s = tail > 0 ? stride / tail : 1;
+        s = min(s, static_cast<long long>(kblocks));
+        if (tail > 0) s = min(s, room / (static_cast<long long>(tail) * CLUSTER));
+        if (units > stride && s >= 2) {
+          tail_split = static_cast<int>(s);
+          whole = units - tail;
+          pieces = whole + tail * tail_split;
+        }
+      }
     }
-    /// This block's tile of unit u. A cluster's last unit may hang past the matrix: such a
+    /// This block's tile of piece u. A cluster's last unit may hang past the matrix: such a
     /// block only copies its slice of the shared tile (zeros) and writes nothing.
     __device__ TileCoord Tile(int u) const {
-      TileCoord c = TileAt<SPLIT_K, GROUP>(u, units_p, units_q);
+      TileCoord c;
+      int unit;
+      if constexpr (TAIL) {
+        if (u < whole) {
+          unit = u;
+          c.split = 0;
+          c.splits = 1;
+          c.slot = 0;
+        } else {
+          // The slices of one tail unit are neighbours in u, so they run side by side.
+          const int v = u - whole;
+          unit = whole + v / tail_split;
+          c.split = v % tail_split;
+          c.splits = tail_split;
+          c.slot = (v / tail_split) * CLUSTER + rank;
+        }
+      } else {
+        unit = u / SPLIT_K;
+        c.split = u % SPLIT_K;
+        c.splits = SPLIT_K;
+      }
+      TileAt<GROUP>(unit, units_p, units_q, c);
       if (kAlongP) {
         c.p = c.p * CLUSTER + rank;
       } else {
         c.q = c.q * CLUSTER + rank;
       }
+      if constexpr (!TAIL) c.slot = c.p * tiles_q + c.q;
       return c;
     }
-    __device__ int KBegin(const TileCoord& c) const { return c.split * kblocks / SPLIT_K; }
-    __device__ int KEnd(const TileCoord& c) const { return (c.split + 1) * kblocks / SPLIT_K; }
+    __device__ int KBegin(const TileCoord& c) const { return c.split * kblocks / c.splits; }
+    __device__ int KEnd(const TileCoord& c) const { return (c.split + 1) * kblocks / c.splits; }
     __device__ bool Inside(const TileCoord& c) const { return c.p < tiles_p && c.q < tiles_q; }
   };
 
@@ -244,7 +298,7 @@ struct Hopper {
     constexpr unsigned short kMask = (1 << CLUSTER) - 1;
     int slot = 0;
     unsigned phase = 0;
-    for (int u = w.first; u < w.units; u += w.stride) {
+    for (int u = w.first; u < w.pieces; u += w.stride) {
       const TileCoord c = w.Tile(u);
       for (int kb = w.KBegin(c); kb < w.KEnd(c); ++kb) {
         ktune::MbarrierWait(&empty[slot], phase ^ 1);
@@ -383,22 +437,21 @@ struct Hopper {
     }
   }
 
-  /// Split-K: writes this slice's float partials in fragment order (each consumer thread's
-  /// kAcc accumulators as float4s, thread-interleaved: coalesced 16-byte stores and loads,
-  /// no index math); the last block of the tile to do so adds all slices in slice order
-  /// (its own from registers) and writes out as StoreDirect does.
-  static __device__ __forceinline__ void StoreSplitK(const TileCoord& c, const Walk& w,
-                                                     int consumer, int tid,
-                                                     const float (&acc)[kAcc], TOut* out,
-                                                     float* partial, int* counters, int m,
-                                                     int n, float scale, int* last_of_tile) {
-    static_assert(kAcc % 4 == 0, "split-K fragments are float4s");
+  /// A split tile (split-K, or TAIL's last wave): writes this slice's float partials in
+  /// fragment order (each consumer thread's kAcc accumulators as float4s, thread-interleaved:
+  /// coalesced 16-byte stores and loads, no index math). Returns false in every block of the
+  /// tile but the last to finish; that one gets acc = the sum of all slices, read back in
+  /// slice order (its own too: the same sum whichever block is last, and no second set of
+  /// kAcc registers, so it holds at BN 256 too), and sets the tile's counter back to 0.
+  static __device__ __forceinline__ bool ReduceSplits(const TileCoord& c, int consumer, int tid,
+                                                      float (&acc)[kAcc], float* partial,
+                                                      int* counters, int* last_of_tile) {
+    static_assert(kAcc % 4 == 0, "split fragments are float4s");
     constexpr int kVec = kAcc / 4;
-    const int tile = c.p * w.tiles_q + c.q;
     const int thread = consumer * 128 + tid;
     const auto region = [&](int split) {
       return reinterpret_cast<float4*>(partial) +
-             (static_cast<long long>(tile) * SPLIT_K + split) * kConsumerThreads * kVec;
+             (static_cast<long long>(c.slot) * c.splits + split) * kConsumerThreads * kVec;
     };
     {
       float4* mine = region(c.split);
@@ -411,33 +464,36 @@ struct Hopper {
     __threadfence();
     ConsumerSync<kConsumerThreads>();
     if (threadIdx.x == 128) {
-      const int before = atomicAdd(&counters[tile], 1);
-      *last_of_tile = before == SPLIT_K - 1;
-      if (*last_of_tile) counters[tile] = 0;
+      const int before = atomicAdd(&counters[c.slot], 1);
+      *last_of_tile = before == c.splits - 1;
+      if (*last_of_tile) counters[c.slot] = 0;
     }
     ConsumerSync<kConsumerThreads>();
-    if (!*last_of_tile) return;
+    if (!*last_of_tile) return false;
     __threadfence();
-    float sum[kAcc];
+    {
+      const float4* first = region(0);
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) sum[i] = 0.f;
-    for (int s = 0; s < SPLIT_K; ++s) {
-      if (s == c.split) {
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) sum[i] += acc[i];
-      } else {
-        const float4* theirs = region(s);
-#pragma unroll
-        for (int v = 0; v < kVec; ++v) {
-          const float4 f = __ldcg(theirs + v * kConsumerThreads + thread);
-          sum[4 * v] += f.x;
-          sum[4 * v + 1] += f.y;
-          sum[4 * v + 2] += f.z;
-          sum[4 * v + 3] += f.w;
-        }
+      for (int v = 0; v < kVec; ++v) {
+        const float4 f = __ldcg(first + v * kConsumerThreads + thread);
+        acc[4 * v] = f.x;
+        acc[4 * v + 1] = f.y;
+        acc[4 * v + 2] = f.z;
+        acc[4 * v + 3] = f.w;
       }
     }
-    StoreDirect(c, consumer, tid, sum, out, m, n, scale);
+    for (int s = 1; s < c.splits; ++s) {
+      const float4* theirs = region(s);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) {
+        const float4 f = __ldcg(theirs + v * kConsumerThreads + thread);
+        acc[4 * v] += f.x;
+        acc[4 * v + 1] += f.y;
+        acc[4 * v + 2] += f.z;
+        acc[4 * v + 3] += f.w;
+      }
+    }
+    return true;
   }
 
   /// EPI 1: each warp writes its 16 rows of acc * scale into its staging chunks, 64 columns
@@ -535,18 +591,19 @@ struct Hopper {
       float acc[kAcc];
       int slot = 0, chunks = 0;
       unsigned phase = 0;
-      for (int u = w.first; u < w.units; u += w.stride) {
+      for (int u = w.first; u < w.pieces; u += w.stride) {
         const TileCoord c = w.Tile(u);
         Mainloop(w.KBegin(c), w.KEnd(c), consumer, tid, slots_a, slots_b, full, empty, slot,
                  phase, acc);
         if (!w.Inside(c)) continue;
+        if (c.splits > 1 &&
+            !ReduceSplits(c, consumer, tid, acc, partial, counters, &last_of_tile)) {
+          continue;
+        }
         if constexpr (EPI == 1) {
           StoreTma(c, consumer, tid, acc, tm_out, staging, m, n, scale, chunks);
-        } else if constexpr (SPLIT_K == 1) {
-          StoreDirect(c, consumer, tid, acc, out, m, n, scale);
         } else {
-          StoreSplitK(c, w, consumer, tid, acc, out, partial, counters, m, n, scale,
-                      &last_of_tile);
+          StoreDirect(c, consumer, tid, acc, out, m, n, scale);
         }
       }
       // Shared memory must outlive the stores that read it.
@@ -576,34 +633,38 @@ struct Hopper {
 ///            8 (the swizzle's row group).
 ///   SHARE_W: 0: the cluster shares x's tile (neighbours along n); 1: w's (neighbours along
 ///            m), the larger saving where w's tile is the larger one.
+///   TAIL:    1: the tiles of the walk's last, partial wave are split along K between the
+///            blocks that wave would leave idle (without SPLIT_K); 0: every tile whole.
 /// tm_a and tm_b are 2-D maps (K innermost) over A's and B's buffers, box (128 bytes of K,
 /// BM or BN rows; the shared operand's rows divided by CLUSTER), 128-byte swizzle, zero
-/// fill: rows and K beyond the matrix read as 0.
+/// fill: rows and K beyond the matrix read as 0. partial and counters are split-K's and
+/// TAIL's scratch: min(8 (m + 127) (n + 127), 4 Mi) floats, and 4096 ints zeroed once.
 template <typename T, int BM, int BN, int STAGES, int SPLIT_K, int GROUP, int SWAP, int CLUSTER,
-          int SHARE_W>
+          int SHARE_W, int TAIL>
 __global__ void KTUNE_LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1)
 gemm_wgmma_kernel(const __grid_constant__ ktune::TensorMap tm_a,
                   const __grid_constant__ ktune::TensorMap tm_b, typename gemm::Out<T>::type* out,
                   float* __restrict__ partial, int* __restrict__ counters,
                   const float* __restrict__ scale_x, const float* __restrict__ scale_w, int m,
                   int n, int k) {
-  gemm::Hopper<T, BM, BN, STAGES, SPLIT_K, GROUP, SWAP, CLUSTER, SHARE_W, 0>::Run(
+  gemm::Hopper<T, BM, BN, STAGES, SPLIT_K, GROUP, SWAP, CLUSTER, SHARE_W, 0, TAIL>::Run(
       &tm_a, &tm_b, nullptr, out, partial, counters, scale_x, scale_w, m, n, k);
 }
 
 /// gemm_wgmma_kernel (SWAP 0, no split-K) with out written through shared memory by TMA
 /// stores, which overlap the consumer's next tile: tm_out is a 2-D map over out (n
 /// innermost), box 64 x 16 (a warp's rows), 128-byte swizzle; n * 2 bytes must be a
-/// multiple of 16. BN is a multiple of 64.
-template <typename T, int BM, int BN, int STAGES, int GROUP, int CLUSTER, int SHARE_W>
+/// multiple of 16. BN is a multiple of 64. partial and counters serve TAIL 1 only.
+template <typename T, int BM, int BN, int STAGES, int GROUP, int CLUSTER, int SHARE_W, int TAIL>
 __global__ void KTUNE_LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1)
 gemm_wgmma_tma_out_kernel(const __grid_constant__ ktune::TensorMap tm_a,
                           const __grid_constant__ ktune::TensorMap tm_b,
                           const __grid_constant__ ktune::TensorMap tm_out,
+                          float* __restrict__ partial, int* __restrict__ counters,
                           const float* __restrict__ scale_x, const float* __restrict__ scale_w,
                           int m, int n, int k) {
-  gemm::Hopper<T, BM, BN, STAGES, 1, GROUP, 0, CLUSTER, SHARE_W, 1>::Run(
-      &tm_a, &tm_b, &tm_out, nullptr, nullptr, nullptr, scale_x, scale_w, m, n, k);
+  gemm::Hopper<T, BM, BN, STAGES, 1, GROUP, 0, CLUSTER, SHARE_W, 1, TAIL>::Run(
+      &tm_a, &tm_b, &tm_out, nullptr, partial, counters, scale_x, scale_w, m, n, k);
 }
 #endif  // __CUDA_ARCH__ >= 900
 

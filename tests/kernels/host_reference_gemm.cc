@@ -36,10 +36,13 @@ std::vector<Shape> GemmShapes(DType dtype) {
   // k 144 and 4112 (16-byte rows for fp8 too, and a partial 128-byte slot at the end of K;
   // 4112 has slots for every split-K). m 260 x n 1000: three 128-row tiles, so a cluster
   // sharing w's tile along m has a last unit hanging past m, and rows of out 2000 bytes long
-  // (a multiple of 16) for TMA stores, which clip the partial tiles at both edges.
+  // (a multiple of 16) for TMA stores, which clip the partial tiles at both edges. m 1100 x
+  // n 2056: more tiles than one wave of 132 blocks (9 x 17 of 128 x 128: a last wave of 21,
+  // which TAIL splits five ways over k 272's five slots; 5 x 17 units of two sharing w: a
+  // last wave of 19 units, one of them hanging past m), partial at both edges.
   std::vector<Shape> shapes = {GemmShape(1, 1000, 4112), GemmShape(3, 1003, 144),
                                GemmShape(77, 1000, 4112), GemmShape(200, 1003, 4112),
-                               GemmShape(260, 1000, 144)};
+                               GemmShape(260, 1000, 144), GemmShape(1100, 2056, 272)};
   // The portable path also takes rows TMA cannot read: k not a multiple of 16 bytes.
   if (DTypeSize(dtype) == 2) shapes.push_back(GemmShape(33, 70, 77));
   return shapes;

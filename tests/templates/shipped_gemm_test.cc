@@ -6,12 +6,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "server/base/dtype.h"
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
 #include "server/templates/search_space.h"
@@ -178,7 +180,7 @@ TEST_F(ShippedGemmTest, SharingWSplitsTheWeightTile) {
   // 2 rows of tiles over m make 1 unit of 2; 96 columns over n: 96 units, 66 clusters.
   EXPECT_EQ(bound.instance->launches[0].grid[0], 132);
   EXPECT_THAT(bound.instance->launches[0].name_expression,
-              HasSubstr("gemm_wgmma_kernel<__nv_bfloat16, 128, 64, 4, 1, 8, 0, 2, 1>"));
+              HasSubstr("gemm_wgmma_kernel<__nv_bfloat16, 128, 64, 4, 1, 8, 0, 2, 1, 0>"));
 
   ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, Mnk(128, 6144, 4096), c, h200));
   EXPECT_FALSE(bound.instance);
@@ -196,9 +198,9 @@ TEST_F(ShippedGemmTest, TmaStoreEpilogueTakesAMapOverOut) {
   ASSERT_TRUE(bound.instance) << bound.rejected_because;
   const BoundLaunch& l = bound.instance->launches[0];
   EXPECT_THAT(l.name_expression,
-              HasSubstr("gemm_wgmma_tma_out_kernel<__nv_bfloat16, 128, 128, 4, 8, 1, 0>"));
-  EXPECT_EQ(l.args, (std::vector<std::string>{"tm_x", "tm_w", "tm_out", "scale_x", "scale_w",
-                                              "m", "n", "k"}));
+              HasSubstr("gemm_wgmma_tma_out_kernel<__nv_bfloat16, 128, 128, 4, 8, 1, 0, 0>"));
+  EXPECT_EQ(l.args, (std::vector<std::string>{"tm_x", "tm_w", "tm_out", "partial", "counters",
+                                              "scale_x", "scale_w", "m", "n", "k"}));
   // 4 slots of (128 + 128) rows x 128 bytes, 2 x 16 KiB of staging, alignment, barriers.
   EXPECT_EQ(l.shared_bytes, 4 * 256 * 128 + 2 * 16384 + 1024 + 16 * 4);
   for (const BoundArg& a : bound.instance->args) {
@@ -253,6 +255,93 @@ TEST_F(ShippedGemmTest, SplitKPartialsFitTheirBuffer) {
     }
   }
   EXPECT_GT(split, 0) << "no split-K candidate at any shape";
+}
+
+
+// TAIL splits the last wave's tiles along K: it binds only where the tiles (units of CLUSTER)
+// leave a partial last wave of at most half the grid, and never beside split-K or SWAP.
+// qkv at m = 1024 in 128 x 256 tiles: 8 x 24 = 192 tiles on 132 SMs, a last wave of 60.
+TEST_F(ShippedGemmTest, TailSplitsOnlyAPartialLastWave) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(Config c,
+                       DefaultConfigFor(gemm_, DType::kBF16, Mnk(1024, 6144, 4096), h200));
+  c.params["BN"] = 256;
+  c.params["TAIL"] = 1;
+  ASSERT_OK_AND_ASSIGN(BindResult bound,
+                       Bind(gemm_, DType::kBF16, Mnk(1024, 6144, 4096), c, h200));
+  ASSERT_TRUE(bound.instance) << bound.rejected_because;
+  EXPECT_THAT(bound.instance->launches[0].name_expression,
+              HasSubstr("gemm_wgmma_kernel<__nv_bfloat16, 128, 256, 4, 1, 8, 0, 1, 0, 1>"));
+  EXPECT_EQ(bound.instance->launches[0].grid[0], 132);
+  c.params["EPI"] = 1;
+  ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, Mnk(1024, 6144, 4096), c, h200));
+  ASSERT_TRUE(bound.instance) << bound.rejected_because;
+  EXPECT_THAT(bound.instance->launches[0].name_expression,
+              HasSubstr("gemm_wgmma_tma_out_kernel<__nv_bfloat16, 128, 256, 4, 8, 1, 0, 1>"));
+
+  // One wave (2 x 24 tiles), nothing idle to split for; 512 tiles, a last wave of 116 of
+  // 132; beside split-K (2 x 32 tiles of 128 x 128, split in two: a valid split-K point).
+  c.params["EPI"] = 0;
+  Config split = c;
+  split.params["BN"] = 128;
+  split.params["SPLIT_K"] = 2;
+  for (const auto& [shape, bad] : std::vector<std::tuple<Shape, Config>>{
+           {Mnk(130, 6144, 4096), c}, {Mnk(4096, 4096, 4096), c}, {Mnk(256, 4096, 4096), split}}) {
+    ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, shape, bad, h200));
+    EXPECT_FALSE(bound.instance) << ShapeString(shape);
+    EXPECT_THAT(bound.rejected_because, HasSubstr("TAIL")) << ShapeString(shape);
+    Config without = bad;
+    without.params["TAIL"] = 0;
+    ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, shape, without, h200));
+    EXPECT_TRUE(bound.instance) << ShapeString(shape) << ": " << bound.rejected_because;
+  }
+}
+
+// What TAIL's kernel splits (gemm.cu's Walk: as many slices as the last wave leaves clusters
+// idle, at most one per K slot and as many as the partials' buffer holds) is at least two for
+// every TAIL candidate the manifest admits, and its partials fit the buffer.
+TEST_F(ShippedGemmTest, TailPartialsFitTheirBuffer) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
+  int tails = 0;
+  for (const Shape& shape : {Mnk(1024, 6144, 4096), Mnk(1024, 4096, 14336),
+                             Mnk(1000, 28672, 4112), Mnk(4096, 28672, 4096),
+                             Mnk(16384, 6144, 4096), Mnk(777, 128256, 4096)}) {
+    for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+      ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, dtype, shape, h200));
+      for (const Config& c : space.configs) {
+        if (c.params.at("TAIL") == 0) continue;
+        ++tails;
+        ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, dtype, shape, c, h200));
+        ASSERT_TRUE(bound.instance) << bound.rejected_because;
+        const int64_t m = shape.at("m"), n = shape.at("n"), k = shape.at("k");
+        const int64_t bm = c.params.at("BM"), bn = c.params.at("BN");
+        const int64_t cluster = c.params.at("CLUSTER");
+        const bool share_w = c.params.at("SHARE_W") == 1;
+        EXPECT_EQ(c.params.at("SPLIT_K"), 1);
+        EXPECT_EQ(c.params.at("SWAP"), 0);
+        int64_t tiles_p = (m + bm - 1) / bm, tiles_q = (n + bn - 1) / bn;
+        if (share_w) tiles_p = (tiles_p + cluster - 1) / cluster;
+        else tiles_q = (tiles_q + cluster - 1) / cluster;
+        const int64_t units = tiles_p * tiles_q;
+        const int64_t stride = bound.instance->launches[0].grid[0] / cluster;
+        ASSERT_EQ(stride, h200.sm_count / cluster) << ConfigString(c);
+        const int64_t tail = units % stride;
+        const int64_t room = std::min<int64_t>(8 * (m + 127) * (n + 127), 4194304) / (bm * bn);
+        const int64_t kblocks = (k * DTypeSize(dtype) + 127) / 128;
+        const int64_t split =
+            std::min({stride / tail, kblocks, room / (tail * cluster)});
+        EXPECT_GE(split, 2) << ShapeString(shape) << " " << ConfigString(c);
+        for (const BoundArg& a : bound.instance->args) {
+          if (a.name == "partial") {
+            EXPECT_LE(tail * cluster * split * bm * bn, a.count) << ConfigString(c);
+          } else if (a.name == "counters") {
+            EXPECT_LE(tail * cluster, a.count) << ConfigString(c);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(tails, 0) << "no TAIL candidate at any shape";
 }
 
 }  // namespace
