@@ -312,7 +312,7 @@ TEST_F(CubinCacheTest, DifferentOptionIsADifferentKey) {
 }
 
 TEST(CubinCacheIdentityTest, SharedHeaderChangeChangesIdentityAndKey) {
-  const std::string root = NewTempDir();
+  const std::string root = NewTempDir({"-cache"});
   ASSERT_NO_FATAL_FAILURE(testing::WriteTiny(root));
   ASSERT_OK(MakeDirs(absl::StrCat(root, "/include/ktune")));
   const std::string header = absl::StrCat(root, "/include/ktune/shared.cuh");
