@@ -1,5 +1,7 @@
 #include "tests/kernels/kernel_case.h"
 
+#include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -110,6 +112,36 @@ EncodeExpected(const Instance &reference, const HostOutputs &outputs) {
   return encoded;
 }
 
+namespace {
+
+// The valid param points of (template, dtype, shape, target, knobs), enumerated once per
+// process: the GPU check and its CPU test choose a candidate of each kernel variant at
+// every case, and one walk of gemm's space at its larger cases takes a second or more
+// (the variants' test took over six minutes walking it per variant). Thread-safe.
+absl::StatusOr<std::vector<Config>>
+CachedParams(const std::shared_ptr<const KernelTemplate> &tmpl, DType dtype,
+             const Shape &shape, const TargetInfo &target, const Knobs &knobs) {
+  static std::mutex mu;
+  static std::map<std::string, std::vector<Config>> cache;
+  Config knobs_only;
+  knobs_only.knobs = knobs;
+  const std::string key = absl::StrCat(
+      tmpl->name(), " ", tmpl->source_hash(), " ", DTypeName(dtype), " ",
+      ShapeString(shape), " sm", target.sm, " ", target.sm_count, " ",
+      target.max_shared_per_block, " ", ConfigString(knobs_only));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  KTUNE_ASSIGN_OR_RETURN(SearchSpace s,
+                         EnumerateParams(tmpl, dtype, shape, target, knobs));
+  std::lock_guard<std::mutex> lock(mu);
+  return cache.emplace(key, std::move(s.configs)).first->second;
+}
+
+} // namespace
+
 absl::StatusOr<ChosenCandidate>
 ChooseCandidate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
                 const Shape &shape, const TargetInfo &target,
@@ -137,9 +169,9 @@ ChooseCandidate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
   }
   SearchSpace space;
   for (const Knobs &knobs : knob_choices) {
-    KTUNE_ASSIGN_OR_RETURN(SearchSpace s,
-                           EnumerateParams(tmpl, dtype, shape, target, knobs));
-    space.configs.insert(space.configs.end(), s.configs.begin(), s.configs.end());
+    KTUNE_ASSIGN_OR_RETURN(std::vector<Config> configs,
+                           CachedParams(tmpl, dtype, shape, target, knobs));
+    space.configs.insert(space.configs.end(), configs.begin(), configs.end());
   }
   const Config *best = nullptr;
   int best_differing = 0;
