@@ -440,9 +440,9 @@ struct Hopper {
   /// A split tile (split-K, or TAIL's last wave): writes this slice's float partials in
   /// fragment order (each consumer thread's kAcc accumulators as float4s, thread-interleaved:
   /// coalesced 16-byte stores and loads, no index math). Returns false in every block of the
-  /// tile but the last to finish; that one gets acc = the sum of all slices, read back in
-  /// slice order (its own too: the same sum whichever block is last, and no second set of
-  /// kAcc registers, so it holds at BN 256 too), and sets the tile's counter back to 0.
+  /// tile but the last to finish; that one gets acc = 0 + the slices in slice order, all read
+  /// back (its own too: the same sum whichever block is last, and no second set of kAcc
+  /// registers, so it holds at BN 256 too), and sets the tile's counter back to 0.
   static __device__ __forceinline__ bool ReduceSplits(const TileCoord& c, int consumer, int tid,
                                                       float (&acc)[kAcc], float* partial,
                                                       int* counters, int* last_of_tile) {
@@ -471,22 +471,13 @@ struct Hopper {
     ConsumerSync<kConsumerThreads>();
     if (!*last_of_tile) return false;
     __threadfence();
-    {
-      const float4* first = region(0);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+    for (int s = 0; s < c.splits; ++s) {
+      const float4* slice = region(s);
 #pragma unroll
       for (int v = 0; v < kVec; ++v) {
-        const float4 f = __ldcg(first + v * kConsumerThreads + thread);
-        acc[4 * v] = f.x;
-        acc[4 * v + 1] = f.y;
-        acc[4 * v + 2] = f.z;
-        acc[4 * v + 3] = f.w;
-      }
-    }
-    for (int s = 1; s < c.splits; ++s) {
-      const float4* theirs = region(s);
-#pragma unroll
-      for (int v = 0; v < kVec; ++v) {
-        const float4 f = __ldcg(theirs + v * kConsumerThreads + thread);
+        const float4 f = __ldcg(slice + v * kConsumerThreads + thread);
         acc[4 * v] += f.x;
         acc[4 * v + 1] += f.y;
         acc[4 * v + 2] += f.z;

@@ -312,13 +312,13 @@ TEST_F(CubinCacheTest, DifferentOptionIsADifferentKey) {
 }
 
 TEST(CubinCacheIdentityTest, SharedHeaderChangeChangesIdentityAndKey) {
-  const std::string root = NewTempDir({"-cache"});
+  const std::string root = NewTempDir();
   ASSERT_NO_FATAL_FAILURE(testing::WriteTiny(root));
   ASSERT_OK(MakeDirs(absl::StrCat(root, "/include/ktune")));
   const std::string header = absl::StrCat(root, "/include/ktune/shared.cuh");
   ASSERT_OK(AtomicWriteFile(header, "#define KTUNE_SHARED 1\n"));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<CubinCache> cache,
-                       CubinCache::Open(absl::StrCat(root, "-cache")));
+                       CubinCache::Open(NewTempDir()));
 
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<TemplateRegistry> before, LoadTemplateRegistry(root));
   ASSERT_EQ(before->include_dir(), absl::StrCat(root, "/include"));

@@ -172,7 +172,6 @@ TEST(ShippedTemplatesTest, EveryParamPointAndReferenceCompiles) {
   RecordProperty("wall_ms", static_cast<int>(wall_s * 1000));
 }
 
-
 // gemm's TAIL (the last wave's tiles split along K) binds only at shapes of more tiles than
 // one wave, which the example shape is not: one candidate of each epilogue and cluster
 // choice with TAIL 1, every dtype, at the GPU check's m 1100 x n 2056 x k 272, compiles.

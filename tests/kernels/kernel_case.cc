@@ -118,7 +118,7 @@ namespace {
 // process: the GPU check and its CPU test choose a candidate of each kernel variant at
 // every case, and one walk of gemm's space at its larger cases takes a second or more
 // (the variants' test took over six minutes walking it per variant). Thread-safe.
-absl::StatusOr<std::vector<Config>>
+absl::StatusOr<const std::vector<Config> *>
 CachedParams(const std::shared_ptr<const KernelTemplate> &tmpl, DType dtype,
              const Shape &shape, const TargetInfo &target, const Knobs &knobs) {
   static std::mutex mu;
@@ -132,12 +132,12 @@ CachedParams(const std::shared_ptr<const KernelTemplate> &tmpl, DType dtype,
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
+    if (it != cache.end()) return &it->second;
   }
   KTUNE_ASSIGN_OR_RETURN(SearchSpace s,
                          EnumerateParams(tmpl, dtype, shape, target, knobs));
   std::lock_guard<std::mutex> lock(mu);
-  return cache.emplace(key, std::move(s.configs)).first->second;
+  return &cache.emplace(key, std::move(s.configs)).first->second;
 }
 
 } // namespace
@@ -169,9 +169,9 @@ ChooseCandidate(std::shared_ptr<const KernelTemplate> tmpl, DType dtype,
   }
   SearchSpace space;
   for (const Knobs &knobs : knob_choices) {
-    KTUNE_ASSIGN_OR_RETURN(std::vector<Config> configs,
+    KTUNE_ASSIGN_OR_RETURN(const std::vector<Config> *configs,
                            CachedParams(tmpl, dtype, shape, target, knobs));
-    space.configs.insert(space.configs.end(), configs.begin(), configs.end());
+    space.configs.insert(space.configs.end(), configs->begin(), configs->end());
   }
   const Config *best = nullptr;
   int best_differing = 0;

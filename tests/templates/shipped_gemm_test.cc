@@ -257,7 +257,6 @@ TEST_F(ShippedGemmTest, SplitKPartialsFitTheirBuffer) {
   EXPECT_GT(split, 0) << "no split-K candidate at any shape";
 }
 
-
 // TAIL splits the last wave's tiles along K: it binds only where the tiles (units of CLUSTER)
 // leave a partial last wave of at most half the grid, and never beside split-K or SWAP.
 // qkv at m = 1024 in 128 x 256 tiles: 8 x 24 = 192 tiles on 132 SMs, a last wave of 60.

@@ -67,17 +67,12 @@ class TempDirRegistry {
 };
 
 // A new empty folder under the test's temporary directory, removed when the test program
-// exits, and with it the siblings `<folder><suffix>` the test makes beside it.
-inline std::string NewTempDir(const std::vector<std::string>& sibling_suffixes = {}) {
+// exits.
+inline std::string NewTempDir() {
   std::string pattern = absl::StrCat(::testing::TempDir(), "/ktune-XXXXXX");
   char* made = mkdtemp(pattern.data());
   EXPECT_NE(made, nullptr);
-  if (made != nullptr) {
-    TempDirRegistry::Get().Add(pattern);
-    for (const std::string& suffix : sibling_suffixes) {
-      TempDirRegistry::Get().Add(absl::StrCat(pattern, suffix));
-    }
-  }
+  if (made != nullptr) TempDirRegistry::Get().Add(pattern);
   return pattern;
 }
 
