@@ -197,6 +197,13 @@ struct Hopper {
   static constexpr int kSlotB = BN * kRowBytes;
   static constexpr int kAcc = BN / 2;
   static constexpr bool kPromote = sizeof(T) == 1;
+  // fp8 sums a slot apart from the accumulators (Mainloop below): in kParts pieces of
+  // BN / kParts columns, each waited for and added before the next is issued. At BN 256 two
+  // halves, so the partial is 64 floats beside the 128 accumulators (192 registers, as BN
+  // 192 needs whole); the B tile, and with it the copies per output, is then the largest.
+  static constexpr int kParts = kPromote && BN > 192 ? 2 : 1;
+  static constexpr int kPart = kAcc / kParts;
+  static_assert(BN % kParts == 0 && (BN / kParts) % 8 == 0, "BN / kParts: wgmma's N");
   // The blocks of a cluster take neighbouring tiles along p, sharing B's tile, or along q,
   // sharing A's. x is A without SWAP and B with it; SHARE_W shares w instead of x.
   static constexpr bool kAlongP = SWAP ? !SHARE_W : SHARE_W;
@@ -343,33 +350,43 @@ struct Hopper {
     }
   }
 
-  /// Waits for `slot` to land and issues its wgmmas (this consumer's 64 rows of A) into d as
-  /// one committed group: d = A . B + (accumulate ? d : 0).
-  static __device__ __forceinline__ void Issue(float (&d)[kAcc], int slot, unsigned phase,
+  /// Issues the wgmmas of `slot` (this consumer's 64 rows of A; of B the N rows from row
+  /// `b_row`) into d as one committed group: d = A . B + (accumulate ? d : 0). The slot must
+  /// have landed.
+  template <int N>
+  static __device__ __forceinline__ void Issue(float (&d)[N / 2], int slot, int b_row,
                                                int consumer, unsigned char* slots_a,
-                                               unsigned char* slots_b,
-                                               unsigned long long* full, bool accumulate) {
-    ktune::MbarrierWait(&full[slot], phase);
+                                               unsigned char* slots_b, bool accumulate) {
     const unsigned long long desc_a =
         ktune::WgmmaDescSw128(slots_a + slot * kSlotA + consumer * 64 * kRowBytes);
-    const unsigned long long desc_b = ktune::WgmmaDescSw128(slots_b + slot * kSlotB);
+    const unsigned long long desc_b =
+        ktune::WgmmaDescSw128(slots_b + slot * kSlotB + b_row * kRowBytes);
     ktune::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kRowBytes / ktune::kWgmmaKBytes; ++kk) {
       // + 2 per step: the descriptor counts 16-byte units.
-      ktune::Wgmma<T, BN>(d, desc_a + 2 * kk, desc_b + 2 * kk, accumulate || kk > 0);
+      ktune::Wgmma<T, N>(d, desc_a + 2 * kk, desc_b + 2 * kk, accumulate || kk > 0);
     }
     ktune::WgmmaCommit();
   }
 
-  /// fp8: waits for a slot's partial product, frees the slot and adds the partial to acc.
-  static __device__ __forceinline__ void Retire(float (&acc)[kAcc], float (&part)[kAcc],
-                                                unsigned long long* empty, int slot, int tid) {
-    ktune::WgmmaWait<0>();
-    ktune::WgmmaFenceOperands(part);
-    Release(empty, slot, tid);
+  /// fp8: the product of `slot` piece by piece into part, each waited for and added to its
+  /// columns of acc; the slot is freed once its last piece is done.
+  static __device__ __forceinline__ void Promote(float (&acc)[kAcc], float (&part)[kPart],
+                                                 int slot, int consumer, int tid,
+                                                 unsigned char* slots_a, unsigned char* slots_b,
+                                                 unsigned long long* empty) {
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
+    for (int h = 0; h < kParts; ++h) {
+      Issue<BN / kParts>(part, slot, h * (BN / kParts), consumer, slots_a, slots_b, false);
+      ktune::WgmmaWait<0>();
+      ktune::WgmmaFenceOperands(part);
+      if (h == kParts - 1) Release(empty, slot, tid);
+      // Piece h's columns are fragments j + h BN / (8 kParts), so its accumulators follow
+      // the pieces before it.
+#pragma unroll
+      for (int i = 0; i < kPart; ++i) acc[h * kPart + i] += part[i];
+    }
   }
 
   /// acc = this consumer's 64 rows of A . B over K slots [kb_begin, kb_end), read from the
@@ -391,16 +408,17 @@ struct Hopper {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
     if constexpr (kPromote) {
-      float part[kAcc];
+      float part[kPart];
       for (int kb = kb_begin; kb < kb_end; ++kb) {
-        Issue(part, slot, phase, consumer, slots_a, slots_b, full, false);
-        Retire(acc, part, empty, slot, tid);
+        ktune::MbarrierWait(&full[slot], phase);
+        Promote(acc, part, slot, consumer, tid, slots_a, slots_b, empty);
         Advance(slot, phase);
       }
     } else {
       int prev = -1;
       for (int kb = kb_begin; kb < kb_end; ++kb) {
-        Issue(acc, slot, phase, consumer, slots_a, slots_b, full, true);
+        ktune::MbarrierWait(&full[slot], phase);
+        Issue<BN>(acc, slot, 0, consumer, slots_a, slots_b, true);
         // The group before this one is done: its slot can be refilled.
         ktune::WgmmaWait<1>();
         ktune::WgmmaFenceOperands(acc);

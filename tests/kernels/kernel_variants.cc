@@ -90,6 +90,11 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
          }},
         {"Hopper, TMA-store epilogue",
          [](const Config &c) { return P(c, "WGMMA") == 1 && P(c, "EPI") == 1; }},
+        // fp8 adds a slot's product to its accumulators in two halves of 128 columns here.
+        {"Hopper, 256 columns",
+         [](const Config &c) { return P(c, "WGMMA") == 1 && P(c, "BN") == 256 && P(c, "EPI") == 0; }},
+        {"Hopper, 256 columns, TMA-store epilogue",
+         [](const Config &c) { return P(c, "BN") == 256 && P(c, "EPI") == 1; }},
         {"Hopper, TMA-store epilogue, cluster sharing w",
          [](const Config &c) { return P(c, "EPI") == 1 && P(c, "SHARE_W") == 1; }},
         {"Hopper, last wave split (TAIL)",
