@@ -332,17 +332,6 @@ struct Hopper {
     }
   }
 
-  /// Frees slot s in every block of the cluster (one thread per consumer warpgroup).
-  static __device__ __forceinline__ void Release(unsigned long long* empty, int s, int tid) {
-    if (tid != 0) return;
-    if constexpr (CLUSTER == 1) {
-      ktune::MbarrierArrive(&empty[s]);
-    } else {
-#pragma unroll
-      for (int r = 0; r < CLUSTER; ++r) ktune::MbarrierArriveCluster(&empty[s], r);
-    }
-  }
-
   static __device__ __forceinline__ void Advance(int& slot, unsigned& phase) {
     if (++slot == STAGES) {
       slot = 0;
@@ -350,43 +339,47 @@ struct Hopper {
     }
   }
 
-  /// Issues the wgmmas of `slot` (this consumer's 64 rows of A; of B the N rows from row
-  /// `b_row`) into d as one committed group: d = A . B + (accumulate ? d : 0). The slot must
-  /// have landed.
+  /// Where a consumer finds its slots: the shared addresses of the barriers, and the low
+  /// words of its wgmma descriptors of slot 0 (its 64 rows of A, all of B). Slot s's are these
+  /// plus s slots' bytes (in 16-byte units for the descriptors), formed once per kernel so
+  /// that the mainloop only adds.
+  struct Ring {
+    unsigned full, empty, a, b;
+    __device__ unsigned Full(int slot) const { return full + 8 * slot; }
+    __device__ unsigned Empty(int slot) const { return empty + 8 * slot; }
+    __device__ unsigned A(int slot) const { return a + slot * (kSlotA >> 4); }
+    /// B's rows from `row` on.
+    __device__ unsigned B(int slot, int row) const {
+      return b + slot * (kSlotB >> 4) + row * (kRowBytes >> 4);
+    }
+  };
+
+  /// Frees a slot in every block of the cluster (one thread per consumer warpgroup).
+  static __device__ __forceinline__ void Release(unsigned empty, int tid) {
+    if (tid != 0) return;
+    if constexpr (CLUSTER == 1) {
+      ktune::MbarrierArrive(empty);
+    } else {
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r) ktune::MbarrierArriveCluster(empty, r);
+    }
+  }
+
+  /// Issues one slot's wgmmas (K steps of 32 bytes) from the descriptors' low words a and b
+  /// into d as one committed group: d = A . B + (accumulate ? d : 0). The slot must have
+  /// landed.
   template <int N>
-  static __device__ __forceinline__ void Issue(float (&d)[N / 2], int slot, int b_row,
-                                               int consumer, unsigned char* slots_a,
-                                               unsigned char* slots_b, bool accumulate) {
-    const unsigned long long desc_a =
-        ktune::WgmmaDescSw128(slots_a + slot * kSlotA + consumer * 64 * kRowBytes);
-    const unsigned long long desc_b =
-        ktune::WgmmaDescSw128(slots_b + slot * kSlotB + b_row * kRowBytes);
+  static __device__ __forceinline__ void Issue(float (&d)[N / 2], unsigned a, unsigned b,
+                                               bool accumulate) {
     ktune::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kRowBytes / ktune::kWgmmaKBytes; ++kk) {
       // + 2 per step: the descriptor counts 16-byte units.
-      ktune::Wgmma<T, N>(d, desc_a + 2 * kk, desc_b + 2 * kk, accumulate || kk > 0);
+      ktune::Wgmma<T, N>(d, ktune::WgmmaDesc(a + 2 * kk, ktune::kWgmmaDescSw128Hi),
+                         ktune::WgmmaDesc(b + 2 * kk, ktune::kWgmmaDescSw128Hi),
+                         accumulate || kk > 0);
     }
     ktune::WgmmaCommit();
-  }
-
-  /// fp8: the product of `slot` piece by piece into part, each waited for and added to its
-  /// columns of acc; the slot is freed once its last piece is done.
-  static __device__ __forceinline__ void Promote(float (&acc)[kAcc], float (&part)[kPart],
-                                                 int slot, int consumer, int tid,
-                                                 unsigned char* slots_a, unsigned char* slots_b,
-                                                 unsigned long long* empty) {
-#pragma unroll
-    for (int h = 0; h < kParts; ++h) {
-      Issue<BN / kParts>(part, slot, h * (BN / kParts), consumer, slots_a, slots_b, false);
-      ktune::WgmmaWait<0>();
-      ktune::WgmmaFenceOperands(part);
-      if (h == kParts - 1) Release(empty, slot, tid);
-      // Piece h's columns are fragments j + h BN / (8 kParts), so its accumulators follow
-      // the pieces before it.
-#pragma unroll
-      for (int i = 0; i < kPart; ++i) acc[h * kPart + i] += part[i];
-    }
   }
 
   /// acc = this consumer's 64 rows of A . B over K slots [kb_begin, kb_end), read from the
@@ -395,40 +388,57 @@ struct Hopper {
   /// fp8: the tensor cores keep fewer mantissa bits than float while they accumulate (a
   /// 4096-long sum drifts by ~1e-3 of its size), so each slot's product is summed apart,
   /// waited for and added to the float accumulators before the next slot is issued (the
-  /// other consumer's wgmmas fill the gap). Two partials alternating, so that one slot's
-  /// wgmmas would run while the one before is added, cannot be written: ptxas serializes
-  /// every wgmma of a kernel that reads accumulators while another group is in flight (its
-  /// warning C7514).
-  static __device__ __forceinline__ void Mainloop(int kb_begin, int kb_end, int consumer,
-                                                  int tid, unsigned char* slots_a,
-                                                  unsigned char* slots_b,
-                                                  unsigned long long* full,
-                                                  unsigned long long* empty, int& slot,
-                                                  unsigned& phase, float (&acc)[kAcc]) {
+  /// other consumer's wgmmas fill the gap); at BN 256 in two pieces of 128 columns, each
+  /// waited for and added before the next is issued. Whether the next slot has landed is
+  /// asked while a slot's wgmmas run, so that after the adds the next issue follows at once.
+  /// Two partials alternating, so that one slot's wgmmas would run while the one before is
+  /// added, cannot be written: ptxas serializes every wgmma of a kernel that reads
+  /// accumulators while another group is in flight (its warning C7514).
+  static __device__ __forceinline__ void Mainloop(int kb_begin, int kb_end, const Ring& r,
+                                                  int tid, int& slot, unsigned& phase,
+                                                  float (&acc)[kAcc]) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
     if constexpr (kPromote) {
       float part[kPart];
+      bool landed = false;
       for (int kb = kb_begin; kb < kb_end; ++kb) {
-        ktune::MbarrierWait(&full[slot], phase);
-        Promote(acc, part, slot, consumer, tid, slots_a, slots_b, empty);
-        Advance(slot, phase);
+        if (!landed) ktune::MbarrierWait(r.Full(slot), phase);
+        int next = slot;
+        unsigned next_phase = phase;
+        Advance(next, next_phase);
+#pragma unroll
+        for (int h = 0; h < kParts; ++h) {
+          Issue<BN / kParts>(part, r.A(slot), r.B(slot, h * (BN / kParts)), false);
+          if (h == kParts - 1) {
+            landed = kb + 1 < kb_end && ktune::MbarrierTest(r.Full(next), next_phase);
+          }
+          ktune::WgmmaWait<0>();
+          ktune::WgmmaFenceOperands(part);
+          if (h == kParts - 1) Release(r.Empty(slot), tid);
+          // Piece h's columns are fragments j + h BN / (8 kParts), so its accumulators
+          // follow the pieces before it.
+#pragma unroll
+          for (int i = 0; i < kPart; ++i) acc[h * kPart + i] += part[i];
+        }
+        slot = next;
+        phase = next_phase;
       }
     } else {
       int prev = -1;
       for (int kb = kb_begin; kb < kb_end; ++kb) {
-        ktune::MbarrierWait(&full[slot], phase);
-        Issue<BN>(acc, slot, 0, consumer, slots_a, slots_b, true);
+        ktune::MbarrierWait(r.Full(slot), phase);
+        Issue<BN>(acc, r.A(slot), r.B(slot, 0), true);
         // The group before this one is done: its slot can be refilled.
         ktune::WgmmaWait<1>();
         ktune::WgmmaFenceOperands(acc);
-        if (prev >= 0) Release(empty, prev, tid);
+        if (prev >= 0) Release(r.Empty(prev), tid);
         prev = slot;
         Advance(slot, phase);
       }
       ktune::WgmmaWait<0>();
       ktune::WgmmaFenceOperands(acc);
-      if (prev >= 0) Release(empty, prev, tid);
+      if (prev >= 0) Release(r.Empty(prev), tid);
     }
   }
 
@@ -586,7 +596,10 @@ struct Hopper {
       __syncthreads();
     }
 
-    const int warpgroup = threadIdx.x / 128;
+    // Read from lane 0, so the compiler knows it is the same in the whole warp: the role
+    // branch below is then not divergent, and what the consumers derive from it and from the
+    // slot (descriptors, barrier addresses) can live in uniform registers.
+    const int warpgroup = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     if (warpgroup == 0) {
       // Producer. Only its first thread works; the others leave their registers to the
       // consumers (setmaxnreg needs the cap at entry that min_blocks 1 gives).
@@ -596,14 +609,16 @@ struct Hopper {
       if constexpr (kConsumers == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
       const int consumer = warpgroup - 1;
       const int tid = threadIdx.x % 128;
+      const Ring ring{ktune::SmemAddress(full), ktune::SmemAddress(empty),
+                      ktune::WgmmaDescSw128Lo(ktune::SmemAddress(slots_a + consumer * 64 * kRowBytes)),
+                      ktune::WgmmaDescSw128Lo(ktune::SmemAddress(slots_b))};
       const float scale = scale_x[0] * scale_w[0];
       float acc[kAcc];
       int slot = 0, chunks = 0;
       unsigned phase = 0;
       for (int u = w.first; u < w.pieces; u += w.stride) {
         const TileCoord c = w.Tile(u);
-        Mainloop(w.KBegin(c), w.KEnd(c), consumer, tid, slots_a, slots_b, full, empty, slot,
-                 phase, acc);
+        Mainloop(w.KBegin(c), w.KEnd(c), ring, tid, slot, phase, acc);
         if (!w.Inside(c)) continue;
         if (c.splits > 1 &&
             !ReduceSplits(c, consumer, tid, acc, partial, counters, &last_of_tile)) {

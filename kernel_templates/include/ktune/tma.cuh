@@ -52,17 +52,38 @@ __device__ __forceinline__ void MbarrierArriveExpectTx(unsigned long long* bar, 
                : "memory");
 }
 
-/// Spins until phase `parity` (0, 1, 0, ...) of `bar` completes.
-__device__ __forceinline__ void MbarrierWait(unsigned long long* bar, unsigned parity) {
+/// Spins until phase `parity` (0, 1, 0, ...) of the barrier at shared address `bar`
+/// completes. (The overloads on shared addresses let a loop add a slot's offset to an
+/// address it formed once, instead of converting a generic pointer every time.)
+__device__ __forceinline__ void MbarrierWait(unsigned bar, unsigned parity) {
   asm volatile(
       "{\n\t"
       ".reg .pred p;\n\t"
       "KTUNE_MBAR_WAIT:\n\t"
       "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
       "@!p bra KTUNE_MBAR_WAIT;\n\t"
-      "}" ::"r"(SmemAddress(bar)),
+      "}" ::"r"(bar),
       "r"(parity)
       : "memory");
+}
+__device__ __forceinline__ void MbarrierWait(unsigned long long* bar, unsigned parity) {
+  MbarrierWait(SmemAddress(bar), parity);
+}
+
+/// Whether phase `parity` of the barrier at shared address `bar` has completed, without
+/// waiting for it.
+__device__ __forceinline__ bool MbarrierTest(unsigned bar, unsigned parity) {
+  unsigned done;
+  asm volatile(
+      "{\n\t"
+      ".reg .pred p;\n\t"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t"
+      "}"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
 }
 
 /// Copies the box at element coordinates (c0, c1) (c0 innermost) of a rank-2 `map` into
@@ -77,9 +98,12 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const TensorMap* map, int c
       : "memory");
 }
 
-/// One plain arrival on `bar`.
+/// One plain arrival on the barrier at shared address `bar`.
+__device__ __forceinline__ void MbarrierArrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void MbarrierArrive(unsigned long long* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddress(bar)) : "memory");
+  MbarrierArrive(SmemAddress(bar));
 }
 
 /// Fetches a tensor map into the copy engine's cache ahead of its first use.
@@ -149,12 +173,13 @@ __device__ __forceinline__ void ClusterSync() {
 /// (this block included). Release at CTA scope only: what it orders are this block's reads
 /// of a slot by wgmma, complete before the arrival; a cluster-scope release here made a GEMM
 /// 3.7x slower on the H200 (one per slot and block).
-__device__ __forceinline__ void MbarrierArriveCluster(unsigned long long* bar, unsigned cta) {
+__device__ __forceinline__ void MbarrierArriveCluster(unsigned bar, unsigned cta) {
   unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote)
-               : "r"(SmemAddress(bar)), "r"(cta));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(cta));
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void MbarrierArriveCluster(unsigned long long* bar, unsigned cta) {
+  MbarrierArriveCluster(SmemAddress(bar), cta);
 }
 
 /// TmaLoad2d into the same shared-memory offset of every block in `cta_mask` (bit i: rank

@@ -33,6 +33,18 @@ __device__ __forceinline__ unsigned long long WgmmaDescSw128(const void* tile) {
   return desc;
 }
 
+/// WgmmaDescSw128 in two halves: the high word is the same for every such tile, and the low
+/// one holds the start address. A loop over slots adds the slot's offset (in 16-byte units)
+/// to the low word only: 32-bit adds, no carries into the constant half (the 14-bit field
+/// holds every shared-memory address).
+constexpr unsigned kWgmmaDescSw128Hi = (1024u >> 4) | (1u << 30);
+__device__ __forceinline__ unsigned WgmmaDescSw128Lo(unsigned smem_addr) {
+  return ((smem_addr & 0x3FFFF) >> 4) | (1u << 16);
+}
+__device__ __forceinline__ unsigned long long WgmmaDesc(unsigned lo, unsigned hi) {
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
 /// Orders this warpgroup's register and shared-memory accesses before the wgmmas that follow.
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
