@@ -596,9 +596,8 @@ struct Hopper {
       __syncthreads();
     }
 
-    // Read from lane 0, so the compiler knows it is the same in the whole warp: the role
-    // branch below is then not divergent, and what the consumers derive from it and from the
-    // slot (descriptors, barrier addresses) can live in uniform registers.
+    // Read from lane 0, so the compiler knows every thread of a warp takes the same branch
+    // below (a warpgroup is four whole warps).
     const int warpgroup = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     if (warpgroup == 0) {
       // Producer. Only its first thread works; the others leave their registers to the
@@ -609,9 +608,10 @@ struct Hopper {
       if constexpr (kConsumers == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
       const int consumer = warpgroup - 1;
       const int tid = threadIdx.x % 128;
-      const Ring ring{ktune::SmemAddress(full), ktune::SmemAddress(empty),
-                      ktune::WgmmaDescSw128Lo(ktune::SmemAddress(slots_a + consumer * 64 * kRowBytes)),
-                      ktune::WgmmaDescSw128Lo(ktune::SmemAddress(slots_b))};
+      const Ring ring{
+          ktune::SmemAddress(full), ktune::SmemAddress(empty),
+          ktune::WgmmaDescSw128Lo(ktune::SmemAddress(slots_a + consumer * 64 * kRowBytes)),
+          ktune::WgmmaDescSw128Lo(ktune::SmemAddress(slots_b))};
       const float scale = scale_x[0] * scale_w[0];
       float acc[kAcc];
       int slot = 0, chunks = 0;

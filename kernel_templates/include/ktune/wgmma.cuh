@@ -19,24 +19,14 @@
 namespace ktune {
 
 /// The descriptor of a K-major tile in shared memory laid out as the copy engine writes it
-/// with 128-byte swizzle: rows of 128 bytes of K, 8-row groups of 1024 bytes one after the
-/// other. `tile` must be 1024-byte aligned. The leading-dimension offset is unused by
-/// swizzled K-major layouts; the stride offset is the 1024 bytes between 8-row groups.
-/// Stepping K inside the 128-byte row is adding (bytes >> 4) to the descriptor: the
-/// hardware applies the swizzle to the address it forms.
-__device__ __forceinline__ unsigned long long WgmmaDescSw128(const void* tile) {
-  const unsigned long long addr = SmemAddress(tile);
-  unsigned long long desc = (addr & 0x3FFFF) >> 4;  // start address, 16-byte units
-  desc |= 1ull << 16;                               // leading byte offset (unused)
-  desc |= (1024ull >> 4) << 32;                     // stride byte offset
-  desc |= 1ull << 62;                               // 128-byte swizzle
-  return desc;
-}
-
-/// WgmmaDescSw128 in two halves: the high word is the same for every such tile, and the low
-/// one holds the start address. A loop over slots adds the slot's offset (in 16-byte units)
-/// to the low word only: 32-bit adds, no carries into the constant half (the 14-bit field
-/// holds every shared-memory address).
+/// with 128-byte swizzle (rows of 128 bytes of K, 8-row groups of 1024 bytes one after the
+/// other; the tile 1024-byte aligned), in its two 32-bit halves. The high word is the same
+/// for every such tile: the stride offset (the 1024 bytes between 8-row groups, in 16-byte
+/// units) and the 128-byte swizzle mode (bit 62). The low word holds the start address in
+/// 16-byte units (14 bits, which hold every shared-memory address) and the leading-dimension
+/// offset, unused by swizzled K-major layouts (1). Stepping K inside the 128-byte row, or to
+/// another slot of a ring, is adding its bytes >> 4 to the low word: 32-bit adds that never
+/// carry into the high one; the hardware applies the swizzle to the address it forms.
 constexpr unsigned kWgmmaDescSw128Hi = (1024u >> 4) | (1u << 30);
 __device__ __forceinline__ unsigned WgmmaDescSw128Lo(unsigned smem_addr) {
   return ((smem_addr & 0x3FFFF) >> 4) | (1u << 16);
