@@ -102,9 +102,6 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const TensorMap* map, int c
 __device__ __forceinline__ void MbarrierArrive(unsigned bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ void MbarrierArrive(unsigned long long* bar) {
-  MbarrierArrive(SmemAddress(bar));
-}
 
 /// Fetches a tensor map into the copy engine's cache ahead of its first use.
 __device__ __forceinline__ void PrefetchTensorMap(const TensorMap* map) {
@@ -169,7 +166,7 @@ __device__ __forceinline__ void ClusterSync() {
                    : "memory");
 }
 
-/// One arrival on the barrier at `bar`'s shared-memory offset in block `cta` of this cluster
+/// One arrival on the barrier at shared address `bar`'s offset in block `cta` of this cluster
 /// (this block included). Release at CTA scope only: what it orders are this block's reads
 /// of a slot by wgmma, complete before the arrival; a cluster-scope release here made a GEMM
 /// 3.7x slower on the H200 (one per slot and block).
@@ -177,9 +174,6 @@ __device__ __forceinline__ void MbarrierArriveCluster(unsigned bar, unsigned cta
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(cta));
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-}
-__device__ __forceinline__ void MbarrierArriveCluster(unsigned long long* bar, unsigned cta) {
-  MbarrierArriveCluster(SmemAddress(bar), cta);
 }
 
 /// TmaLoad2d into the same shared-memory offset of every block in `cta_mask` (bit i: rank
