@@ -285,7 +285,7 @@ Problem Setup(const std::string& dtype, long long m, long long n, long long k,
   CK(cuMemAlloc(&p.w, n * k * eb));
   CK(cuMemAlloc(&p.out, m * n * 2));
   CK(cuMemAlloc(&p.ref, m * n * 2));
-  // Split-K partials: 16 Mi floats whatever the shape, above the manifest's cap (the
+  // Split-K partials: 16 Mi floats whatever the shape, four times the manifest's cap (the
   // probe runs configs the manifest's constraints might exclude, and template copies).
   CK(cuMemAlloc(&p.partial, 16777216ll * 4));
   CK(cuMemAlloc(&p.counters, 4096 * 4));
@@ -400,8 +400,7 @@ void RunCandidate(const Kernel& k, Problem& p) {
       MakeMap(c.swap ? p.x : p.w, eb, rows_q, p.k, along_p ? c.bn / c.cluster : c.bn);
   long long tp = (rows_p + c.bm - 1) / c.bm, tq = (rows_q + c.bn - 1) / c.bn;
   if (along_p) tp = (tp + c.cluster - 1) / c.cluster; else tq = (tq + c.cluster - 1) / c.cluster;
-  // Split-K's blocks per tile, or (TAIL 2, stream-K) one per K slot at most.
-  long long units = tp * tq * (c.tail == 2 ? (static_cast<long long>(p.k) * eb + 127) / 128 : c.split);
+  long long units = tp * tq * c.split;
   unsigned grid =
       static_cast<unsigned>(std::min<long long>(units, SmCount() / c.cluster) * c.cluster);
   if (c.cluster > 1) grid = ClusterGrid(k, grid);

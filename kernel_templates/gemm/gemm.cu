@@ -43,16 +43,6 @@
 // it would leave idle, as split-K's are, and reduced the same way. The whole waves pay
 // nothing for it; the last wave takes 1 / (splits) of a tile's time plus the reduction
 // instead of a whole tile's.
-//
-// TAIL 2 deals the end of the walk out by K slots (stream-K): the last full wave and the
-// partial one (every tile, where there are fewer tiles than blocks: qkv at m = 256 in 128 x
-// 256 tiles is 48 tiles for 132 SMs) form one line of tile-major K slots, cut into as many
-// equal shares as there are clusters. A share ends part-way into a tile and the next share
-// goes on with it, so every cluster gets between one and two tiles' worth of slots whatever
-// the tile count, and tiles cut by a share's edge are reduced as split-K's are. A tile's
-// first slots close the share that holds them, so their block usually finds the tile's
-// other slices in already when it gets there: it then reduces at once and never writes its
-// own slice (below).
 #include <cuda_fp8.h>
 
 #include "ktune/common.cuh"
@@ -90,7 +80,6 @@ struct TileCoord {
   int split;
   int splits;
   int slot;
-  int region;  // TAIL 2: the region of the tile's first slice (the others follow, CLUSTER apart)
 };
 
 /// Tile `pq` of a walk: (p, q) tiles go in groups of GROUP rows of tiles, column by column
@@ -186,14 +175,6 @@ __device__ __forceinline__ void Mma16816(float (&d)[4], const unsigned (&a)[4],
 #if __CUDA_ARCH__ >= 900
 namespace gemm {
 
-/// *p, read at the device scope with acquire order: what the writers released before they
-/// updated *p (split slices before their counter) is visible after it.
-__device__ __forceinline__ int LoadAcquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 /// The pieces of one instance of the Hopper path; the params are gemm_wgmma_kernel's (below)
 /// plus EPI: 0 writes out from the accumulators, 1 through shared memory with TMA stores.
 template <typename T, int BM, int BN, int STAGES, int SPLIT_K, int GROUP, int SWAP, int CLUSTER,
@@ -206,8 +187,8 @@ struct Hopper {
   static_assert(CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4, "CLUSTER: 1, 2 or 4 blocks");
   static_assert(EPI == 0 || (SWAP == 0 && SPLIT_K == 1 && BN % 64 == 0),
                 "EPI 1: out in row-major chunks of 64 columns, no SWAP, no split-K");
-  static_assert(TAIL == 0 || ((TAIL == 1 || TAIL == 2) && SPLIT_K == 1),
-                "TAIL: 0, 1 or 2, and only without split-K (which splits every tile already)");
+  static_assert(TAIL == 0 || (TAIL == 1 && SPLIT_K == 1),
+                "TAIL: 0 or 1, and only without split-K (which splits every tile already)");
   static constexpr int kConsumers = BM / 64;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kRowBytes = 128;  // K bytes per row of a slot: one swizzle span
@@ -235,22 +216,15 @@ struct Hopper {
   static constexpr int kChunkBytes = 16 * 128;
   static constexpr int kStagingBytes = EPI ? kConsumers * 4 * 2 * kChunkBytes : 0;
 
-  // TAIL 2's partials: one region of BM x BN floats per piece of its shared units, within
-  // min(8 (m + 127) (n + 127), 12 Mi) floats (48 MB), the buffer the manifest gives
-  // `partial`. (Split-K and TAIL 1 keep to its first 4 Mi.)
-  static constexpr long long kStreamRoom = 12582912;
-
   /// Where this block's tiles lie and which pieces of them it takes. A unit is CLUSTER
   /// neighbouring tiles, one per block of the cluster; the clusters walk the pieces of the
   /// units in turn (`stride` of them at a time: one wave): each unit whole, or in SPLIT_K
-  /// slices of K, or (TAIL 1) the units of the last, partial wave in `tail_split` slices;
-  /// (TAIL 2) then each cluster its share of the K slots of the `shared` units at the end.
+  /// slices of K, or (TAIL) the units of the last, partial wave in `tail_split` slices.
   struct Walk {
     int tiles_p, tiles_q, units_p, units_q, kblocks, rank, first, stride;
-    int pieces;      // the strided walk's length
+    int pieces;      // the walk's length
     int whole;       // TAIL: units walked whole (the full waves'); the rest are split
-    int tail_split;  // TAIL 1: slices per unit of the last wave (1: none split)
-    int shared;      // TAIL 2: units after `whole` dealt out by K slots (0: none)
+    int tail_split;  // TAIL: slices per unit of the last wave (1: none split)
 
     __device__ Walk(int m, int n, int k) {
       const int rows_p = SWAP ? n : m;
@@ -267,23 +241,7 @@ struct Hopper {
       pieces = units * SPLIT_K;
       whole = units;
       tail_split = 1;
-      shared = 0;
-      if constexpr (TAIL == 2) {
-        // The last full wave and the partial one, or every unit where there are fewer than
-        // one wave: each cluster's share is then one to two units' worth of K slots, and at
-        // least one slot (shared x kblocks >= stride: the grid is at most units x kblocks
-        // clusters), so every cluster between a tile's first and last slices holds one.
-        // Their partials take (shared + stride - 1) x CLUSTER regions (below); the manifest
-        // admits only candidates that fit, and a walk that would not is left whole rather
-        // than write past the buffer.
-        const int tail = units % stride;
-        int s = units < stride ? units : (tail > 0 ? stride + tail : 0);
-        const long long room = min(8ll * (m + 127) * (n + 127), kStreamRoom) / (BM * BN);
-        if (static_cast<long long>(s + stride - 1) * CLUSTER > room) s = 0;
-        shared = s;
-        whole = units - s;
-        pieces = whole;
-      } else if constexpr (TAIL == 1) {
+      if constexpr (TAIL) {
         // As many slices as the last wave leaves clusters idle for, each at least one K slot,
         // their partials (tail units x CLUSTER tiles x slices, BM x BN floats each) within
         // the buffer the manifest gives `partial`: min(8 (m + 127) (n + 127), 4 Mi) floats.
@@ -304,7 +262,7 @@ struct Hopper {
     __device__ TileCoord Tile(int u) const {
       TileCoord c;
       int unit;
-      if constexpr (TAIL == 1) {
+      if constexpr (TAIL) {
         if (u < whole) {
           unit = u;
           c.split = 0;
@@ -323,136 +281,54 @@ struct Hopper {
         c.split = u % SPLIT_K;
         c.splits = SPLIT_K;
       }
-      Place(unit, c);
-      if constexpr (TAIL != 1) c.slot = c.p * tiles_q + c.q;
-      return c;
-    }
-    /// c.p and c.q of this block's tile of `unit`.
-    __device__ void Place(int unit, TileCoord& c) const {
       TileAt<GROUP>(unit, units_p, units_q, c);
       if (kAlongP) {
         c.p = c.p * CLUSTER + rank;
       } else {
         c.q = c.q * CLUSTER + rank;
       }
+      if constexpr (!TAIL) c.slot = c.p * tiles_q + c.q;
+      return c;
     }
     __device__ int KBegin(const TileCoord& c) const { return c.split * kblocks / c.splits; }
     __device__ int KEnd(const TileCoord& c) const { return (c.split + 1) * kblocks / c.splits; }
     __device__ bool Inside(const TileCoord& c) const { return c.p < tiles_p && c.q < tiles_q; }
-
-    /// Where a block is in its walk: the next strided piece u, and (TAIL 2) [it, end), what
-    /// is left of its share.
-    struct Cursor {
-      int u, it, end;
-    };
-    __device__ Cursor Start() const {
-      Cursor at{first, 0, 0};
-      if constexpr (TAIL == 2) Share(at.it, at.end);
-      return at;
-    }
-    /// The walk's next piece: its tile and K slots [kb, kb_end). False at the walk's end.
-    /// The producer and the consumers walk the same pieces, one loop each, so that the
-    /// mainloop is compiled once.
-    __device__ __forceinline__ bool Next(Cursor& at, TileCoord& c, int& kb, int& kb_end) const {
-      if (at.u < pieces) {
-        c = Tile(at.u);
-        kb = KBegin(c);
-        kb_end = KEnd(c);
-        at.u += stride;
-        return true;
-      }
-      if constexpr (TAIL == 2) {
-        if (at.it < at.end) {
-          c = SharedPiece(at.it, at.end, kb, kb_end);
-          at.it += kb_end - kb;
-          return true;
-        }
-      }
-      return false;
-    }
-
-    /// TAIL 2: this cluster's share of the shared units' K slots, [it, end) of their line,
-    /// unit by unit: share w is [w total / stride, (w + 1) total / stride). Piece (t, w), tile
-    /// t's slots in share w, keeps its partial in region t + w (times CLUSTER, plus the rank):
-    /// pieces further along the line have a larger t or w and neither smaller, so no two
-    /// share a region, and tile t's slices lie in regions t + fw .. t + lw, fw and lw the
-    /// shares holding its first and last slots.
-    __device__ void Share(int& it, int& end) const {
-      const long long total = static_cast<long long>(shared) * kblocks;
-      it = static_cast<int>(first * total / stride);
-      end = static_cast<int>((first + 1) * total / stride);
-    }
-    /// The piece of the share [it, end) that begins at `it`: its tile and K slots.
-    __device__ TileCoord SharedPiece(int it, int end, int& kb, int& kb_end) const {
-      const long long total = static_cast<long long>(shared) * kblocks;
-      const int t = it / kblocks;
-      kb = it - t * kblocks;
-      kb_end = min(kblocks, kb + (end - it));
-      TileCoord c;
-      Place(whole + t, c);
-      // The share holding slot i is the last w with w total / stride <= i:
-      // ((i + 1) stride - 1) / total.
-      const long long t0 = static_cast<long long>(t) * kblocks;
-      const int fw = static_cast<int>(((t0 + 1) * stride - 1) / total);
-      const int lw = static_cast<int>(((t0 + kblocks) * stride - 1) / total);
-      c.split = first - fw;
-      c.splits = lw - fw + 1;
-      c.slot = t * CLUSTER + rank;
-      c.region = (t + fw) * CLUSTER + rank;
-      return c;
-    }
   };
 
-  /// The producer's copies of K slots [kb_begin, kb_end) of tile c into the ring, the
-  /// shared operand's slice multicast to the whole cluster.
-  static __device__ __forceinline__ void ProduceSlots(const Walk& w, const TileCoord& c,
-                                                      int kb_begin, int kb_end,
-                                                      const ktune::TensorMap* tm_a,
-                                                      const ktune::TensorMap* tm_b,
-                                                      unsigned char* slots_a,
-                                                      unsigned char* slots_b,
-                                                      unsigned long long* full,
-                                                      unsigned long long* empty, int& slot,
-                                                      unsigned& phase) {
-    constexpr unsigned short kMask = (1 << CLUSTER) - 1;
-    for (int kb = kb_begin; kb < kb_end; ++kb) {
-      ktune::MbarrierWait(&empty[slot], phase ^ 1);
-      ktune::MbarrierArriveExpectTx(&full[slot], kSlotA + kSlotB);
-      unsigned char* a = slots_a + slot * kSlotA;
-      unsigned char* b = slots_b + slot * kSlotB;
-      if constexpr (CLUSTER == 1) {
-        ktune::TmaLoad2d(b, tm_b, kb * kBK, c.q * BN, &full[slot]);
-        ktune::TmaLoad2d(a, tm_a, kb * kBK, c.p * BM, &full[slot]);
-      } else if constexpr (kAlongP) {
-        ktune::TmaLoad2d(a, tm_a, kb * kBK, c.p * BM, &full[slot]);
-        ktune::TmaLoad2dMulticast(b + w.rank * kSlice * kRowBytes, tm_b, kb * kBK,
-                                  c.q * BN + w.rank * kSlice, &full[slot], kMask);
-      } else {
-        ktune::TmaLoad2d(b, tm_b, kb * kBK, c.q * BN, &full[slot]);
-        ktune::TmaLoad2dMulticast(a + w.rank * kSlice * kRowBytes, tm_a, kb * kBK,
-                                  c.p * BM + w.rank * kSlice, &full[slot], kMask);
-      }
-      if (++slot == STAGES) {
-        slot = 0;
-        phase ^= 1;
-      }
-    }
-  }
-
-  /// The producer's one working thread: copies every K slot of every piece of the walk.
+  /// The producer's one working thread: copies every K slot of every tile of the walk into
+  /// the ring, the shared operand's slice multicast to the whole cluster.
   static __device__ __forceinline__ void Produce(const Walk& w, const ktune::TensorMap* tm_a,
                                                  const ktune::TensorMap* tm_b,
                                                  unsigned char* slots_a, unsigned char* slots_b,
                                                  unsigned long long* full,
                                                  unsigned long long* empty) {
+    constexpr unsigned short kMask = (1 << CLUSTER) - 1;
     int slot = 0;
     unsigned phase = 0;
-    typename Walk::Cursor at = w.Start();
-    TileCoord c;
-    int kb_begin, kb_end;
-    while (w.Next(at, c, kb_begin, kb_end)) {
-      ProduceSlots(w, c, kb_begin, kb_end, tm_a, tm_b, slots_a, slots_b, full, empty, slot,
-                   phase);
+    for (int u = w.first; u < w.pieces; u += w.stride) {
+      const TileCoord c = w.Tile(u);
+      for (int kb = w.KBegin(c); kb < w.KEnd(c); ++kb) {
+        ktune::MbarrierWait(&empty[slot], phase ^ 1);
+        ktune::MbarrierArriveExpectTx(&full[slot], kSlotA + kSlotB);
+        unsigned char* a = slots_a + slot * kSlotA;
+        unsigned char* b = slots_b + slot * kSlotB;
+        if constexpr (CLUSTER == 1) {
+          ktune::TmaLoad2d(b, tm_b, kb * kBK, c.q * BN, &full[slot]);
+          ktune::TmaLoad2d(a, tm_a, kb * kBK, c.p * BM, &full[slot]);
+        } else if constexpr (kAlongP) {
+          ktune::TmaLoad2d(a, tm_a, kb * kBK, c.p * BM, &full[slot]);
+          ktune::TmaLoad2dMulticast(b + w.rank * kSlice * kRowBytes, tm_b, kb * kBK,
+                                    c.q * BN + w.rank * kSlice, &full[slot], kMask);
+        } else {
+          ktune::TmaLoad2d(b, tm_b, kb * kBK, c.q * BN, &full[slot]);
+          ktune::TmaLoad2dMulticast(a + w.rank * kSlice * kRowBytes, tm_a, kb * kBK,
+                                    c.p * BM + w.rank * kSlice, &full[slot], kMask);
+        }
+        if (++slot == STAGES) {
+          slot = 0;
+          phase ^= 1;
+        }
+      }
     }
   }
 
@@ -589,15 +465,12 @@ struct Hopper {
     }
   }
 
-  /// A split tile (split-K, or TAIL's): this slice's float partials go to memory in
+  /// A split tile (split-K, or TAIL's last wave): writes this slice's float partials in
   /// fragment order (each consumer thread's kAcc accumulators as float4s, thread-interleaved:
   /// coalesced 16-byte stores and loads, no index math). Returns false in every block of the
-  /// tile but the last to finish; that one gets acc = s0 + s1 + ... in slice order, the same
-  /// sum whichever block is last, and sets the tile's counter back to 0. The last block adds
-  /// the others' slices to its own in registers where its slice is s0 or s1 (IEEE addition
-  /// commutes, so s1 + s0 is s0 + s1), and then need not write its own at all when the
-  /// others are in before it starts (TAIL 2's usual case); slice s2 on reads every slice
-  /// back, its own too, so the sum needs no second set of kAcc registers (BN 256 holds).
+  /// tile but the last to finish; that one gets acc = 0 + the slices in slice order, all read
+  /// back (its own too: the same sum whichever block is last, and no second set of kAcc
+  /// registers, so it holds at BN 256 too), and sets the tile's counter back to 0.
   static __device__ __forceinline__ bool ReduceSplits(const TileCoord& c, int consumer, int tid,
                                                       float (&acc)[kAcc], float* partial,
                                                       int* counters, int* last_of_tile) {
@@ -605,51 +478,30 @@ struct Hopper {
     constexpr int kVec = kAcc / 4;
     const int thread = consumer * 128 + tid;
     const auto region = [&](int split) {
-      const long long r = TAIL == 2 ? static_cast<long long>(c.region) + split * CLUSTER
-                                    : static_cast<long long>(c.slot) * c.splits + split;
-      return reinterpret_cast<float4*>(partial) + r * kConsumerThreads * kVec;
+      return reinterpret_cast<float4*>(partial) +
+             (static_cast<long long>(c.slot) * c.splits + split) * kConsumerThreads * kVec;
     };
-    const bool in_registers = c.split <= 1;
-    // Every consumer thread has read the flag of the block's previous split tile.
-    ConsumerSync<kConsumerThreads>();
-    if (threadIdx.x == 128) {
-      *last_of_tile = in_registers && LoadAcquire(&counters[c.slot]) == c.splits - 1;
-      if (*last_of_tile) counters[c.slot] = 0;
-    }
-    ConsumerSync<kConsumerThreads>();
-    if (!*last_of_tile) {
+    {
       float4* mine = region(c.split);
 #pragma unroll
       for (int v = 0; v < kVec; ++v) {
         mine[v * kConsumerThreads + thread] =
             make_float4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]);
       }
-      __threadfence();
-      ConsumerSync<kConsumerThreads>();
-      if (threadIdx.x == 128) {
-        const int before = atomicAdd(&counters[c.slot], 1);
-        *last_of_tile = before == c.splits - 1;
-        if (*last_of_tile) counters[c.slot] = 0;
-      }
-      ConsumerSync<kConsumerThreads>();
-      if (!*last_of_tile) return false;
     }
     __threadfence();
-    int s = 0;
-    if (!in_registers) {
-      const float4* slice = region(0);
-#pragma unroll
-      for (int v = 0; v < kVec; ++v) {
-        const float4 f = __ldcg(slice + v * kConsumerThreads + thread);
-        acc[4 * v] = f.x;
-        acc[4 * v + 1] = f.y;
-        acc[4 * v + 2] = f.z;
-        acc[4 * v + 3] = f.w;
-      }
-      s = 1;
+    ConsumerSync<kConsumerThreads>();
+    if (threadIdx.x == 128) {
+      const int before = atomicAdd(&counters[c.slot], 1);
+      *last_of_tile = before == c.splits - 1;
+      if (*last_of_tile) counters[c.slot] = 0;
     }
-    for (; s < c.splits; ++s) {
-      if (in_registers && s == c.split) continue;
+    ConsumerSync<kConsumerThreads>();
+    if (!*last_of_tile) return false;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+    for (int s = 0; s < c.splits; ++s) {
       const float4* slice = region(s);
 #pragma unroll
       for (int v = 0; v < kVec; ++v) {
@@ -702,26 +554,6 @@ struct Hopper {
         ktune::BulkCommitGroup();
       }
       ++chunks;
-    }
-  }
-
-  /// After a piece's mainloop: a split tile's slices reduced (unless another block is to
-  /// finish the tile), then the tile written out.
-  static __device__ __forceinline__ void Finish(const Walk& w, const TileCoord& c, int consumer,
-                                                int tid, float (&acc)[kAcc], TOut* out,
-                                                float* partial, int* counters,
-                                                int* last_of_tile,
-                                                const ktune::TensorMap* tm_out,
-                                                unsigned char* staging, int m, int n,
-                                                float scale, int& chunks) {
-    if (!w.Inside(c)) return;
-    if (c.splits > 1 && !ReduceSplits(c, consumer, tid, acc, partial, counters, last_of_tile)) {
-      return;
-    }
-    if constexpr (EPI == 1) {
-      StoreTma(c, consumer, tid, acc, tm_out, staging, m, n, scale, chunks);
-    } else {
-      StoreDirect(c, consumer, tid, acc, out, m, n, scale);
     }
   }
 
@@ -784,13 +616,19 @@ struct Hopper {
       float acc[kAcc];
       int slot = 0, chunks = 0;
       unsigned phase = 0;
-      typename Walk::Cursor at = w.Start();
-      TileCoord c;
-      int kb_begin, kb_end;
-      while (w.Next(at, c, kb_begin, kb_end)) {
-        Mainloop(kb_begin, kb_end, ring, tid, slot, phase, acc);
-        Finish(w, c, consumer, tid, acc, out, partial, counters, &last_of_tile, tm_out, staging,
-               m, n, scale, chunks);
+      for (int u = w.first; u < w.pieces; u += w.stride) {
+        const TileCoord c = w.Tile(u);
+        Mainloop(w.KBegin(c), w.KEnd(c), ring, tid, slot, phase, acc);
+        if (!w.Inside(c)) continue;
+        if (c.splits > 1 &&
+            !ReduceSplits(c, consumer, tid, acc, partial, counters, &last_of_tile)) {
+          continue;
+        }
+        if constexpr (EPI == 1) {
+          StoreTma(c, consumer, tid, acc, tm_out, staging, m, n, scale, chunks);
+        } else {
+          StoreDirect(c, consumer, tid, acc, out, m, n, scale);
+        }
       }
       // Shared memory must outlive the stores that read it.
       if (EPI && tid % 32 == 0) ktune::BulkWaitGroup<0>();
@@ -820,13 +658,11 @@ struct Hopper {
 ///   SHARE_W: 0: the cluster shares x's tile (neighbours along n); 1: w's (neighbours along
 ///            m), the larger saving where w's tile is the larger one.
 ///   TAIL:    1: the tiles of the walk's last, partial wave are split along K between the
-///            blocks that wave would leave idle; 2: the last full wave's and the partial
-///            one's K slots are dealt out evenly to all clusters (stream-K); 0: every tile
-///            whole. 1 and 2 without SPLIT_K.
+///            blocks that wave would leave idle (without SPLIT_K); 0: every tile whole.
 /// tm_a and tm_b are 2-D maps (K innermost) over A's and B's buffers, box (128 bytes of K,
 /// BM or BN rows; the shared operand's rows divided by CLUSTER), 128-byte swizzle, zero
 /// fill: rows and K beyond the matrix read as 0. partial and counters are split-K's and
-/// TAIL's scratch: min(8 (m + 127) (n + 127), 12 Mi) floats, and 4096 ints zeroed once.
+/// TAIL's scratch: min(8 (m + 127) (n + 127), 4 Mi) floats, and 4096 ints zeroed once.
 template <typename T, int BM, int BN, int STAGES, int SPLIT_K, int GROUP, int SWAP, int CLUSTER,
           int SHARE_W, int TAIL>
 __global__ void KTUNE_LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1)
@@ -842,7 +678,7 @@ gemm_wgmma_kernel(const __grid_constant__ ktune::TensorMap tm_a,
 /// gemm_wgmma_kernel (SWAP 0, no split-K) with out written through shared memory by TMA
 /// stores, which overlap the consumer's next tile: tm_out is a 2-D map over out (n
 /// innermost), box 64 x 16 (a warp's rows), 128-byte swizzle; n * 2 bytes must be a
-/// multiple of 16. BN is a multiple of 64. partial and counters serve TAIL only.
+/// multiple of 16. BN is a multiple of 64. partial and counters serve TAIL 1 only.
 template <typename T, int BM, int BN, int STAGES, int GROUP, int CLUSTER, int SHARE_W, int TAIL>
 __global__ void KTUNE_LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1)
 gemm_wgmma_tma_out_kernel(const __grid_constant__ ktune::TensorMap tm_a,

@@ -103,19 +103,6 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
          [](const Config &c) { return P(c, "TAIL") == 1 && P(c, "EPI") == 1 && P(c, "CLUSTER") == 1; }},
         {"Hopper, last wave split, cluster sharing w",
          [](const Config &c) { return P(c, "TAIL") == 1 && P(c, "SHARE_W") == 1; }},
-        // Stream-K: the end of the walk dealt out by K slots, tiles cut between blocks.
-        {"Hopper, stream-K (TAIL 2)",
-         [](const Config &c) {
-           return P(c, "TAIL") == 2 && P(c, "EPI") == 0 && P(c, "CLUSTER") == 1 && P(c, "SWAP") == 0;
-         }},
-        {"Hopper, stream-K, TMA-store epilogue",
-         [](const Config &c) { return P(c, "TAIL") == 2 && P(c, "EPI") == 1 && P(c, "CLUSTER") == 1; }},
-        {"Hopper, stream-K, cluster sharing w",
-         [](const Config &c) { return P(c, "TAIL") == 2 && P(c, "SHARE_W") == 1; }},
-        {"Hopper, stream-K, 256 columns",
-         [](const Config &c) { return P(c, "TAIL") == 2 && P(c, "BN") == 256; }},
-        {"Hopper, stream-K, decode (SWAP)",
-         [](const Config &c) { return P(c, "TAIL") == 2 && P(c, "SWAP") == 1; }},
         {"portable (mma.sync)", [](const Config &c) { return P(c, "WGMMA") == 0; }}}},
       {"gemv",
        {{"tensor cores",

@@ -225,8 +225,8 @@ TEST_F(ShippedGemmTest, TmaStoreEpilogueTakesAMapOverOut) {
 }
 
 // Split-K's partials are a BM x BN region per split of each split tile: every split
-// candidate at decode, odd and prefill shapes fits within the first 16 MB of the buffer the
-// shape sizes (which is 48 MB at most, for TAIL 2 below), however large the shape.
+// candidate at decode, odd and prefill shapes fits the buffer the shape sizes, which stays
+// at 16 MB or less however large the shape.
 TEST_F(ShippedGemmTest, SplitKPartialsFitTheirBuffer) {
   ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
   int split = 0;
@@ -248,8 +248,8 @@ TEST_F(ShippedGemmTest, SplitKPartialsFitTheirBuffer) {
         const int64_t need = (p + bm - 1) / bm * bm * ((q + bn - 1) / bn * bn) * split_k;
         for (const BoundArg& a : bound.instance->args) {
           if (a.name != "partial") continue;
-          EXPECT_LE(need, std::min<int64_t>(a.count, 4194304)) << ConfigString(c);
-          EXPECT_LE(a.count, 12582912) << ConfigString(c);
+          EXPECT_LE(need, a.count) << ConfigString(c);
+          EXPECT_LE(a.count, 4194304) << ConfigString(c);
         }
       }
     }
@@ -257,9 +257,8 @@ TEST_F(ShippedGemmTest, SplitKPartialsFitTheirBuffer) {
   EXPECT_GT(split, 0) << "no split-K candidate at any shape";
 }
 
-// TAIL 1 splits the last wave's tiles along K: it binds only where the tiles (units of
-// CLUSTER) leave a partial last wave of at most half the grid, and never beside split-K or
-// SWAP.
+// TAIL splits the last wave's tiles along K: it binds only where the tiles (units of CLUSTER)
+// leave a partial last wave of at most half the grid, and never beside split-K or SWAP.
 // qkv at m = 1024 in 128 x 256 tiles: 8 x 24 = 192 tiles on 132 SMs, a last wave of 60.
 TEST_F(ShippedGemmTest, TailSplitsOnlyAPartialLastWave) {
   ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
@@ -309,7 +308,7 @@ TEST_F(ShippedGemmTest, TailPartialsFitTheirBuffer) {
     for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
       ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, dtype, shape, h200));
       for (const Config& c : space.configs) {
-        if (c.params.at("TAIL") != 1) continue;
+        if (c.params.at("TAIL") == 0) continue;
         ++tails;
         ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, dtype, shape, c, h200));
         ASSERT_TRUE(bound.instance) << bound.rejected_because;
@@ -342,123 +341,6 @@ TEST_F(ShippedGemmTest, TailPartialsFitTheirBuffer) {
     }
   }
   EXPECT_GT(tails, 0) << "no TAIL candidate at any shape";
-}
-
-// TAIL 2 (stream-K) deals out the K slots of the end of the walk: it binds where the units
-// are not a whole number of waves, fewer than one included (qkv at m = 256 in 128 x 256
-// tiles: 48 tiles, a grid of 132 blocks, one per SM, each with a share of the 48 x 32 K
-// slots), with SWAP too; not where the units fill whole waves, not beside split-K, and not
-// where its partials would not fit their buffer.
-TEST_F(ShippedGemmTest, StreamKBindsWhereTheWavesAreNotWhole) {
-  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
-  ASSERT_OK_AND_ASSIGN(Config c,
-                       DefaultConfigFor(gemm_, DType::kF8E4M3, Mnk(256, 6144, 4096), h200));
-  c.params["BN"] = 256;
-  c.params["TAIL"] = 2;
-  ASSERT_OK_AND_ASSIGN(BindResult bound,
-                       Bind(gemm_, DType::kF8E4M3, Mnk(256, 6144, 4096), c, h200));
-  ASSERT_TRUE(bound.instance) << bound.rejected_because;
-  EXPECT_THAT(bound.instance->launches[0].name_expression,
-              HasSubstr("gemm_wgmma_kernel<__nv_fp8_e4m3, 128, 256, 4, 1, 8, 0, 1, 0, 2>"));
-  EXPECT_EQ(bound.instance->launches[0].grid[0], 132);
-  c.params["EPI"] = 1;
-  ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kF8E4M3, Mnk(256, 6144, 4096), c, h200));
-  ASSERT_TRUE(bound.instance) << bound.rejected_because;
-  EXPECT_THAT(bound.instance->launches[0].name_expression,
-              HasSubstr("gemm_wgmma_tma_out_kernel<__nv_fp8_e4m3, 128, 256, 4, 8, 1, 0, 2>"));
-  EXPECT_EQ(bound.instance->launches[0].grid[0], 132);
-
-  // A decode step with SWAP: 6144 / 128 = 48 tiles of w's rows, one of x's.
-  Config swap = c;
-  swap.params["EPI"] = 0;
-  swap.params["SWAP"] = 1;
-  swap.params["BN"] = 16;
-  ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, Mnk(16, 6144, 4096), swap, h200));
-  ASSERT_TRUE(bound.instance) << bound.rejected_because;
-  EXPECT_EQ(bound.instance->launches[0].grid[0], 132);
-  // One K slot of 128 bytes per tile (k 64 in bf16) and 40 tiles: a grid of 40, one whole
-  // wave, nothing to deal out.
-  ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, Mnk(16, 5120, 64), swap, h200));
-  EXPECT_FALSE(bound.instance);
-  EXPECT_THAT(bound.rejected_because, HasSubstr("TAIL != 2"));
-
-  // 12 x 11 = 132 tiles of 128 x 128: whole waves. Beside split-K. And 64 x 256 x 16384 in
-  // 64 x 256 tiles: one tile of 128 K slots for 132 shares, 132 regions of 16 Ki floats,
-  // past the 0.59 Mi floats the shape gives the partials (64 x 64 tiles fit: 4 tiles, 135
-  // regions of 4 Ki floats).
-  Config square = c;
-  square.params["BN"] = 128;
-  square.params["EPI"] = 0;
-  Config split = square;
-  split.params["SPLIT_K"] = 2;
-  Config narrow = square;
-  narrow.params["BM"] = 64;
-  narrow.params["BN"] = 256;
-  for (const auto& [shape, bad] : std::vector<std::tuple<Shape, Config>>{
-           {Mnk(1536, 1408, 4096), square},
-           {Mnk(256, 4096, 4096), split},
-           {Mnk(64, 256, 16384), narrow}}) {
-    ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, shape, bad, h200));
-    EXPECT_FALSE(bound.instance) << ShapeString(shape);
-    EXPECT_THAT(bound.rejected_because, HasSubstr("TAIL")) << ShapeString(shape);
-    Config without = bad;
-    without.params["TAIL"] = 0;
-    ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, shape, without, h200));
-    EXPECT_TRUE(bound.instance) << ShapeString(shape) << ": " << bound.rejected_because;
-  }
-  narrow.params["BN"] = 64;
-  ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kBF16, Mnk(64, 256, 16384), narrow, h200));
-  EXPECT_TRUE(bound.instance) << bound.rejected_because;
-}
-
-// What TAIL 2's kernel deals out (gemm.cu's Walk): every candidate the manifest admits has
-// a grid of one block per SM or one per K slot of its units, whichever is fewer; its shared
-// units (the last full wave and the partial one, or all) are more than none and its
-// pieces' partials, (shared + clusters - 1) x CLUSTER regions of BM x BN floats, and
-// counters, one per shared tile, fit their buffers.
-TEST_F(ShippedGemmTest, StreamKPartialsFitTheirBuffer) {
-  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
-  int streams = 0;
-  for (const Shape& shape : {Mnk(1, 4096, 4096), Mnk(16, 6144, 4096), Mnk(77, 1000, 4112),
-                             Mnk(256, 6144, 4096), Mnk(512, 4096, 14336),
-                             Mnk(1024, 6144, 4096), Mnk(4096, 4096, 4096),
-                             Mnk(1000, 28672, 4112), Mnk(16384, 6144, 4096),
-                             Mnk(777, 128256, 4096), Mnk(64, 256, 16384)}) {
-    for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
-      ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, dtype, shape, h200));
-      for (const Config& c : space.configs) {
-        if (c.params.at("TAIL") != 2) continue;
-        ++streams;
-        ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, dtype, shape, c, h200));
-        ASSERT_TRUE(bound.instance) << bound.rejected_because;
-        const int64_t m = shape.at("m"), n = shape.at("n"), k = shape.at("k");
-        const bool swap = c.params.at("SWAP") == 1;
-        const int64_t bm = c.params.at("BM"), bn = c.params.at("BN");
-        const int64_t cluster = c.params.at("CLUSTER");
-        const bool share_w = c.params.at("SHARE_W") == 1;
-        EXPECT_EQ(c.params.at("SPLIT_K"), 1);
-        int64_t tiles_p = ((swap ? n : m) + bm - 1) / bm;
-        int64_t tiles_q = ((swap ? m : n) + bn - 1) / bn;
-        if (share_w) tiles_p = (tiles_p + cluster - 1) / cluster;
-        else tiles_q = (tiles_q + cluster - 1) / cluster;
-        const int64_t units = tiles_p * tiles_q;
-        const int64_t kblocks = (k * DTypeSize(dtype) + 127) / 128;
-        const int64_t stride = bound.instance->launches[0].grid[0] / cluster;
-        EXPECT_EQ(stride, std::min(units * kblocks, h200.sm_count / cluster)) << ConfigString(c);
-        const int64_t shared = units < stride ? units : stride + units % stride;
-        EXPECT_GT(units % stride, 0) << ShapeString(shape) << " " << ConfigString(c);
-        EXPECT_GE(shared * kblocks, stride) << "a share without a K slot";
-        for (const BoundArg& a : bound.instance->args) {
-          if (a.name == "partial") {
-            EXPECT_LE((shared + stride - 1) * cluster * bm * bn, a.count) << ConfigString(c);
-          } else if (a.name == "counters") {
-            EXPECT_LE(shared * cluster, a.count) << ConfigString(c);
-          }
-        }
-      }
-    }
-  }
-  EXPECT_GT(streams, 0) << "no TAIL 2 candidate at any shape";
 }
 
 }  // namespace
