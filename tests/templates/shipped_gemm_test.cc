@@ -67,7 +67,9 @@ TEST_F(ShippedGemmTest, HopperPathOnlyOnSm90a) {
   EXPECT_EQ(hopper_other, 0);
   EXPECT_GT(portable, 0);
   for (const Config& c : space.configs) {
-    if (c.params.at("WGMMA") == 0) EXPECT_EQ(c.knobs.target, "sm_90") << ConfigString(c);
+    if (c.params.at("WGMMA") == 0) {
+      EXPECT_EQ(c.knobs.target, "sm_90") << ConfigString(c);
+    }
   }
   bool target_rule = false;
   for (const auto& [why, count] : space.rejected) {
@@ -157,9 +159,15 @@ TEST_F(ShippedGemmTest, TensorMapsFollowTheTile) {
   ASSERT_OK_AND_ASSIGN(bound, Bind(gemm_, DType::kF8E4M3, Mnk(16, 6144, 4096), c, h200));
   ASSERT_TRUE(bound.instance) << bound.rejected_because;
   for (const BoundArg& a : bound.instance->args) {
-    if (a.name == "tm_w") EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{128, 128}));
-    if (a.name == "tm_x") EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{128, 16}));
-    if (a.name == "out") EXPECT_EQ(a.dtype, DType::kBF16);  // fp8 writes bf16
+    if (a.name == "tm_w") {
+      EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{128, 128}));
+    }
+    if (a.name == "tm_x") {
+      EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{128, 16}));
+    }
+    if (a.name == "out") {
+      EXPECT_EQ(a.dtype, DType::kBF16);  // fp8 writes bf16
+    }
   }
 }
 
@@ -174,8 +182,12 @@ TEST_F(ShippedGemmTest, SharingWSplitsTheWeightTile) {
   ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, DType::kBF16, Mnk(256, 6144, 4096), c, h200));
   ASSERT_TRUE(bound.instance) << bound.rejected_because;
   for (const BoundArg& a : bound.instance->args) {
-    if (a.name == "tm_x") EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{64, 128}));
-    if (a.name == "tm_w") EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{64, 32}));
+    if (a.name == "tm_x") {
+      EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{64, 128}));
+    }
+    if (a.name == "tm_w") {
+      EXPECT_EQ(a.tensor_map.box, (std::vector<int64_t>{64, 32}));
+    }
   }
   // 2 rows of tiles over m make 1 unit of 2; 96 columns over n: 96 units, 66 clusters.
   EXPECT_EQ(bound.instance->launches[0].grid[0], 132);

@@ -263,7 +263,9 @@ TEST_F(ShippedRopeSiluGemvTest, OddSizesPruneToWhatFits) {
     } else {
       const int64_t edge = c.params.at("EDGE");
       EXPECT_TRUE(edge == 1 || edge == 2) << ConfigString(c);
-      if (edge == 2) EXPECT_EQ(c.params.at("VEC_BYTES"), 16) << ConfigString(c);
+      if (edge == 2) {
+        EXPECT_EQ(c.params.at("VEC_BYTES"), 16) << ConfigString(c);
+      }
       EXPECT_GE(c.params.at("VEC_BYTES"), 8) << ConfigString(c);
       ++edges;
     }
