@@ -233,6 +233,10 @@ Command AddTuneCommand(CLI::App& parent) {
                   "With --spec: spread the keys over these GPUs (all, or e.g. 0,1), those of "
                   "--gpu's device model; a key whose GPU is lost resumes on another");
   app->add_option("--threads", args->spec.job.threads, "Compile threads (0 = one per core)");
+  app->add_option("--idle-compile", args->spec.job.idle_compile,
+                  "Guided and random searches compile the rest of their space on otherwise "
+                  "idle cores, for their later batches and the template's next keys (on/off)")
+      ->capture_default_str();
   app->add_option("--min-sample-us", args->spec.job.min_sample_us,
                   "Runs shorter than this are timed in back-to-back batches after one L2 flush "
                   "(0 = the worker's 20 us); 0.001 times each run alone after its own flush");

@@ -789,7 +789,7 @@ absl::StatusOr<std::unique_ptr<KtuneServer>> StartKtuneServer(ServerOptions opti
   std::vector<TuningEnv> envs;
   std::vector<std::string> models;
   for (GpuSlot& g : s->gpus_) {
-    envs.push_back({o.registry, o.compiler, pool, g.gpu.get(), o.store});
+    envs.push_back({o.registry, o.compiler, pool, g.gpu.get(), o.store, o.idle});
     models.push_back(g.model);
   }
   if (o.fleet != nullptr) s->fleet_ = std::make_unique<FleetSync>(o.fleet, o.store, o.registry);

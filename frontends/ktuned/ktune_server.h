@@ -47,6 +47,9 @@ struct ServerOptions {
   // server makes its own with compile_threads (<= 0: one per core).
   CompilePool* pool = nullptr;
   int compile_threads = 0;
+  // Where guided and random jobs compile the rest of their space on idle cores (the
+  // engine's; must outlive the server); null: they do not.
+  IdlePool* idle = nullptr;
   // Threads for FALLBACK's neighbour search and default-config compiles.
   int fallback_threads = 2;
   // Distinct FALLBACK compiles waiting for one of those threads (identical requests share

@@ -102,6 +102,7 @@ struct Flags {
   int fallback_queue = ktune::ServerOptions{}.fallback_queue;
   int64_t artifact_cache_mb = ktune::ServerOptions{}.artifact_cache_bytes >> 20;
   std::string pch = "auto";
+  bool idle_compile = true;
   bool reflection = false;
   int listener_probe_ms = 10000;
   bool insecure = false;
@@ -137,6 +138,10 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
                      " compile threads), on or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--idle-compile", f->idle_compile,
+                 "Guided and random tuning jobs compile the rest of their space on otherwise "
+                 "idle cores, for their later batches and the template's next keys (on/off)")
+      ->capture_default_str();
   app.add_option("--artifact-cache-mb", f->artifact_cache_mb,
                  "Memory for answered artifacts (MiB of cubins; 0: every hit reads the store)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -283,6 +288,7 @@ std::optional<int> OpenEngine(const Flags& f, std::unique_ptr<ktune::Engine>* en
   absl::StatusOr<ktune::PchMode> pch = ktune::ParsePchMode("--pch", f.pch);
   if (!pch.ok()) return Fail("flags", pch.status());
   o.pch = *pch;
+  o.idle_compiles = f.idle_compile;
   absl::StatusOr<std::unique_ptr<ktune::Engine>> opened = ktune::OpenEngine(std::move(o));
   if (!opened.ok()) return Fail("engine", opened.status());
   *engine = *std::move(opened);
@@ -306,6 +312,7 @@ void FillOptions(const Flags& f, const ktune::Engine& e, ktune::ServerOptions* o
   options->store = e.store.get();
   options->compiler = e.compiler.get();
   options->pool = e.pool.get();
+  options->idle = e.idle.get();
   options->gpu_factory = e.gpu_factory;
   options->queue_capacity = f.queue;
   options->fallback_queue = f.fallback_queue;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/compile/ptxas_info.h"
 
@@ -53,6 +54,15 @@ class Compiler {
   // architecture); kInternal/kResourceExhausted when the compiler itself failed. Source
   // that does not compile is an OK result with ok == false.
   virtual absl::StatusOr<CompileResult> Compile(const CompileRequest& request) = 0;
+
+  // Puts `request`'s result where a later Compile of it finds it, ahead of that Compile
+  // (the idle compiles of a tuning job's unmeasured candidates). A compiler with no cache
+  // has nowhere to put it: the default does nothing. Never makes a Compile of the same
+  // program wait for it; kInternal/kResourceExhausted as Compile when the compiler failed.
+  virtual absl::Status Warm(const CompileRequest& request) {
+    (void)request;
+    return absl::OkStatus();
+  }
 
   // Everything about the compiler that changes its output beside the request: its version
   // and build, its own options, the headers it can include. Goes into cache keys.

@@ -6,6 +6,7 @@
 #include <future>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
@@ -90,6 +91,26 @@ class CachingCompiler : public Compiler {
     in_flight_.erase(key);
     return result;
   }
+  absl::Status Warm(const CompileRequest& request) override {
+    const std::string key = CompileCacheKey(request, inner_->Identity());
+    {
+      absl::MutexLock lock(&mu_);
+      if (in_flight_.contains(key) || !warming_.insert(key).second) return absl::OkStatus();
+    }
+    absl::Status status = absl::OkStatus();
+    if (!cache_->Contains(key)) {
+      absl::StatusOr<CompileResult> result = inner_->Compile(request);
+      if (result.ok()) {
+        result->key = key;
+        cache_->Put(key, *result).IgnoreError();
+      } else {
+        status = result.status();
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    warming_.erase(key);
+    return status;
+  }
   std::string Identity() const override { return inner_->Identity(); }
   std::string Version() const override { return inner_->Version(); }
 
@@ -106,6 +127,7 @@ class CachingCompiler : public Compiler {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_future<absl::StatusOr<CompileResult>>> in_flight_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> warming_ ABSL_GUARDED_BY(mu_);  // keys Warm compiles
 };
 
 }  // namespace
@@ -117,6 +139,10 @@ absl::StatusOr<std::unique_ptr<CubinCache>> CubinCache::Open(const std::string& 
 
 std::string CubinCache::PathFor(const std::string& key) const {
   return absl::StrCat(dir_, "/", key, ".cubin");
+}
+
+bool CubinCache::Contains(const std::string& key) const {
+  return ::access(PathFor(key).c_str(), F_OK) == 0;
 }
 
 std::optional<CompileResult> CubinCache::Get(const std::string& key) const {

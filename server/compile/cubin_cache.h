@@ -25,6 +25,8 @@ class CubinCache {
 
   // The stored result for `key`, with cache_hit set; nullopt on a miss.
   std::optional<CompileResult> Get(const std::string& key) const;
+  // Whether an entry for `key` is there (not whether it checks out: Get says that).
+  bool Contains(const std::string& key) const;
   // Stores `result` (failed compiles too: they fail the same way every time).
   absl::Status Put(const std::string& key, const CompileResult& result) const;
 
@@ -38,7 +40,9 @@ class CubinCache {
 
 // A Compiler that answers from `cache` when it can and fills it otherwise; a compile of a key
 // already being compiled by another thread waits for that one's result (cache_hit set)
-// instead of compiling it again. `cache` must outlive the result. Thread-safe as `inner` is.
+// instead of compiling it again. Its Warm compiles a key that is neither cached nor being
+// compiled, into the cache; a Compile of a key being warmed does not wait for it (a warming
+// thread may run at idle priority) but compiles it too. `cache` must outlive the result. Thread-safe as `inner` is.
 std::unique_ptr<Compiler> NewCachingCompiler(std::unique_ptr<Compiler> inner,
                                              const CubinCache* cache);
 

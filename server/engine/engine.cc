@@ -47,7 +47,8 @@ absl::Status OpenStore(const std::string& db, bool exclusive, Engine& e) {
   return absl::OkStatus();
 }
 
-absl::Status OpenCompiler(const std::string& cache_dir, int threads, PchMode pch, Engine& e) {
+absl::Status OpenCompiler(const std::string& cache_dir, int threads, PchMode pch,
+                          bool idle_compiles, Engine& e) {
   if (cache_dir.empty()) {
     // The cubins a worker loads come from here: only from a folder that is ours alone.
     if (absl::Status s = MakePrivateDir(DefaultCacheDir()); !s.ok()) {
@@ -70,6 +71,7 @@ absl::Status OpenCompiler(const std::string& cache_dir, int threads, PchMode pch
   if (!compiler.ok()) return Naming("compiler", compiler.status());
   e.compiler = *std::move(compiler);
   e.pool = std::make_unique<CompilePool>(e.compiler.get(), pool_threads);
+  if (idle_compiles) e.idle = std::make_unique<IdlePool>(pool_threads);
   return absl::OkStatus();
 }
 
@@ -88,7 +90,8 @@ absl::StatusOr<std::unique_ptr<Engine>> OpenEngine(EngineOptions options) {
   KTUNE_ASSIGN_OR_RETURN(e->registry, OpenRegistry(options));
   KTUNE_RETURN_IF_ERROR(OpenStore(options.db, options.exclusive_store, *e));
   KTUNE_RETURN_IF_ERROR(
-      OpenCompiler(options.cache_dir, options.compile_threads, options.pch, *e));
+      OpenCompiler(options.cache_dir, options.compile_threads, options.pch,
+                   options.idle_compiles, *e));
   e->gpu_factory = ProcessGpuFactory(options.worker);
   return e;
 }

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/base/file_lock.h"
+#include "server/base/idle_pool.h"
 #include "server/base/scratch_dir.h"
 #include "server/compile/compile_pool.h"
 #include "server/compile/compiler.h"
@@ -57,6 +58,9 @@ struct EngineOptions {
   bool exclusive_store = false;
   // Precompiled headers; their state lives in a scratch folder of this process.
   PchMode pch = PchMode::kAuto;
+  // Guided and random jobs compile the rest of their space on otherwise idle cores
+  // (TuningEnv::idle), as many threads as the pool's.
+  bool idle_compiles = true;
 };
 
 // Members in the order they are opened, so they close in reverse (the pool before the
@@ -70,13 +74,14 @@ struct Engine {
   std::unique_ptr<ScratchDir> pch_dir;  // NVRTC's precompiled headers; null when off
   std::unique_ptr<Compiler> compiler;
   std::unique_ptr<CompilePool> pool;
+  std::unique_ptr<IdlePool> idle;  // with idle_compiles; over the same compiler
   // Starts a ktune-worker for an ordinal. Starting one is cheap and needs no GPU; its
   // Info() is what fails on a host without one (kUnavailable), so opening never does.
   GpuFactory gpu_factory;
 
   // What a tuning job on `gpu` runs with. REQUIRES: `gpu` outlives the job.
   TuningEnv Env(Gpu* gpu) const {
-    return TuningEnv{registry.get(), compiler.get(), pool.get(), gpu, store.get()};
+    return TuningEnv{registry.get(), compiler.get(), pool.get(), gpu, store.get(), idle.get()};
   }
 };
 
@@ -84,9 +89,10 @@ struct Engine {
 // Usable without an engine, e.g. to find the GPU before any file is created.
 GpuFactory ProcessGpuFactory(const std::string& worker);
 
-// Opens the registry, the store, the cubin cache, NVRTC and the compile pool. An error keeps
-// its code and names what failed: "--templates DIR: ...", "--db FILE: ...", "cubin cache
-// DIR: ...", "precompiled headers: ...", "compiler: ...". Needs no GPU or driver.
+// Opens the registry, the store, the cubin cache, NVRTC, the compile pool and the idle
+// compiles. An error keeps its code and names what failed: "--templates DIR: ...", "--db
+// FILE: ...", "cubin cache DIR: ...", "precompiled headers: ...", "compiler: ...". Needs no
+// GPU or driver.
 absl::StatusOr<std::unique_ptr<Engine>> OpenEngine(EngineOptions options);
 
 }  // namespace ktune

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <map>
 #include <optional>
@@ -225,6 +226,7 @@ class TuningRun {
   absl::StatusOr<TuneResult> Run() {
     KTUNE_RETURN_IF_ERROR(Timed(&phases_.prepare, [&] { return Prepare(); }));
     KTUNE_RETURN_IF_ERROR(Timed(&phases_.prepare, [&] { return OpenJob(); }));
+    Timed(&phases_.prepare, [&] { QueueIdleCompiles(); });
     // The first batch compiles while the reference compiles and runs on the GPU: on a key
     // whose search is a few batches long, that set-up is a large part of the job.
     std::vector<Pending> first =
@@ -277,7 +279,29 @@ class TuningRun {
     default_config_ = default_config.ok() ? *default_config : DefaultConfig(*tmpl_, target_);
     space_size_ = static_cast<int64_t>(space.configs.size());
     KTUNE_ASSIGN_OR_RETURN(strategy_, NewStrategy(space.configs, StrategyOptionsFor(space)));
+    space_ = std::move(space.configs);
     return absl::OkStatus();
+  }
+
+  // A strategy that measures part of the space compiles each batch when it asks for it;
+  // the rest of the space compiles meanwhile on idle cores (TuningEnv::idle), so its later
+  // batches and the template's next keys (the same programs: a candidate's source and
+  // options do not depend on the shape) find their cubins in the cache. Exhaustive
+  // compiles every candidate anyway. The queue replaces this GPU's previous job's.
+  void QueueIdleCompiles() {
+    if (env_.idle == nullptr || request_.search.strategy == "exhaustive") return;
+    std::vector<std::function<void()>> work;
+    work.reserve(space_.size());
+    for (const Config& c : space_) {
+      work.push_back([tmpl = tmpl_, dtype = request_.dtype, shape = request_.shape, c,
+                      target = target_, compiler = env_.compiler] {
+        absl::StatusOr<BindResult> bound = Bind(tmpl, dtype, shape, c, target);
+        if (!bound.ok() || !bound->instance) return;
+        // A failure here costs the job nothing: its own Compile of the candidate reports it.
+        compiler->Warm(BuildCompileRequest(*bound->instance)).IgnoreError();
+      });
+    }
+    env_.idle->Replace(env_.gpu, std::move(work));
   }
 
   bool Guided() const { return request_.search.strategy.empty() || request_.search.strategy == "guided"; }
@@ -614,6 +638,7 @@ class TuningRun {
   double copy_gbps_ = 0;
   double bound_ns_ = 0;  // the roofline bound of this key; 0: not known
   int64_t space_size_ = 0;
+  std::vector<Config> space_;  // every candidate, in the space's order
   std::string stop_reason_;
   Config default_config_;
   std::unique_ptr<SearchStrategy> strategy_;

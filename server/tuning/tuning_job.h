@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "ktune/v1/worker.pb.h"
 #include "server/base/dtype.h"
+#include "server/base/idle_pool.h"
 #include "server/compile/compile_pool.h"
 #include "server/gpu/gpu.h"
 #include "server/store/store.h"
@@ -100,6 +101,10 @@ struct TuningEnv {
   CompilePool* pool = nullptr;   // over the same compiler
   Gpu* gpu = nullptr;
   store::Store* store = nullptr;
+  // Where a guided or random job queues the compiles of the candidates it has not asked
+  // for yet (into the compiler's cache, on otherwise idle cores); null: none. One owner
+  // per `gpu`.
+  IdlePool* idle = nullptr;
 };
 
 // Returns false to cancel the job: it stops after the current candidate, leaves its

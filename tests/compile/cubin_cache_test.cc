@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -189,6 +190,92 @@ TEST_F(CubinCacheTest, ConcurrentCompilesOfOneKeyCompileItOnce) {
   ASSERT_OK_AND_ASSIGN(CompileResult again, compiler->Compile(request));
   EXPECT_TRUE(again.cache_hit);
   EXPECT_EQ(inner->calls.load(), 1);
+}
+
+// A FakeCompiler whose first compile waits for `release`; later ones do not.
+class FirstGatedCompiler : public testing::FakeCompiler {
+ public:
+  absl::StatusOr<CompileResult> Compile(const CompileRequest& request) override {
+    if (!first_taken.exchange(true)) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+    return FakeCompiler::Compile(request);
+  }
+  std::atomic<bool> first_taken{false};
+  absl::Notification entered;
+  absl::Notification release;
+};
+
+TEST_F(CubinCacheTest, WarmFillsTheCacheForALaterCompile) {
+  auto fake = std::make_unique<testing::FakeCompiler>();
+  testing::FakeCompiler* inner = fake.get();
+  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(fake), cache_.get());
+  ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
+  ASSERT_OK(compiler->Warm(request));
+  EXPECT_EQ(inner->calls.load(), 1);
+  EXPECT_THAT(ListDir(cache_dir_),
+              ::ktune::testing::IsOkAndHolds(ElementsAre(absl::StrCat(
+                  CompileCacheKey(request, compiler->Identity()), ".cubin"))));
+  ASSERT_OK_AND_ASSIGN(CompileResult later, compiler->Compile(request));
+  EXPECT_TRUE(later.cache_hit);
+  EXPECT_EQ(later.key, CompileCacheKey(request, compiler->Identity()));
+  // A cached key warms to nothing.
+  ASSERT_OK(compiler->Warm(request));
+  EXPECT_EQ(inner->calls.load(), 1);
+}
+
+TEST_F(CubinCacheTest, CompileDoesNotWaitForAWarmOfTheSameKey) {
+  auto gated = std::make_unique<FirstGatedCompiler>();
+  FirstGatedCompiler* inner = gated.get();
+  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(gated), cache_.get());
+  ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
+  absl::Status warmed;
+  std::thread warming([&] { warmed = compiler->Warm(request); });
+  inner->entered.WaitForNotification();
+  // The warm holds the key; a job's compile of it goes ahead instead of waiting (a warming
+  // thread may run at idle priority, behind every busy core).
+  ASSERT_OK_AND_ASSIGN(CompileResult compiled, compiler->Compile(request));
+  EXPECT_TRUE(compiled.ok);
+  EXPECT_FALSE(compiled.cache_hit);
+  EXPECT_EQ(inner->calls.load(), 1);  // the warm's own compile has not returned yet
+  inner->release.Notify();
+  warming.join();
+  ASSERT_OK(warmed);
+  EXPECT_EQ(inner->calls.load(), 2);
+  ASSERT_OK_AND_ASSIGN(CompileResult hit, compiler->Compile(request));
+  EXPECT_TRUE(hit.cache_hit);
+  EXPECT_EQ(hit.cubin, compiled.cubin);
+}
+
+TEST_F(CubinCacheTest, WarmOfAKeyBeingCompiledCompilesNothing) {
+  auto gated = std::make_unique<FirstGatedCompiler>();
+  FirstGatedCompiler* inner = gated.get();
+  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(gated), cache_.get());
+  ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
+  absl::StatusOr<CompileResult> compiled;
+  std::thread compiling([&] { compiled = compiler->Compile(request); });
+  inner->entered.WaitForNotification();
+  ASSERT_OK(compiler->Warm(request));  // returns at once: the compile in flight fills the cache
+  inner->release.Notify();
+  compiling.join();
+  ASSERT_OK(compiled.status());
+  EXPECT_EQ(inner->calls.load(), 1);
+}
+
+TEST_F(CubinCacheTest, WarmPassesTheCompilersErrorOnAndCachesNothing) {
+  ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
+  request.name_expressions.clear();
+  EXPECT_THAT(compiler_->Warm(request),
+              ::ktune::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("no name expression")));
+  EXPECT_THAT(ListDir(cache_dir_), ::ktune::testing::IsOkAndHolds(IsEmpty()));
+}
+
+TEST(CompilerWarmTest, ACompilerWithoutACacheWarmsNothing) {
+  testing::FakeCompiler compiler;
+  ASSERT_OK(compiler.Warm(CompileRequest{}));
+  EXPECT_EQ(compiler.calls.load(), 0);
 }
 
 TEST_F(CubinCacheTest, ErrorsAreNotCached) {

@@ -5,10 +5,13 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/compile/cache_key.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/fakes.h"
 #include "tests/testing/status_matchers.h"
@@ -31,6 +34,22 @@ v1::Measurement Landscape(const std::string& name) {
   return OkMeasurement(1000.0 + std::abs(p[0] - 256) * 2.0 + 400.0 / p[1]);
 }
 
+// A FakeCompiler that records the programs it is asked to warm (by cache key).
+class WarmRecordingCompiler : public testing::FakeCompiler {
+ public:
+  absl::Status Warm(const CompileRequest& request) override {
+    absl::MutexLock lock(&mu);
+    warmed.insert(CompileCacheKey(request, Identity()));
+    return absl::OkStatus();
+  }
+  size_t WarmedCount() {
+    absl::MutexLock lock(&mu);
+    return warmed.size();
+  }
+  absl::Mutex mu;
+  std::set<std::string> warmed ABSL_GUARDED_BY(mu);
+};
+
 class TuningJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -49,12 +68,15 @@ class TuningJobTest : public ::testing::Test {
     request_.search.strategy = "exhaustive";
   }
 
-  TuningEnv Env() { return {registry_.get(), &compiler_, pool_.get(), &gpu_, store_.get()}; }
+  TuningEnv Env() {
+    return {registry_.get(), &compiler_, pool_.get(), &gpu_, store_.get(), idle_.get()};
+  }
 
   std::unique_ptr<TemplateRegistry> registry_;
   std::unique_ptr<store::Store> store_;
-  testing::FakeCompiler compiler_;
+  WarmRecordingCompiler compiler_;
   std::unique_ptr<CompilePool> pool_;
+  std::unique_ptr<IdlePool> idle_;  // none unless a test makes one
   testing::FakeGpu gpu_;
   TuneRequest request_;
 };
@@ -101,6 +123,28 @@ TEST_F(TuningJobTest, ExhaustiveFindsTheBestAndStoresIt) {
   EXPECT_EQ(trials.size(), 108u);
   ASSERT_OK_AND_ASSIGN(store::Device device, store_->GetDevice(r.entry.key.device_model));
   EXPECT_EQ(device.copy_gbps, 4000);
+}
+
+TEST_F(TuningJobTest, GuidedJobWarmsItsWholeSpaceOnIdleThreads) {
+  request_.search.strategy = "guided";
+  idle_ = std::make_unique<IdlePool>(2);
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  idle_->WaitUntilDone();
+  EXPECT_EQ(r.space_size, 108);
+  EXPECT_LT(r.trials.size(), 108u);  // measured a part of the space
+  // Every candidate's program was queued: the ones it measured (cached already by then in a
+  // real compiler) and the ones it never asked for, which the template's next key may.
+  EXPECT_EQ(compiler_.WarmedCount(), 108u);
+  EXPECT_EQ(idle_->completed(), 108);
+}
+
+TEST_F(TuningJobTest, ExhaustiveJobQueuesNoIdleCompiles) {
+  idle_ = std::make_unique<IdlePool>(2);
+  ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
+  idle_->WaitUntilDone();
+  EXPECT_EQ(r.trials.size(), 108u);
+  EXPECT_EQ(compiler_.WarmedCount(), 0u);
+  EXPECT_EQ(idle_->completed(), 0);
 }
 
 TEST_F(TuningJobTest, FailuresAreRecordedAndTheJobGoesOn) {
