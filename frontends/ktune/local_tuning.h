@@ -37,7 +37,7 @@ struct TuneJobFlags {
   std::string gpus;
   int threads = 0;
   // --idle-compile: guided and random jobs compile the rest of their space on idle cores.
-  bool idle_compile = true;
+  bool idle_compile = false;
   // The worker batches back-to-back runs after one L2 flush until a sample lasts this long
   // (0 = its default, 20 us); a tiny value times every run alone after its own flush.
   double min_sample_us = 0;

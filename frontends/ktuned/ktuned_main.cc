@@ -102,7 +102,7 @@ struct Flags {
   int fallback_queue = ktune::ServerOptions{}.fallback_queue;
   int64_t artifact_cache_mb = ktune::ServerOptions{}.artifact_cache_bytes >> 20;
   std::string pch = "auto";
-  bool idle_compile = true;
+  bool idle_compile = false;
   bool reflection = false;
   int listener_probe_ms = 10000;
   bool insecure = false;

@@ -1,5 +1,5 @@
 // Threads that run queued work only while the CPU has nothing else to run: Linux's
-// SCHED_IDLE class (nice 19 where it cannot be set). A guided tuning job measures a fifth of
+// SCHED_IDLE class (nice 19 where it cannot be set), and only while a gate allows. A guided tuning job measures a fifth of
 // its space and waits for each batch's compiles, while an exhaustive one finds most of its
 // candidates in the cubin cache from the template's earlier keys. The job queues the
 // compiles of its unmeasured candidates here, so cores the job leaves idle fill the cache
@@ -27,8 +27,15 @@ namespace ktune {
 
 class IdlePool {
  public:
-  // At least one thread: threads < 1 starts one.
-  explicit IdlePool(int threads);
+  // At least one thread: threads < 1 starts one. With `may_start`, a thread starts an item
+  // only while it returns true (asked again every few milliseconds while it is false), e.g.
+  // while the compile pool has nothing to do: NVRTC compiles in one process slow each other
+  // down whatever their threads' priority (measured: two normal compile threads on two
+  // cores took twice as long beside two SCHED_IDLE ones as alone, while a SCHED_IDLE
+  // arithmetic loop cost them nothing), so the scheduling class alone does not keep these
+  // compiles out of the job's way. Called under the pool's lock: it must be cheap and must
+  // not call the pool.
+  explicit IdlePool(int threads, std::function<bool()> may_start = nullptr);
   ~IdlePool();
   IdlePool(const IdlePool&) = delete;
   IdlePool& operator=(const IdlePool&) = delete;
@@ -52,6 +59,7 @@ class IdlePool {
  private:
   void Work();
 
+  const std::function<bool()> may_start_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int running_ ABSL_GUARDED_BY(mu_) = 0;

@@ -71,7 +71,11 @@ absl::Status OpenCompiler(const std::string& cache_dir, int threads, PchMode pch
   if (!compiler.ok()) return Naming("compiler", compiler.status());
   e.compiler = *std::move(compiler);
   e.pool = std::make_unique<CompilePool>(e.compiler.get(), pool_threads);
-  if (idle_compiles) e.idle = std::make_unique<IdlePool>(pool_threads);
+  if (idle_compiles) {
+    // Only while the pool has nothing to compile (IdlePool's constructor says why).
+    e.idle = std::make_unique<IdlePool>(pool_threads,
+                                        [pool = e.pool.get()] { return pool->busy() == 0; });
+  }
   return absl::OkStatus();
 }
 

@@ -60,7 +60,7 @@ struct EngineOptions {
   PchMode pch = PchMode::kAuto;
   // Guided and random jobs compile the rest of their space on otherwise idle cores
   // (TuningEnv::idle), as many threads as the pool's.
-  bool idle_compiles = true;
+  bool idle_compiles = false;
 };
 
 // Members in the order they are opened, so they close in reverse (the pool before the
