@@ -12,7 +12,7 @@ KTUNE_BUILD_DIR="$build" bash deploy/build.sh
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/share/ktune" "$out/tests"
 # gemm_probe: the gemm kernels' development harness (bench/gemm_probe), timed beside cuBLAS.
-programs=(ktune ktuned ktune-worker compile_bench search_retime gemm_probe)
+programs=(ktune ktuned ktune-worker ktune-warm compile_bench search_retime gemm_probe)
 # The GPU tests that are programs of the build (python_torch_gpu_test runs python3: run.sh's
 # torch stage runs it from tests/python_gpu).
 gpu_tests=$(cd "$build" && ctest -N -L gpu --show-only=json-v1 |

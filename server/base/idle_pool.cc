@@ -9,8 +9,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/time/time.h"
-
 namespace ktune {
 namespace {
 
@@ -29,8 +27,7 @@ std::string LowerThisThread() {
 
 }  // namespace
 
-IdlePool::IdlePool(int threads, std::function<bool()> may_start)
-    : may_start_(std::move(may_start)) {
+IdlePool::IdlePool(int threads) {
   const int n = std::max(threads, 1);
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Work(); });
   absl::MutexLock lock(&mu_);
@@ -92,10 +89,6 @@ void IdlePool::Work() {
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      if (may_start_ && !may_start_()) {
-        mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(2));
-        continue;
-      }
       // The owners in turn: the first queue at or after next_, else the first one.
       auto it = queues_.lower_bound(next_);
       if (it == queues_.end()) it = queues_.begin();

@@ -1,10 +1,11 @@
 // Threads that run queued work only while the CPU has nothing else to run: Linux's
-// SCHED_IDLE class (nice 19 where it cannot be set), and only while a gate allows. A guided tuning job measures a fifth of
+// SCHED_IDLE class (nice 19 where it cannot be set). A guided tuning job measures a fifth of
 // its space and waits for each batch's compiles, while an exhaustive one finds most of its
 // candidates in the cubin cache from the template's earlier keys. The job queues the
 // compiles of its unmeasured candidates here, so cores the job leaves idle fill the cache
-// for its later batches and the template's next keys, without taking CPU from the compiles
-// and measurements it waits for.
+// for its later batches and the template's next keys. (The compiles themselves run in
+// helper processes, server/engine/warm_helpers.h: NVRTC compiles in this process would slow
+// the job's own whatever these threads' class; the threads bind candidates and wait.)
 //
 // Work is queued per owner (one owner runs one job at a time: a GPU); Replace drops the
 // owner's earlier queue, so one job's leftovers never hold back the next job of that owner,
@@ -27,15 +28,8 @@ namespace ktune {
 
 class IdlePool {
  public:
-  // At least one thread: threads < 1 starts one. With `may_start`, a thread starts an item
-  // only while it returns true (asked again every few milliseconds while it is false), e.g.
-  // while the compile pool has nothing to do: NVRTC compiles in one process slow each other
-  // down whatever their threads' priority (measured: two normal compile threads on two
-  // cores took twice as long beside two SCHED_IDLE ones as alone, while a SCHED_IDLE
-  // arithmetic loop cost them nothing), so the scheduling class alone does not keep these
-  // compiles out of the job's way. Called under the pool's lock: it must be cheap and must
-  // not call the pool.
-  explicit IdlePool(int threads, std::function<bool()> may_start = nullptr);
+  // At least one thread: threads < 1 starts one.
+  explicit IdlePool(int threads);
   ~IdlePool();
   IdlePool(const IdlePool&) = delete;
   IdlePool& operator=(const IdlePool&) = delete;
@@ -59,7 +53,6 @@ class IdlePool {
  private:
   void Work();
 
-  const std::function<bool()> may_start_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int running_ ABSL_GUARDED_BY(mu_) = 0;

@@ -66,4 +66,9 @@ std::string DefaultWorkerPath() {
   return absl::StrCat(ProgramDir(), "/ktune-worker");
 }
 
+std::string DefaultWarmPath() {
+  if (std::string env = Env("KTUNE_WARM"); !env.empty()) return env;
+  return absl::StrCat(ProgramDir(), "/ktune-warm");
+}
+
 }  // namespace ktune

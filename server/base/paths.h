@@ -29,6 +29,9 @@ std::string DefaultDbPath();
 // installed together).
 std::string DefaultWorkerPath();
 
+// The idle-compile helper: $KTUNE_WARM, else `ktune-warm` beside this program.
+std::string DefaultWarmPath();
+
 // Where ktuned listens and clients connect unless told: $KTUNE_DAEMON, else
 // unix://$XDG_RUNTIME_DIR/ktune/ktuned.sock, else unix://DefaultCacheDir()/ktuned.sock.
 // (The Python client repeats this rule in client/python/ktune/_client.py.)

@@ -18,11 +18,8 @@ std::future<absl::StatusOr<CompileResult>> CompilePool::Submit(CompileRequest re
   // std::function needs a copyable callable; the promise lives behind a shared_ptr.
   auto promise = std::make_shared<std::promise<absl::StatusOr<CompileResult>>>();
   std::future<absl::StatusOr<CompileResult>> future = promise->get_future();
-  busy_.fetch_add(1, std::memory_order_relaxed);
   threads_.Run([this, promise, request = std::move(request)]() {
-    absl::StatusOr<CompileResult> result = compiler_->Compile(request);
-    busy_.fetch_sub(1, std::memory_order_relaxed);
-    promise->set_value(std::move(result));
+    promise->set_value(compiler_->Compile(request));
   });
   return future;
 }

@@ -6,7 +6,6 @@
 #ifndef KTUNE_SERVER_COMPILE_COMPILE_POOL_H_
 #define KTUNE_SERVER_COMPILE_COMPILE_POOL_H_
 
-#include <atomic>
 #include <future>
 #include <vector>
 
@@ -33,12 +32,8 @@ class CompilePool {
 
   int threads() const { return threads_.threads(); }
 
-  // Compiles submitted and not finished (queued or running).
-  int busy() const { return busy_.load(std::memory_order_relaxed); }
-
  private:
   Compiler* const compiler_;
-  std::atomic<int> busy_{0};
   ThreadPool threads_;  // last: joined first, while the compiler is still there
 };
 

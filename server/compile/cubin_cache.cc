@@ -55,8 +55,8 @@ KernelResources ResourcesFromJson(const nlohmann::json& j) {
 // result is in the cache.
 class CachingCompiler : public Compiler {
  public:
-  CachingCompiler(std::unique_ptr<Compiler> inner, const CubinCache* cache)
-      : inner_(std::move(inner)), cache_(cache) {}
+  CachingCompiler(std::unique_ptr<Compiler> inner, const CubinCache* cache, CacheFiller* filler)
+      : inner_(std::move(inner)), cache_(cache), filler_(filler) {}
 
   absl::StatusOr<CompileResult> Compile(const CompileRequest& request) override {
     const auto start = std::chrono::steady_clock::now();
@@ -98,7 +98,9 @@ class CachingCompiler : public Compiler {
       if (in_flight_.contains(key) || !warming_.insert(key).second) return absl::OkStatus();
     }
     absl::Status status = absl::OkStatus();
-    if (!cache_->Contains(key)) {
+    if (filler_ != nullptr) {
+      if (!cache_->Contains(key)) status = filler_->Fill(request, key, inner_->Identity());
+    } else if (!cache_->Contains(key)) {
       absl::StatusOr<CompileResult> result = inner_->Compile(request);
       if (result.ok()) {
         result->key = key;
@@ -124,6 +126,7 @@ class CachingCompiler : public Compiler {
 
   std::unique_ptr<Compiler> inner_;
   const CubinCache* cache_;
+  CacheFiller* const filler_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_future<absl::StatusOr<CompileResult>>> in_flight_
       ABSL_GUARDED_BY(mu_);
@@ -209,8 +212,8 @@ absl::Status CubinCache::Put(const std::string& key, const CompileResult& result
 }
 
 std::unique_ptr<Compiler> NewCachingCompiler(std::unique_ptr<Compiler> inner,
-                                             const CubinCache* cache) {
-  return std::make_unique<CachingCompiler>(std::move(inner), cache);
+                                             const CubinCache* cache, CacheFiller* filler) {
+  return std::make_unique<CachingCompiler>(std::move(inner), cache, filler);
 }
 
 }  // namespace ktune

@@ -38,13 +38,25 @@ class CubinCache {
   std::string dir_;
 };
 
+// Compiles a program into the cache somewhere other than the calling thread's process
+// (ktune-warm helpers), under the key the caller computed with the compiler `identity`.
+class CacheFiller {
+ public:
+  virtual ~CacheFiller() = default;
+  virtual absl::Status Fill(const CompileRequest& request, const std::string& key,
+                            const std::string& identity) = 0;
+};
+
 // A Compiler that answers from `cache` when it can and fills it otherwise; a compile of a key
 // already being compiled by another thread waits for that one's result (cache_hit set)
 // instead of compiling it again. Its Warm compiles a key that is neither cached nor being
-// compiled, into the cache; a Compile of a key being warmed does not wait for it (a warming
-// thread may run at idle priority) but compiles it too. `cache` must outlive the result. Thread-safe as `inner` is.
+// compiled into the cache, through `filler` when there is one (else `inner`, in this
+// process); a Compile of a key being warmed does not wait for it (a warming thread may run
+// at idle priority) but compiles it too. `cache` and `filler` must outlive the result.
+// Thread-safe as `inner` is.
 std::unique_ptr<Compiler> NewCachingCompiler(std::unique_ptr<Compiler> inner,
-                                             const CubinCache* cache);
+                                             const CubinCache* cache,
+                                             CacheFiller* filler = nullptr);
 
 }  // namespace ktune
 

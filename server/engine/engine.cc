@@ -48,7 +48,7 @@ absl::Status OpenStore(const std::string& db, bool exclusive, Engine& e) {
 }
 
 absl::Status OpenCompiler(const std::string& cache_dir, int threads, PchMode pch,
-                          bool idle_compiles, Engine& e) {
+                          bool idle_compiles, const std::string& warm_program, Engine& e) {
   if (cache_dir.empty()) {
     // The cubins a worker loads come from here: only from a folder that is ours alone.
     if (absl::Status s = MakePrivateDir(DefaultCacheDir()); !s.ok()) {
@@ -66,16 +66,25 @@ absl::Status OpenCompiler(const std::string& cache_dir, int threads, PchMode pch
     if (!dir.ok()) return Naming("precompiled headers", dir.status());
     e.pch_dir = *std::move(dir);
   }
-  absl::StatusOr<std::unique_ptr<Compiler>> compiler =
-      NewTemplateCompiler(*e.registry, e.cache.get(), e.pch_dir ? e.pch_dir->path() : "");
+  if (idle_compiles) {
+    WarmHelperOptions w;
+    w.program = warm_program.empty() ? DefaultWarmPath() : warm_program;
+    w.cache_dir = dir;
+    if (!e.registry->include_dir().empty()) w.include_dirs.push_back(e.registry->include_dir());
+    w.pch = e.pch_dir != nullptr;
+    w.max_helpers = pool_threads;
+    absl::StatusOr<std::unique_ptr<WarmHelpers>> warm = WarmHelpers::Create(std::move(w));
+    if (!warm.ok()) return warm.status();
+    e.warm = *std::move(warm);
+  }
+  absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(
+      *e.registry, e.cache.get(), e.pch_dir ? e.pch_dir->path() : "", e.warm.get());
   if (!compiler.ok()) return Naming("compiler", compiler.status());
   e.compiler = *std::move(compiler);
   e.pool = std::make_unique<CompilePool>(e.compiler.get(), pool_threads);
-  if (idle_compiles) {
-    // Only while the pool has nothing to compile (IdlePool's constructor says why).
-    e.idle = std::make_unique<IdlePool>(pool_threads,
-                                        [pool = e.pool.get()] { return pool->busy() == 0; });
-  }
+  // Threads that bind the candidates and wait for the helpers: the helpers, not they, keep
+  // the compiles out of the job's way.
+  if (idle_compiles) e.idle = std::make_unique<IdlePool>(pool_threads);
   return absl::OkStatus();
 }
 
@@ -95,7 +104,7 @@ absl::StatusOr<std::unique_ptr<Engine>> OpenEngine(EngineOptions options) {
   KTUNE_RETURN_IF_ERROR(OpenStore(options.db, options.exclusive_store, *e));
   KTUNE_RETURN_IF_ERROR(
       OpenCompiler(options.cache_dir, options.compile_threads, options.pch,
-                   options.idle_compiles, *e));
+                   options.idle_compiles, options.warm_program, *e));
   e->gpu_factory = ProcessGpuFactory(options.worker);
   return e;
 }

@@ -20,6 +20,7 @@
 #include "server/compile/compile_pool.h"
 #include "server/compile/compiler.h"
 #include "server/compile/cubin_cache.h"
+#include "server/engine/warm_helpers.h"
 #include "server/gpu/gpu.h"
 #include "server/store/store.h"
 #include "server/templates/registry.h"
@@ -59,8 +60,10 @@ struct EngineOptions {
   // Precompiled headers; their state lives in a scratch folder of this process.
   PchMode pch = PchMode::kAuto;
   // Guided and random jobs compile the rest of their space on otherwise idle cores
-  // (TuningEnv::idle), as many threads as the pool's.
+  // (TuningEnv::idle): ktune-warm processes (warm_helpers.h), as many as the pool's threads.
   bool idle_compiles = false;
+  // The helper program; "": DefaultWarmPath().
+  std::string warm_program;
 };
 
 // Members in the order they are opened, so they close in reverse (the pool before the
@@ -72,12 +75,19 @@ struct Engine {
   std::unique_ptr<store::Store> store;
   std::unique_ptr<CubinCache> cache;
   std::unique_ptr<ScratchDir> pch_dir;  // NVRTC's precompiled headers; null when off
+  std::unique_ptr<WarmHelpers> warm;    // with idle_compiles: the compiler warms through it
   std::unique_ptr<Compiler> compiler;
   std::unique_ptr<CompilePool> pool;
   std::unique_ptr<IdlePool> idle;  // with idle_compiles; over the same compiler
   // Starts a ktune-worker for an ordinal. Starting one is cheap and needs no GPU; its
   // Info() is what fails on a host without one (kUnavailable), so opening never does.
   GpuFactory gpu_factory;
+
+  // The helpers go first: the idle pool's threads then find their compiles ended instead
+  // of waiting for them.
+  ~Engine() {
+    if (warm) warm->Shutdown();
+  }
 
   // What a tuning job on `gpu` runs with. REQUIRES: `gpu` outlives the job.
   TuningEnv Env(Gpu* gpu) const {

@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "server/base/dtype.h"
 #include "server/base/outcome.h"
+#include "server/base/piped_child.h"
 #include "server/base/status_macros.h"
 #include "server/gpu/framing.h"
 #include "server/gpu/timing_plan.h"
@@ -65,47 +66,9 @@ class Backoff {
   int us_ = 100;
 };
 
-void IgnoreSigpipeOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction old {};
-    // Leave a handler the application installed alone: write() still fails with EPIPE
-    // after it returns.
-    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
-        old.sa_handler == SIG_DFL) {
-      ::signal(SIGPIPE, SIG_IGN);
-    }
-  });
-}
-
-absl::Status PosixError(absl::string_view context, int err) {
-  std::string text = absl::StrCat(context, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(text);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(text);
-    default:
-      return absl::InternalError(text);
-  }
-}
-
 void CloseFd(int& fd) {
   if (fd >= 0) ::close(fd);  // Linux releases the descriptor even on EINTR: no retry.
   fd = -1;
-}
-
-// Moves `fd` (close-on-exec) above the standard descriptors, so the child's dup2 onto
-// 0 and 1 never meets one of its own pipe ends there.
-absl::Status MoveAboveStdio(int& fd) {
-  if (fd > 2) return absl::OkStatus();
-  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
-  if (moved < 0) return PosixError("fcntl(F_DUPFD_CLOEXEC)", errno);
-  ::close(fd);
-  fd = moved;
-  return absl::OkStatus();
 }
 
 // How a reaped process ended, for Measurement.detail and Status messages.
@@ -306,75 +269,17 @@ class ProcessGpu final : public Gpu {
 };
 
 absl::Status ProcessGpu::Spawn() {
-  int in_pipe[2] = {-1, -1};   // parent writes [1], worker reads [0] as stdin
-  int out_pipe[2] = {-1, -1};  // worker writes [1] as stdout, parent reads [0]
-  auto close_all = [&] {
-    for (int* fd : {&in_pipe[0], &in_pipe[1], &out_pipe[0], &out_pipe[1]}) CloseFd(*fd);
-  };
-  // O_CLOEXEC atomically: another GPU's worker spawned from another thread must not
-  // inherit our ends, or it would hold this worker's stdin open past our close().
-  if (::pipe2(in_pipe, O_CLOEXEC) != 0) return PosixError("pipe2", errno);
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-    absl::Status s = PosixError("pipe2", errno);
-    close_all();
-    return s;
-  }
-  for (int* fd : {&in_pipe[0], &in_pipe[1], &out_pipe[0], &out_pipe[1]}) {
-    if (absl::Status s = MoveAboveStdio(*fd); !s.ok()) {
-      close_all();
-      return s;
-    }
-  }
-  (void)::fcntl(in_pipe[1], F_SETPIPE_SZ, kRequestPipeBytes);  // best effort
-
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attr);
-  // dup2 clears close-on-exec on the copies; the originals close at exec.
-  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
-  // Nothing else crosses: a descriptor a library opened without O_CLOEXEC (the store's
-  // file, a listening socket) must not reach the process that runs untrusted kernels.
-  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
-  // Its own process group (pgid = its pid), so SIGKILL to the group also ends anything it
-  // started. Signals ignored here (SIGPIPE, by us) stay ignored across exec: reset them,
-  // and unblock everything the calling thread may have blocked.
-  sigset_t defaults, mask;
-  sigemptyset(&defaults);
-  for (int sig : {SIGPIPE, SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGCHLD}) sigaddset(&defaults, sig);
-  sigemptyset(&mask);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setsigmask(&attr, &mask);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-
-  std::vector<std::string> env = WorkerEnvironment(environ);
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  std::string arg0 = options_.worker_path;
-  std::string arg1 = "--ordinal";
-  std::string arg2 = std::to_string(options_.ordinal);
-  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
-  pid_t pid = -1;
-  // glibc's posix_spawn (clone + exec, no fork of our address space) reports exec
-  // failures such as ENOENT as its return value.
-  const int err =
-      ::posix_spawn(&pid, options_.worker_path.c_str(), &actions, &attr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  CloseFd(in_pipe[0]);
-  CloseFd(out_pipe[1]);
-  if (err != 0) {
-    close_all();
-    return PosixError(absl::StrCat("starting ", options_.worker_path), err);
-  }
-  pid_ = pid;
-  to_worker_ = in_pipe[1];
-  from_worker_ = out_pipe[0];
+  const std::vector<std::string> env = WorkerEnvironment(environ);
+  PipedChildOptions o;
+  o.program = options_.worker_path;
+  o.args = {"--ordinal", std::to_string(options_.ordinal)};
+  o.env = &env;
+  o.own_process_group = true;
+  o.stdin_pipe_bytes = kRequestPipeBytes;
+  KTUNE_ASSIGN_OR_RETURN(PipedChild child, StartPipedChild(o));
+  pid_ = child.pid;
+  to_worker_ = child.to;
+  from_worker_ = child.from;
   greeted_ = false;
   has_problem_ = false;
   return absl::OkStatus();

@@ -17,13 +17,14 @@ CompileRequest BuildCompileRequest(const Instance& instance) {
 
 absl::StatusOr<std::unique_ptr<Compiler>> NewTemplateCompiler(const TemplateRegistry& registry,
                                                               const CubinCache* cache,
-                                                              const std::string& pch_dir) {
+                                                              const std::string& pch_dir,
+                                                              CacheFiller* filler) {
   NvrtcOptions options;
   if (!registry.include_dir().empty()) options.include_dirs.push_back(registry.include_dir());
   options.pch_dir = pch_dir;
   KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Compiler> compiler, NewNvrtcCompiler(options));
   if (cache == nullptr) return compiler;
-  return NewCachingCompiler(std::move(compiler), cache);
+  return NewCachingCompiler(std::move(compiler), cache, filler);
 }
 
 }  // namespace ktune

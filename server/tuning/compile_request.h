@@ -20,10 +20,12 @@ CompileRequest BuildCompileRequest(const Instance& instance);
 
 // An NVRTC compiler that can include the registry's shared headers, answering from
 // `cache` when it is not null (it must then outlive the compiler), with NVRTC's automatic
-// precompiled headers in `pch_dir` when that is not empty (NvrtcOptions::pch_dir).
+// precompiled headers in `pch_dir` when that is not empty (NvrtcOptions::pch_dir), warming
+// the cache through `filler` when that is not null (NewCachingCompiler).
 absl::StatusOr<std::unique_ptr<Compiler>> NewTemplateCompiler(const TemplateRegistry& registry,
                                                               const CubinCache* cache,
-                                                              const std::string& pch_dir = "");
+                                                              const std::string& pch_dir = "",
+                                                              CacheFiller* filler = nullptr);
 
 }  // namespace ktune
 

@@ -121,24 +121,6 @@ TEST(IdlePoolTest, DestructorDropsWhatIsQueuedAndWaitsForWhatRuns) {
   EXPECT_EQ(ran.load(), 0);
 }
 
-TEST(IdlePoolTest, StartsWorkOnlyWhileTheGateAllows) {
-  std::atomic<bool> open{false};
-  IdlePool pool(2, [&open] { return open.load(); });
-  std::atomic<int> ran{0};
-  pool.Replace(&kOwnerA, Counting(&ran, 5));
-  absl::SleepFor(absl::Milliseconds(100));  // many polls of the closed gate
-  EXPECT_EQ(ran.load(), 0);
-  open = true;
-  pool.WaitUntilDone();
-  EXPECT_EQ(ran.load(), 5);
-}
-
-TEST(IdlePoolTest, DestructorDoesNotWaitForAClosedGate) {
-  IdlePool pool(1, [] { return false; });
-  std::atomic<int> ran{0};
-  pool.Replace(&kOwnerA, Counting(&ran, 5));
-}  // returns: the queue is dropped
-
 TEST(IdlePoolTest, ThreadsRunOnlyWhenTheCpuIsIdle) {
   IdlePool pool(2);
 #ifdef SCHED_IDLE

@@ -169,5 +169,31 @@ TEST_F(EngineTest, AnUnusableCubinCacheIsNamed) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("cubin cache " + dir_ + "/a-file/cubins"));
 }
 
+TEST_F(EngineTest, IdleCompilesAreOffUnlessAskedFor) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, OpenEngine(Options()));
+  EXPECT_EQ(engine->idle, nullptr);
+  EXPECT_EQ(engine->warm, nullptr);
+  EXPECT_EQ(engine->Env(nullptr).idle, nullptr);
+}
+
+TEST_F(EngineTest, IdleCompilesRunInHelperProcesses) {
+  EngineOptions o = Options();
+  o.idle_compiles = true;
+  o.warm_program = KTUNE_BINARY_DIR "/bin/ktune-warm";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, OpenEngine(std::move(o)));
+  ASSERT_THAT(engine->idle, NotNull());
+  ASSERT_THAT(engine->warm, NotNull());
+  EXPECT_EQ(engine->Env(nullptr).idle, engine->idle.get());
+  EXPECT_EQ(engine->warm->started(), 0);
+}
+
+TEST_F(EngineTest, IdleCompilesWithoutTheirHelperAreRefused) {
+  EngineOptions o = Options();
+  o.idle_compiles = true;
+  o.warm_program = dir_ + "/no-such-warm";
+  EXPECT_THAT(OpenEngine(std::move(o)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no-such-warm")));
+}
+
 }  // namespace
 }  // namespace ktune
