@@ -5,6 +5,7 @@
 // a ktuned on a unix socket.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -407,6 +408,32 @@ TEST_F(SpecTuneCrashTest, CrashLoopOfTunesImportsAndDaemonsLeavesAWholeStore) {
 
 // --min-sample-us reaches every measurement the worker is asked for, with one key or a spec;
 // a negative value, or one with --daemon, is refused before anything is tuned.
+// --idle-compile on: the helpers beside ktune compile the rest of the space into the cache
+// while the job measures (how much depends on idle cores, so only what must hold is checked).
+TEST_F(SpecTuneTest, IdleCompilesRunBesideTheJob) {
+  const std::string spec = WriteSpec("64, 128");
+  const std::string cache = dir_ + "/cubins";
+  const Result r = Run(Args(spec, {"--json", "--cache-dir", cache, "--idle-compile", "on"}));
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tuned"], 2);
+  absl::StatusOr<std::vector<std::string>> cubins = ListDir(cache);
+  ASSERT_TRUE(cubins.ok()) << cubins.status();
+  EXPECT_GE(cubins->size(), 3u);  // at least what the first key measured
+
+  // Asked for, but with no helper beside the program: refused before anything is tuned.
+  const std::string lone = dir_ + "/lone";
+  ASSERT_TRUE(MakeDirs(lone).ok());
+  absl::StatusOr<std::string> program = ReadFile(kKtune);
+  ASSERT_TRUE(program.ok()) << program.status();
+  ASSERT_TRUE(AtomicWriteFile(lone + "/ktune", *program).ok());
+  ASSERT_EQ(::chmod((lone + "/ktune").c_str(), 0755), 0);
+  const Result missing =
+      testing::RunToEnd(lone + "/ktune", Args(spec, {"--force", "--idle-compile", "on"}),
+                        NewTempDir(), absl::Seconds(120));
+  EXPECT_NE(missing.exit_code, 0) << missing;
+  EXPECT_THAT(missing.err, HasSubstr("lone/ktune-warm (No such file"));
+}
+
 TEST_F(SpecTuneTest, MinSampleUsReachesTheWorker) {
   const std::string log = dir_ + "/worker.log";
   setenv("FAKE_WORKER_LOG", log.c_str(), 1);
