@@ -10,29 +10,17 @@
 #include <utility>
 
 namespace ktune {
-namespace {
 
-// Lowers the calling thread's scheduling class and says to what. On Linux both calls act
-// on the thread alone (each thread is its own task), not on the process.
-std::string LowerThisThread() {
+void LowerThisThreadToIdle() {
 #ifdef SCHED_IDLE
   sched_param param{};
-  param.sched_priority = 0;
-  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) == 0) return "SCHED_IDLE";
+  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) == 0) return;
 #endif
-  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  if (::setpriority(PRIO_PROCESS, tid, 19) == 0) return "nice 19";
-  return "normal";
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
 }
 
-}  // namespace
-
 IdlePool::IdlePool(int threads) {
-  const int n = std::max(threads, 1);
-  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Work(); });
-  absl::MutexLock lock(&mu_);
-  auto all_started = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return started_ == n; };
-  mu_.Await(absl::Condition(&all_started));
+  for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] { Work(); });
 }
 
 IdlePool::~IdlePool() {
@@ -68,18 +56,8 @@ int64_t IdlePool::completed() const {
   return completed_;
 }
 
-std::string IdlePool::priority() const {
-  absl::MutexLock lock(&mu_);
-  return priority_;
-}
-
 void IdlePool::Work() {
-  const std::string priority = LowerThisThread();
-  {
-    absl::MutexLock lock(&mu_);
-    priority_ = priority;
-    ++started_;
-  }
+  LowerThisThreadToIdle();
   for (;;) {
     std::function<void()> fn;
     {

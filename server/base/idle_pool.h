@@ -18,7 +18,6 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -46,10 +45,6 @@ class IdlePool {
 
   int threads() const { return static_cast<int>(threads_.size()); }
 
-  // How the threads are scheduled: "SCHED_IDLE", "nice 19", or "normal" where neither
-  // could be set (they then compete with the job's own threads).
-  std::string priority() const;
-
  private:
   void Work();
 
@@ -60,10 +55,13 @@ class IdlePool {
   // Each owner's queue; `next_` is the owner after the one served last.
   std::map<const void*, std::deque<std::function<void()>>> queues_ ABSL_GUARDED_BY(mu_);
   const void* next_ ABSL_GUARDED_BY(mu_) = nullptr;
-  int started_ ABSL_GUARDED_BY(mu_) = 0;  // threads that have set their priority
-  std::string priority_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;
 };
+
+// Moves the calling thread (on Linux each thread is scheduled alone) to SCHED_IDLE, or to
+// nice 19 where that cannot be set; threads it starts later inherit the class. The idle
+// pool's threads call it, and ktune-warm at its start for the whole process.
+void LowerThisThreadToIdle();
 
 }  // namespace ktune
 

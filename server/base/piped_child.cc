@@ -47,8 +47,6 @@ absl::Status MoveAboveStdio(int& fd) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
 void IgnoreSigpipeOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -62,7 +60,10 @@ void IgnoreSigpipeOnce() {
   });
 }
 
+}  // namespace
+
 absl::StatusOr<PipedChild> StartPipedChild(const PipedChildOptions& options) {
+  IgnoreSigpipeOnce();  // every caller writes to the child's stdin
   int in_pipe[2] = {-1, -1};   // parent writes [1], child reads [0] as stdin
   int out_pipe[2] = {-1, -1};  // child writes [1] as stdout, parent reads [0]
   auto close_all = [&] {

@@ -34,12 +34,10 @@ struct PipedChildOptions {
 };
 
 // kNotFound / kPermissionDenied / kInternal naming "starting PROGRAM" and the system's
-// reason (exec failures included: glibc's posix_spawn reports them).
+// reason (exec failures included: glibc's posix_spawn reports them). First ignores SIGPIPE
+// in this process, once, unless the application installed a handler of its own: a write to
+// a child that died then fails with EPIPE instead of ending us.
 absl::StatusOr<PipedChild> StartPipedChild(const PipedChildOptions& options);
-
-// Ignores SIGPIPE in this process, once, unless the application installed a handler of its
-// own: a write to a child that died then fails with EPIPE instead of ending us.
-void IgnoreSigpipeOnce();
 
 }  // namespace ktune
 

@@ -92,23 +92,17 @@ class CachingCompiler : public Compiler {
     return result;
   }
   absl::Status Warm(const CompileRequest& request) override {
+    // Without a filler the only place left is this process, where the warm's NVRTC would
+    // slow the job's own compiles down (cubin_cache.h).
+    if (filler_ == nullptr) return absl::OkStatus();
     const std::string key = CompileCacheKey(request, inner_->Identity());
     {
       absl::MutexLock lock(&mu_);
       if (in_flight_.contains(key) || !warming_.insert(key).second) return absl::OkStatus();
     }
-    absl::Status status = absl::OkStatus();
-    if (filler_ != nullptr) {
-      if (!cache_->Contains(key)) status = filler_->Fill(request, key, inner_->Identity());
-    } else if (!cache_->Contains(key)) {
-      absl::StatusOr<CompileResult> result = inner_->Compile(request);
-      if (result.ok()) {
-        result->key = key;
-        cache_->Put(key, *result).IgnoreError();
-      } else {
-        status = result.status();
-      }
-    }
+    const absl::Status status = cache_->Contains(key)
+                                    ? absl::OkStatus()
+                                    : filler_->Fill(request, key, inner_->Identity());
     absl::MutexLock lock(&mu_);
     warming_.erase(key);
     return status;
@@ -130,7 +124,7 @@ class CachingCompiler : public Compiler {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_future<absl::StatusOr<CompileResult>>> in_flight_
       ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<std::string> warming_ ABSL_GUARDED_BY(mu_);  // keys Warm compiles
+  absl::flat_hash_set<std::string> warming_ ABSL_GUARDED_BY(mu_);  // keys being filled
 };
 
 }  // namespace

@@ -49,11 +49,11 @@ class CacheFiller {
 
 // A Compiler that answers from `cache` when it can and fills it otherwise; a compile of a key
 // already being compiled by another thread waits for that one's result (cache_hit set)
-// instead of compiling it again. Its Warm compiles a key that is neither cached nor being
-// compiled into the cache, through `filler` when there is one (else `inner`, in this
-// process); a Compile of a key being warmed does not wait for it (a warming thread may run
-// at idle priority) but compiles it too. `cache` and `filler` must outlive the result.
-// Thread-safe as `inner` is.
+// instead of compiling it again. Its Warm has `filler` compile a key that is neither cached
+// nor being compiled into the cache, and does nothing without a filler: NVRTC compiles in
+// one process slow each other down whatever their threads' class, so a warm never runs in
+// this one. A Compile of a key being warmed does not wait for it but compiles it too.
+// `cache` and `filler` must outlive the result. Thread-safe as `inner` is.
 std::unique_ptr<Compiler> NewCachingCompiler(std::unique_ptr<Compiler> inner,
                                              const CubinCache* cache,
                                              CacheFiller* filler = nullptr);

@@ -11,8 +11,6 @@
 //
 // Exit status: 0 at end of input; 1 for bad flags, a compiler that cannot be made, or an
 // answer that could not be written (the parent is gone); 2 for a frame that could not be read.
-#include <sched.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ktune/v1/warm.pb.h"
+#include "server/base/idle_pool.h"
 #include "server/base/scratch_dir.h"
 #include "server/compile/cubin_cache.h"
 #include "server/compile/nvrtc_compiler.h"
@@ -35,14 +34,6 @@ int Usage() {
                "Compiles ktune's candidates into a cubin cache, answering WarmRequest frames "
                "on stdin (proto/ktune/v1/warm.proto).\n");
   return 1;
-}
-
-void LowerThisProcess() {
-#ifdef SCHED_IDLE
-  sched_param param{};
-  if (sched_setscheduler(0, SCHED_IDLE, &param) == 0) return;
-#endif
-  (void)setpriority(PRIO_PROCESS, 0, 19);
 }
 
 ktune::CompileRequest ToRequest(const ktune::v1::WarmRequest& w) {
@@ -73,7 +64,7 @@ int main(int argc, char** argv) {
     }
   }
   if (cache_dir.empty()) return Usage();
-  LowerThisProcess();
+  ktune::LowerThisThreadToIdle();  // before any other thread: the whole process
 
   absl::StatusOr<std::unique_ptr<ktune::CubinCache>> cache = ktune::CubinCache::Open(cache_dir);
   if (!cache.ok()) {
@@ -116,7 +107,6 @@ int main(int argc, char** argv) {
         result->key = request.key();
         // A cache that cannot be written costs the job a compile later, nothing else.
         (void)(*cache)->Put(request.key(), *result);
-        reply.set_compiled(true);
       } else {
         reply.set_error(std::string(result.status().message()));
       }

@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "ktune/v1/warm.pb.h"
-#include "server/base/piped_child.h"
 #include "server/gpu/framing.h"
 
 namespace ktune {
@@ -29,7 +28,7 @@ absl::StatusOr<std::unique_ptr<WarmHelpers>> WarmHelpers::Create(WarmHelperOptio
 WarmHelpers::~WarmHelpers() { Shutdown(); }
 
 void WarmHelpers::Shutdown() {
-  std::vector<Helper> idle;
+  std::vector<PipedChild> idle;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -37,7 +36,7 @@ void WarmHelpers::Shutdown() {
     // A busy helper's Fill sees its pipe close and stops it itself.
     for (pid_t pid : busy_) ::kill(pid, SIGKILL);
   }
-  for (const Helper& h : idle) Stop(h);
+  for (const PipedChild& h : idle) Stop(h);
   absl::MutexLock lock(&mu_);
   auto none_live = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return live_ == 0; };
   mu_.Await(absl::Condition(&none_live));
@@ -50,9 +49,9 @@ int WarmHelpers::started() const {
 
 absl::Status WarmHelpers::Fill(const CompileRequest& request, const std::string& key,
                                const std::string& identity) {
-  absl::StatusOr<Helper> taken = Take();
+  absl::StatusOr<PipedChild> taken = Take();
   if (!taken.ok()) return taken.status();
-  const Helper h = *taken;
+  const PipedChild h = *taken;
   v1::WarmRequest w;
   w.set_key(key);
   w.set_source(request.source);
@@ -74,7 +73,7 @@ absl::Status WarmHelpers::Fill(const CompileRequest& request, const std::string&
   return absl::OkStatus();
 }
 
-absl::StatusOr<WarmHelpers::Helper> WarmHelpers::Take() {
+absl::StatusOr<PipedChild> WarmHelpers::Take() {
   {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -83,14 +82,14 @@ absl::StatusOr<WarmHelpers::Helper> WarmHelpers::Take() {
     mu_.Await(absl::Condition(&ready));
     if (stopping_) return absl::UnavailableError("idle compiles: shut down");
     if (!idle_.empty()) {
-      Helper h = idle_.back();
+      PipedChild h = idle_.back();
       idle_.pop_back();
       busy_.push_back(h.pid);
       return h;
     }
     ++live_;  // this slot is ours while the helper starts
   }
-  absl::StatusOr<Helper> h = Start();
+  absl::StatusOr<PipedChild> h = Start();
   absl::MutexLock lock(&mu_);
   if (!h.ok()) {
     --live_;
@@ -102,8 +101,7 @@ absl::StatusOr<WarmHelpers::Helper> WarmHelpers::Take() {
   return h;
 }
 
-absl::StatusOr<WarmHelpers::Helper> WarmHelpers::Start() {
-  IgnoreSigpipeOnce();
+absl::StatusOr<PipedChild> WarmHelpers::Start() {
   PipedChildOptions o;
   o.program = options_.program;
   o.args = {"--cache-dir", options_.cache_dir};
@@ -117,10 +115,10 @@ absl::StatusOr<WarmHelpers::Helper> WarmHelpers::Start() {
     return absl::Status(child.status().code(),
                         absl::StrCat("idle compiles: ", child.status().message()));
   }
-  return Helper{child->pid, child->to, child->from};
+  return child;
 }
 
-void WarmHelpers::Give(const Helper& h) {
+void WarmHelpers::Give(const PipedChild& h) {
   {
     absl::MutexLock lock(&mu_);
     busy_.erase(std::remove(busy_.begin(), busy_.end(), h.pid), busy_.end());
@@ -132,7 +130,7 @@ void WarmHelpers::Give(const Helper& h) {
   Stop(h);
 }
 
-void WarmHelpers::Stop(const Helper& h) {
+void WarmHelpers::Stop(const PipedChild& h) {
   ::close(h.to);
   ::close(h.from);
   ::kill(h.pid, SIGKILL);  // its writes to the cache are whole files renamed into place

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/base/piped_child.h"
 #include "server/compile/cubin_cache.h"
 
 namespace ktune {
@@ -57,24 +58,18 @@ class WarmHelpers : public CacheFiller {
   int started() const;  // helpers started so far
 
  private:
-  struct Helper {
-    pid_t pid = -1;
-    int to = -1;    // its stdin
-    int from = -1;  // its stdout
-  };
-
   explicit WarmHelpers(WarmHelperOptions options) : options_(std::move(options)) {}
-  absl::StatusOr<Helper> Take();
-  absl::StatusOr<Helper> Start();
-  void Give(const Helper& h);
-  void Stop(const Helper& h);  // kills and reaps it, closes its pipes
+  absl::StatusOr<PipedChild> Take();
+  absl::StatusOr<PipedChild> Start();
+  void Give(const PipedChild& h);
+  void Stop(const PipedChild& h);  // kills and reaps it, closes its pipes
 
   const WarmHelperOptions options_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int live_ ABSL_GUARDED_BY(mu_) = 0;  // started and not stopped
   int started_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<Helper> idle_ ABSL_GUARDED_BY(mu_);
+  std::vector<PipedChild> idle_ ABSL_GUARDED_BY(mu_);
   std::vector<pid_t> busy_ ABSL_GUARDED_BY(mu_);  // for Shutdown's kill
 };
 

@@ -650,7 +650,6 @@ absl::StatusOr<std::unique_ptr<Gpu>> StartProcessGpu(const ProcessGpuOptions& op
       options.ceiling_deadline_ms <= 0 || options.problem_deadline_ms <= 0) {
     return absl::InvalidArgumentError("ProcessGpuOptions deadlines must be positive");
   }
-  IgnoreSigpipeOnce();
   auto gpu = std::make_unique<ProcessGpu>(options);
   KTUNE_RETURN_IF_ERROR(gpu->Spawn());
   return std::unique_ptr<Gpu>(std::move(gpu));

@@ -277,7 +277,6 @@ class TuningRun {
     absl::StatusOr<Config> default_config =
         DefaultConfigFor(tmpl_, request_.dtype, request_.shape, target_);
     default_config_ = default_config.ok() ? *default_config : DefaultConfig(*tmpl_, target_);
-    space_size_ = static_cast<int64_t>(space.configs.size());
     KTUNE_ASSIGN_OR_RETURN(strategy_, NewStrategy(space.configs, StrategyOptionsFor(space)));
     space_ = std::move(space.configs);
     return absl::OkStatus();
@@ -290,15 +289,24 @@ class TuningRun {
   // compiles every candidate anyway. The queue replaces this GPU's previous job's.
   void QueueIdleCompiles() {
     if (env_.idle == nullptr || request_.search.strategy == "exhaustive") return;
+    // What every item binds with, shared rather than copied into each of thousands.
+    struct Key {
+      std::shared_ptr<const KernelTemplate> tmpl;
+      DType dtype;
+      Shape shape;
+      TargetInfo target;
+      Compiler* compiler;
+    };
+    auto key = std::make_shared<const Key>(
+        Key{tmpl_, request_.dtype, request_.shape, target_, env_.compiler});
     std::vector<std::function<void()>> work;
     work.reserve(space_.size());
     for (const Config& c : space_) {
-      work.push_back([tmpl = tmpl_, dtype = request_.dtype, shape = request_.shape, c,
-                      target = target_, compiler = env_.compiler] {
-        absl::StatusOr<BindResult> bound = Bind(tmpl, dtype, shape, c, target);
+      work.push_back([key, c] {
+        absl::StatusOr<BindResult> bound = Bind(key->tmpl, key->dtype, key->shape, c, key->target);
         if (!bound.ok() || !bound->instance) return;
         // A failure here costs the job nothing: its own Compile of the candidate reports it.
-        compiler->Warm(BuildCompileRequest(*bound->instance)).IgnoreError();
+        key->compiler->Warm(BuildCompileRequest(*bound->instance)).IgnoreError();
       });
     }
     env_.idle->Replace(env_.gpu, std::move(work));
@@ -624,7 +632,7 @@ class TuningRun {
     result.resumed_trials = done_before_;
     result.strategy = job_.strategy;
     result.stop_reason = stop_reason_;
-    result.space_size = space_size_;
+    result.space_size = static_cast<int64_t>(space_.size());
     return result;
   }
 
@@ -637,7 +645,6 @@ class TuningRun {
   std::string model_;
   double copy_gbps_ = 0;
   double bound_ns_ = 0;  // the roofline bound of this key; 0: not known
-  int64_t space_size_ = 0;
   std::vector<Config> space_;  // every candidate, in the space's order
   std::string stop_reason_;
   Config default_config_;

@@ -207,51 +207,88 @@ class FirstGatedCompiler : public testing::FakeCompiler {
   absl::Notification release;
 };
 
+// What ktune-warm does, in this process: compiles with a compiler of its own and stores the
+// result under the caller's key. With `gated`, each Fill first waits for `release`.
+class FakeFiller : public CacheFiller {
+ public:
+  FakeFiller(const CubinCache* cache, bool gated) : cache_(cache), gated_(gated) {}
+  absl::Status Fill(const CompileRequest& request, const std::string& key,
+                    const std::string& identity) override {
+    ++fills;
+    last_identity = identity;
+    if (gated_) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+    if (!fail.ok()) return fail;
+    absl::StatusOr<CompileResult> result = compiler.Compile(request);
+    if (!result.ok()) return result.status();
+    result->key = key;
+    return cache_->Put(key, *result);
+  }
+  testing::FakeCompiler compiler;
+  std::atomic<int> fills{0};
+  std::string last_identity;
+  absl::Status fail = absl::OkStatus();
+  absl::Notification entered;
+  absl::Notification release;
+
+ private:
+  const CubinCache* cache_;
+  const bool gated_;
+};
+
 TEST_F(CubinCacheTest, WarmFillsTheCacheForALaterCompile) {
   auto fake = std::make_unique<testing::FakeCompiler>();
   testing::FakeCompiler* inner = fake.get();
-  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(fake), cache_.get());
+  FakeFiller filler(cache_.get(), /*gated=*/false);
+  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(fake), cache_.get(), &filler);
   ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
   ASSERT_OK(compiler->Warm(request));
-  EXPECT_EQ(inner->calls.load(), 1);
+  EXPECT_EQ(filler.fills.load(), 1);
+  EXPECT_EQ(filler.last_identity, compiler->Identity());
+  EXPECT_EQ(inner->calls.load(), 0);  // the filler compiled it, not this compiler
+  const std::string key = CompileCacheKey(request, compiler->Identity());
   EXPECT_THAT(ListDir(cache_dir_),
-              ::ktune::testing::IsOkAndHolds(ElementsAre(absl::StrCat(
-                  CompileCacheKey(request, compiler->Identity()), ".cubin"))));
+              ::ktune::testing::IsOkAndHolds(ElementsAre(absl::StrCat(key, ".cubin"))));
   ASSERT_OK_AND_ASSIGN(CompileResult later, compiler->Compile(request));
   EXPECT_TRUE(later.cache_hit);
-  EXPECT_EQ(later.key, CompileCacheKey(request, compiler->Identity()));
+  EXPECT_EQ(later.key, key);
+  EXPECT_EQ(inner->calls.load(), 0);
   // A cached key warms to nothing.
   ASSERT_OK(compiler->Warm(request));
-  EXPECT_EQ(inner->calls.load(), 1);
+  EXPECT_EQ(filler.fills.load(), 1);
 }
 
 TEST_F(CubinCacheTest, CompileDoesNotWaitForAWarmOfTheSameKey) {
-  auto gated = std::make_unique<FirstGatedCompiler>();
-  FirstGatedCompiler* inner = gated.get();
-  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(gated), cache_.get());
+  auto fake = std::make_unique<testing::FakeCompiler>();
+  testing::FakeCompiler* inner = fake.get();
+  FakeFiller filler(cache_.get(), /*gated=*/true);
+  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(fake), cache_.get(), &filler);
   ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
   absl::Status warmed;
   std::thread warming([&] { warmed = compiler->Warm(request); });
-  inner->entered.WaitForNotification();
-  // The warm holds the key; a job's compile of it goes ahead instead of waiting (a warming
-  // thread may run at idle priority, behind every busy core).
+  filler.entered.WaitForNotification();
+  // The warm holds the key; a job's compile of it goes ahead instead of waiting (a helper
+  // runs at idle priority, behind every busy core).
   ASSERT_OK_AND_ASSIGN(CompileResult compiled, compiler->Compile(request));
   EXPECT_TRUE(compiled.ok);
   EXPECT_FALSE(compiled.cache_hit);
-  EXPECT_EQ(inner->calls.load(), 1);  // the warm's own compile has not returned yet
-  inner->release.Notify();
+  EXPECT_EQ(inner->calls.load(), 1);
+  filler.release.Notify();
   warming.join();
   ASSERT_OK(warmed);
-  EXPECT_EQ(inner->calls.load(), 2);
   ASSERT_OK_AND_ASSIGN(CompileResult hit, compiler->Compile(request));
   EXPECT_TRUE(hit.cache_hit);
   EXPECT_EQ(hit.cubin, compiled.cubin);
 }
 
-TEST_F(CubinCacheTest, WarmOfAKeyBeingCompiledCompilesNothing) {
+TEST_F(CubinCacheTest, WarmOfAKeyBeingCompiledFillsNothing) {
   auto gated = std::make_unique<FirstGatedCompiler>();
   FirstGatedCompiler* inner = gated.get();
-  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(gated), cache_.get());
+  FakeFiller filler(cache_.get(), /*gated=*/false);
+  std::unique_ptr<Compiler> compiler =
+      NewCachingCompiler(std::move(gated), cache_.get(), &filler);
   ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
   absl::StatusOr<CompileResult> compiled;
   std::thread compiling([&] { compiled = compiler->Compile(request); });
@@ -261,14 +298,31 @@ TEST_F(CubinCacheTest, WarmOfAKeyBeingCompiledCompilesNothing) {
   compiling.join();
   ASSERT_OK(compiled.status());
   EXPECT_EQ(inner->calls.load(), 1);
+  EXPECT_EQ(filler.fills.load(), 0);
 }
 
-TEST_F(CubinCacheTest, WarmPassesTheCompilersErrorOnAndCachesNothing) {
+TEST_F(CubinCacheTest, WarmPassesTheFillersErrorOn) {
+  FakeFiller filler(cache_.get(), /*gated=*/false);
+  filler.fail = absl::InternalError("ktune-warm: planted");
+  std::unique_ptr<Compiler> compiler =
+      NewCachingCompiler(std::make_unique<testing::FakeCompiler>(), cache_.get(), &filler);
   ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
-  request.name_expressions.clear();
-  EXPECT_THAT(compiler_->Warm(request),
-              ::ktune::testing::StatusIs(absl::StatusCode::kInvalidArgument,
-                                         HasSubstr("no name expression")));
+  EXPECT_THAT(compiler->Warm(request),
+              ::ktune::testing::StatusIs(absl::StatusCode::kInternal, HasSubstr("planted")));
+  EXPECT_THAT(ListDir(cache_dir_), ::ktune::testing::IsOkAndHolds(IsEmpty()));
+  // The key is free again: a later warm tries once more.
+  filler.fail = absl::OkStatus();
+  ASSERT_OK(compiler->Warm(request));
+  EXPECT_EQ(filler.fills.load(), 2);
+}
+
+TEST_F(CubinCacheTest, WithoutAFillerWarmCompilesNothing) {
+  auto fake = std::make_unique<testing::FakeCompiler>();
+  testing::FakeCompiler* inner = fake.get();
+  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(fake), cache_.get());
+  ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
+  ASSERT_OK(compiler->Warm(request));
+  EXPECT_EQ(inner->calls.load(), 0);
   EXPECT_THAT(ListDir(cache_dir_), ::ktune::testing::IsOkAndHolds(IsEmpty()));
 }
 
