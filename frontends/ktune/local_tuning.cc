@@ -54,7 +54,8 @@ absl::StatusOr<LocalTuning> OpenLocalTuning(const TuneJobFlags& flags,
   options.cache_dir = flags.cache_dir;
   options.worker = flags.worker;
   options.compile_threads = flags.threads;
-  options.idle_compiles = flags.idle_compile;
+  KTUNE_ASSIGN_OR_RETURN(options.idle_compiles,
+                         ParseAutoSwitch("--idle-compile", flags.idle_compile));
   LocalTuning t;
   // The GPU first: without one nothing can be tuned, and the store (a new file, perhaps)
   // and the cubin cache are left as they were.

@@ -36,8 +36,9 @@ struct TuneJobFlags {
   // (those of the same device model as the first: the keys are stored under one model).
   std::string gpus;
   int threads = 0;
-  // --idle-compile: guided and random jobs compile the rest of their space on idle cores.
-  bool idle_compile = false;
+  // --idle-compile auto|on|off: guided and random jobs compile the rest of their space on idle
+  // cores (EngineOptions::idle_compiles).
+  std::string idle_compile = "auto";
   // The worker batches back-to-back runs after one L2 flush until a sample lasts this long
   // (0 = its default, 20 us); a tiny value times every run alone after its own flush.
   double min_sample_us = 0;

@@ -12,6 +12,7 @@
 #include "frontends/ktune/commands.h"
 #include "frontends/ktune/spec_tune.h"
 #include "frontends/ktune/tune_backend.h"
+#include "server/engine/engine.h"
 #include "server/store/store.h"
 #include "server/tuning/tuning_job.h"
 
@@ -235,8 +236,11 @@ Command AddTuneCommand(CLI::App& parent) {
   app->add_option("--threads", args->spec.job.threads, "Compile threads (0 = one per core)");
   app->add_option("--idle-compile", args->spec.job.idle_compile,
                   "Guided and random searches compile the rest of their space on otherwise "
-                  "idle cores, for their later batches and the template's next keys (on/off)")
-      ->capture_default_str();
+                  "idle cores, for their later batches and the template's next keys: auto (on "
+                  "from " + std::to_string(kAutoMinThreads) +
+                      " compile threads where ktune-warm is found), on or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app->add_option("--min-sample-us", args->spec.job.min_sample_us,
                   "Runs shorter than this are timed in back-to-back batches after one L2 flush "
                   "(0 = the worker's 20 us); 0.001 times each run alone after its own flush");

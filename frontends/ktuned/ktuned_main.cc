@@ -102,7 +102,7 @@ struct Flags {
   int fallback_queue = ktune::ServerOptions{}.fallback_queue;
   int64_t artifact_cache_mb = ktune::ServerOptions{}.artifact_cache_bytes >> 20;
   std::string pch = "auto";
-  bool idle_compile = false;
+  std::string idle_compile = "auto";
   bool reflection = false;
   int listener_probe_ms = 10000;
   bool insecure = false;
@@ -134,14 +134,17 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--pch", f->pch,
                  "NVRTC precompiled headers: auto (on from " +
-                     std::to_string(ktune::kAutoPchMinThreads) +
+                     std::to_string(ktune::kAutoMinThreads) +
                      " compile threads), on or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--idle-compile", f->idle_compile,
                  "Guided and random tuning jobs compile the rest of their space on otherwise "
-                 "idle cores, for their later batches and the template's next keys (on/off)")
-      ->capture_default_str();
+                 "idle cores, for their later batches and the template's next keys: auto (on "
+                 "from " + std::to_string(ktune::kAutoMinThreads) +
+                     " compile threads where ktune-warm is found), on or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--artifact-cache-mb", f->artifact_cache_mb,
                  "Memory for answered artifacts (MiB of cubins; 0: every hit reads the store)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -285,15 +288,18 @@ std::optional<int> OpenEngine(const Flags& f, std::unique_ptr<ktune::Engine>* en
   o.db = f.db;
   o.worker = f.worker;
   o.exclusive_store = true;  // one ktuned per store file
-  absl::StatusOr<ktune::PchMode> pch = ktune::ParsePchMode("--pch", f.pch);
+  absl::StatusOr<ktune::AutoSwitch> pch = ktune::ParseAutoSwitch("--pch", f.pch);
   if (!pch.ok()) return Fail("flags", pch.status());
   o.pch = *pch;
-  o.idle_compiles = f.idle_compile;
+  absl::StatusOr<ktune::AutoSwitch> idle =
+      ktune::ParseAutoSwitch("--idle-compile", f.idle_compile);
+  if (!idle.ok()) return Fail("flags", idle.status());
+  o.idle_compiles = *idle;
   absl::StatusOr<std::unique_ptr<ktune::Engine>> opened = ktune::OpenEngine(std::move(o));
   if (!opened.ok()) return Fail("engine", opened.status());
   *engine = *std::move(opened);
-  std::fprintf(stderr, "ktuned: %d compile threads, precompiled headers %s\n",
-               (*engine)->pool->threads(),
+  std::fprintf(stderr, "ktuned: %d compile threads, idle compiles %s, precompiled headers %s\n",
+               (*engine)->pool->threads(), (*engine)->warm != nullptr ? "on" : "off",
                (*engine)->pch_dir ? ("in " + (*engine)->pch_dir->path()).c_str() : "off");
   for (const absl::Status& err : (*engine)->registry->errors()) {
     std::fprintf(stderr, "ktuned: template not loaded: %s\n", std::string(err.message()).c_str());

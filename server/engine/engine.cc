@@ -1,5 +1,7 @@
 #include "server/engine/engine.h"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -47,8 +49,8 @@ absl::Status OpenStore(const std::string& db, bool exclusive, Engine& e) {
   return absl::OkStatus();
 }
 
-absl::Status OpenCompiler(const std::string& cache_dir, int threads, PchMode pch,
-                          bool idle_compiles, const std::string& warm_program, Engine& e) {
+absl::Status OpenCompiler(const std::string& cache_dir, int threads, AutoSwitch pch,
+                          AutoSwitch idle, const std::string& warm_program, Engine& e) {
   if (cache_dir.empty()) {
     // The cubins a worker loads come from here: only from a folder that is ours alone.
     if (absl::Status s = MakePrivateDir(DefaultCacheDir()); !s.ok()) {
@@ -61,14 +63,19 @@ absl::Status OpenCompiler(const std::string& cache_dir, int threads, PchMode pch
   if (!cache.ok()) return Naming(absl::StrCat("cubin cache ", dir), cache.status());
   e.cache = *std::move(cache);
   const int pool_threads = CompilePool::ThreadsFor(threads);
-  if (pch == PchMode::kOn || (pch == PchMode::kAuto && pool_threads >= kAutoPchMinThreads)) {
+  const bool many_cores = pool_threads >= kAutoMinThreads;
+  if (pch == AutoSwitch::kOn || (pch == AutoSwitch::kAuto && many_cores)) {
     absl::StatusOr<std::unique_ptr<ScratchDir>> dir = ScratchDir::Create("ktune-pch-");
     if (!dir.ok()) return Naming("precompiled headers", dir.status());
     e.pch_dir = *std::move(dir);
   }
-  if (idle_compiles) {
+  const std::string helper = warm_program.empty() ? DefaultWarmPath() : warm_program;
+  // Auto leaves them off where the helper is missing (a lone copy of ktune, say): the
+  // search is the same without them, only slower.
+  if (idle == AutoSwitch::kOn ||
+      (idle == AutoSwitch::kAuto && many_cores && ::access(helper.c_str(), X_OK) == 0)) {
     WarmHelperOptions w;
-    w.program = warm_program.empty() ? DefaultWarmPath() : warm_program;
+    w.program = helper;
     w.cache_dir = dir;
     if (!e.registry->include_dir().empty()) w.include_dirs.push_back(e.registry->include_dir());
     w.pch = e.pch_dir != nullptr;
@@ -84,16 +91,16 @@ absl::Status OpenCompiler(const std::string& cache_dir, int threads, PchMode pch
   e.pool = std::make_unique<CompilePool>(e.compiler.get(), pool_threads);
   // Threads that bind the candidates and wait for the helpers: the helpers, not they, keep
   // the compiles out of the job's way.
-  if (idle_compiles) e.idle = std::make_unique<IdlePool>(pool_threads);
+  if (e.warm != nullptr) e.idle = std::make_unique<IdlePool>(pool_threads);
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<PchMode> ParsePchMode(const std::string& flag, const std::string& value) {
-  if (value == "auto") return PchMode::kAuto;
-  if (value == "on") return PchMode::kOn;
-  if (value == "off") return PchMode::kOff;
+absl::StatusOr<AutoSwitch> ParseAutoSwitch(const std::string& flag, const std::string& value) {
+  if (value == "auto") return AutoSwitch::kAuto;
+  if (value == "on") return AutoSwitch::kOn;
+  if (value == "off") return AutoSwitch::kOff;
   return absl::InvalidArgumentError(
       absl::StrCat(flag, ": '", value, "' is not auto, on or off"));
 }

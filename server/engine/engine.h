@@ -31,15 +31,19 @@ namespace ktune {
 // Makes the Gpu for visible ordinal N (the engine: StartProcessGpu; tests: a FakeGpu).
 using GpuFactory = std::function<absl::StatusOr<std::unique_ptr<Gpu>>(int ordinal)>;
 
-// NVRTC's automatic precompiled headers. Measured with the shipped rmsnorm's 62 candidates:
-// 1.65-1.8x more compiles per second on the 16-core GPU host, 12 % fewer on a 2-core
-// machine, the same machine code. kAuto turns them on from kAutoPchMinThreads compile
-// threads up.
-enum class PchMode { kAuto, kOn, kOff };
-inline constexpr int kAutoPchMinThreads = 8;
+// A feature that pays on a machine of many cores and not on a small one: on, off, or kAuto,
+// on from kAutoMinThreads compile threads up.
+enum class AutoSwitch { kAuto, kOn, kOff };
 
-// "auto", "on", "off" -> PchMode; kInvalidArgument naming `flag` and the value otherwise.
-absl::StatusOr<PchMode> ParsePchMode(const std::string& flag, const std::string& value);
+// NVRTC's automatic precompiled headers, measured with the shipped rmsnorm's 62 candidates:
+// 1.65-1.8x more compiles per second on the 16-core GPU host, 12 % fewer on a 2-core
+// machine, the same machine code. Idle compiles, measured over the Llama spec's 120
+// memory-bound keys with the guided strategy: 30-35 s instead of 47 s on the 16-core GPU
+// host, its whole spec 141 s instead of 196 s; neutral on a 2-core machine (2026-12-05/06).
+inline constexpr int kAutoMinThreads = 8;
+
+// "auto", "on", "off" -> AutoSwitch; kInvalidArgument naming `flag` and the value otherwise.
+absl::StatusOr<AutoSwitch> ParseAutoSwitch(const std::string& flag, const std::string& value);
 
 struct EngineOptions {
   // The templates, already loaded (the CLI checks a request against them first); null:
@@ -58,10 +62,11 @@ struct EngineOptions {
   // process holds so (ktuned: one daemon per store; `ktune` shares the store with it).
   bool exclusive_store = false;
   // Precompiled headers; their state lives in a scratch folder of this process.
-  PchMode pch = PchMode::kAuto;
+  AutoSwitch pch = AutoSwitch::kAuto;
   // Guided and random jobs compile the rest of their space on otherwise idle cores
   // (TuningEnv::idle): ktune-warm processes (warm_helpers.h), as many as the pool's threads.
-  bool idle_compiles = false;
+  // kOn without the helper program is an error; kAuto then runs without them.
+  AutoSwitch idle_compiles = AutoSwitch::kAuto;
   // The helper program; "": DefaultWarmPath().
   std::string warm_program;
 };

@@ -67,7 +67,7 @@ TEST_F(EngineTest, OpensCompileOnlyWithoutAGpu) {
   }
 }
 
-// Precompiled headers: auto turns them on from kAutoPchMinThreads compile threads (the
+// Precompiled headers: auto turns them on from kAutoMinThreads compile threads (the
 // 16-core host's gain, the 2-core machine's loss), their state in a private scratch folder
 // that goes with the engine.
 TEST_F(EngineTest, PrecompiledHeadersFollowTheThreadsOrTheMode) {
@@ -76,14 +76,14 @@ TEST_F(EngineTest, PrecompiledHeadersFollowTheThreadsOrTheMode) {
   EXPECT_EQ(off->pch_dir, nullptr);
 
   o = Options();
-  o.compile_threads = kAutoPchMinThreads;
+  o.compile_threads = kAutoMinThreads;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> many, OpenEngine(std::move(o)));
   ASSERT_NE(many->pch_dir, nullptr);
-  EXPECT_EQ(many->pool->threads(), kAutoPchMinThreads);
+  EXPECT_EQ(many->pool->threads(), kAutoMinThreads);
   many.reset();
 
   o = Options();
-  o.pch = PchMode::kOn;
+  o.pch = AutoSwitch::kOn;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> on, OpenEngine(std::move(o)));
   ASSERT_NE(on->pch_dir, nullptr);
   const std::string dir = on->pch_dir->path();
@@ -95,14 +95,14 @@ TEST_F(EngineTest, PrecompiledHeadersFollowTheThreadsOrTheMode) {
 
   o = Options();
   o.compile_threads = 64;
-  o.pch = PchMode::kOff;
+  o.pch = AutoSwitch::kOff;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> forced_off, OpenEngine(std::move(o)));
   EXPECT_EQ(forced_off->pch_dir, nullptr);
 
-  EXPECT_THAT(ParsePchMode("--pch", "sometimes"),
+  EXPECT_THAT(ParseAutoSwitch("--pch", "sometimes"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--pch: 'sometimes' is not auto, on or off")));
-  EXPECT_THAT(ParsePchMode("--pch", "on"), testing::IsOkAndHolds(PchMode::kOn));
+  EXPECT_THAT(ParseAutoSwitch("--pch", "on"), testing::IsOkAndHolds(AutoSwitch::kOn));
 }
 
 TEST_F(EngineTest, UsesARegistryAlreadyLoaded) {
@@ -169,16 +169,51 @@ TEST_F(EngineTest, AnUnusableCubinCacheIsNamed) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("cubin cache " + dir_ + "/a-file/cubins"));
 }
 
-TEST_F(EngineTest, IdleCompilesAreOffUnlessAskedFor) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, OpenEngine(Options()));
-  EXPECT_EQ(engine->idle, nullptr);
-  EXPECT_EQ(engine->warm, nullptr);
-  EXPECT_EQ(engine->Env(nullptr).idle, nullptr);
+// Idle compiles: auto turns them on from kAutoMinThreads compile threads where the helper
+// program is found (the 16-core host's gain; neutral on 2 cores), and off without a word
+// where it is missing; on asks for them whatever the threads.
+TEST_F(EngineTest, IdleCompilesFollowTheThreadsOrTheMode) {
+  const std::string helper = KTUNE_BINARY_DIR "/bin/ktune-warm";
+  EngineOptions o = Options();  // one thread
+  o.warm_program = helper;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> few, OpenEngine(std::move(o)));
+  EXPECT_EQ(few->idle, nullptr);
+  EXPECT_EQ(few->warm, nullptr);
+  EXPECT_EQ(few->Env(nullptr).idle, nullptr);
+  few.reset();
+
+  o = Options();
+  o.compile_threads = kAutoMinThreads;
+  o.warm_program = helper;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> many, OpenEngine(std::move(o)));
+  EXPECT_THAT(many->idle, NotNull());
+  EXPECT_THAT(many->warm, NotNull());
+  many.reset();
+
+  o = Options();
+  o.compile_threads = kAutoMinThreads;
+  o.warm_program = dir_ + "/no-such-warm";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> missing, OpenEngine(std::move(o)));
+  EXPECT_EQ(missing->idle, nullptr);
+  EXPECT_EQ(missing->warm, nullptr);
+  missing.reset();
+
+  o = Options();
+  o.compile_threads = kAutoMinThreads;
+  o.warm_program = helper;
+  o.idle_compiles = AutoSwitch::kOff;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> off, OpenEngine(std::move(o)));
+  EXPECT_EQ(off->idle, nullptr);
+  EXPECT_EQ(off->warm, nullptr);
+
+  EXPECT_THAT(ParseAutoSwitch("--idle-compile", "yes"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--idle-compile: 'yes' is not auto, on or off")));
 }
 
 TEST_F(EngineTest, IdleCompilesRunInHelperProcesses) {
-  EngineOptions o = Options();
-  o.idle_compiles = true;
+  EngineOptions o = Options();  // one thread: on is on whatever the threads
+  o.idle_compiles = AutoSwitch::kOn;
   o.warm_program = KTUNE_BINARY_DIR "/bin/ktune-warm";
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, OpenEngine(std::move(o)));
   ASSERT_THAT(engine->idle, NotNull());
@@ -189,7 +224,7 @@ TEST_F(EngineTest, IdleCompilesRunInHelperProcesses) {
 
 TEST_F(EngineTest, IdleCompilesWithoutTheirHelperAreRefused) {
   EngineOptions o = Options();
-  o.idle_compiles = true;
+  o.idle_compiles = AutoSwitch::kOn;
   o.warm_program = dir_ + "/no-such-warm";
   EXPECT_THAT(OpenEngine(std::move(o)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no-such-warm")));

@@ -159,6 +159,23 @@ TEST_F(KtunedTest, PrecompiledHeadersFlag) {
   EXPECT_FALSE(IsDir(folder)) << folder;
 }
 
+// --idle-compile: on starts the helpers' pool whatever the threads (auto: from 8 compile
+// threads; this machine may have fewer), off never; anything else is usage.
+TEST_F(KtunedTest, IdleCompileFlag) {
+  Ktuned bad(dir_, With({"--idle-compile", "sometimes"}));
+  EXPECT_EQ(bad.Wait(absl::Seconds(10)), 2) << bad.Stderr();
+  EXPECT_THAT(bad.Stderr(), HasSubstr("--idle-compile"));
+
+  for (const std::string mode : {"on", "off"}) {
+    Ktuned d(dir_, With({"--listen", "unix://" + dir_ + "/k-" + mode + ".sock",
+                         "--idle-compile", mode}));
+    ASSERT_FALSE(d.WaitServing().empty()) << d.Stderr();
+    EXPECT_THAT(d.Stderr(), HasSubstr("idle compiles " + mode + ",")) << mode;
+    d.Terminate();
+    EXPECT_EQ(d.Wait(absl::Seconds(5)), 0) << d.Stderr();
+  }
+}
+
 TEST_F(KtunedTest, TlsWithAUnixSocketIsUsage) {
   Ktuned d(dir_, With({"--listen", "unix://" + dir_ + "/k.sock", "--tls-cert", "c.pem", "--tls-key",
                        "k.pem"}));
