@@ -7,11 +7,13 @@
 // leaders timed again, less noisily). Per key and in sum: how much of the space it
 // measured, and how far its winner is from the best recorded time. What this isolates is
 // the strategy: the GPU's own run-to-run spread, which the real comparison
-// (search_retime) also meets, is what --noise stands in for.
+// (search_retime) also meets, is what --noise stands in for. The roofline stop is a tuning
+// job's: the search ends once the strategy allows (SearchStrategy::EarliestStop) and the best
+// time seen is at --roofline-stop of the problem's bytes over the stored copy ceiling.
 //
 //   search_replay --db EXHAUSTIVE.db [--templates DIR] [--strategy guided] [--budget 0]
 //                 [--noise 0] [--seed 1] [--within 0.02] [--no-warm-start]
-//                 [--min-gain 0.01] [--batch 32]
+//                 [--min-gain 0.01] [--batch 32] [--roofline-stop 0.97]
 //
 // A recorded config is matched to today's by its knobs and the params it has (a param the
 // template gained since, pinned to one value per shape, is ignored). A candidate with no
@@ -43,7 +45,7 @@ namespace {
 struct Args {
   std::string db, templates_dir = "kernel_templates", strategy = "guided";
   int64_t budget = 0;
-  double noise = 0, within = 0.02, min_gain = 0.01;
+  double noise = 0, within = 0.02, min_gain = 0.01, roofline_stop = 0.97;
   size_t batch = 32;
   uint64_t seed = 1;
   bool no_warm_start = false;
@@ -80,6 +82,7 @@ Recorded RecordedTimes(const std::vector<store::Trial>& trials) {
 
 struct KeyResult {
   int64_t space = 0, measured = 0, unrecorded = 0;
+  bool roofline = false;  // the roofline stop ended the search
   double best_ns = 0, winner_ns = 0;
   Config winner;
   std::vector<store::Trial> trials;  // what the replay measured, for later keys' warm start
@@ -115,7 +118,8 @@ void ChooseWinner(const Args& args, std::mt19937_64& rng, std::vector<Screened> 
 // One key's replay: the strategy's requests answered from `rec` until it stops.
 absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
                                     const store::Job& job, const TemplateRegistry& registry,
-                                    const TargetInfo& target, const Recorded& rec) {
+                                    const TargetInfo& target, double copy_gbps,
+                                    const Recorded& rec) {
   KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const KernelTemplate> tmpl,
                          registry.Get(job.key.template_id));
   std::optional<DType> dtype = ParseDType(job.key.dtype);
@@ -148,12 +152,20 @@ absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
   std::mt19937_64 rng(args.seed ^ std::hash<std::string>()(job.key.shape));
   std::normal_distribution<double> scatter(0.0, args.noise);
   std::vector<Screened> screened;
+  // The job's roofline bound: the reference's bytes at the copy ceiling (ns).
+  double bound_ns = 0;
+  if (args.roofline_stop > 0 && copy_gbps > 0) {
+    absl::StatusOr<Instance> reference = BindReference(tmpl, *dtype, shape, target);
+    if (reference.ok()) bound_ns = static_cast<double>(reference->bytes) / copy_gbps;
+  }
+  double best_seen = 0;
   // As a tuning job does: the next batch is asked for (and compiled) before this one's
   // times are reported, so the model is always a batch behind.
   std::vector<Config> batch = strategy->Next(args.batch);
-  while (!batch.empty()) {
+  while (!batch.empty() && !r.roofline) {
     std::vector<Config> next = strategy->Next(args.batch);
     for (const Config& c : batch) {
+      if (r.roofline) break;
       ++r.measured;
       store::Trial t;
       t.config = c;
@@ -169,6 +181,9 @@ absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
       t.metrics.time_ns = seen;
       r.trials.push_back(t);
       screened.push_back({seen, it->second, c});
+      if (best_seen == 0 || seen < best_seen) best_seen = seen;
+      r.roofline = bound_ns > 0 && r.measured >= strategy->EarliestStop() &&
+                   bound_ns / best_seen >= args.roofline_stop;
     }
     batch = std::move(next);
   }
@@ -216,6 +231,11 @@ absl::StatusOr<TargetInfo> TargetOf(store::Store& db, store::Store& replayed,
   return TargetForStoredDevice(device, base);
 }
 
+double CopyGbps(store::Store& db, const std::string& model) {
+  absl::StatusOr<store::Device> device = db.GetDevice(model);
+  return device.ok() ? device->copy_gbps : 0;
+}
+
 int Run(const Args& args) {
   store::StoreOptions read_only;
   read_only.read_only = true;
@@ -232,7 +252,7 @@ int Run(const Args& args) {
       return 1;
     }
   }
-  int keys = 0, within = 0, failed = 0;
+  int keys = 0, within = 0, failed = 0, roofline = 0;
   int64_t measured = 0, space = 0, unrecorded = 0;
   double worst = 0;
   std::vector<double> fractions;
@@ -246,7 +266,7 @@ int Run(const Args& args) {
         target.ok() ? (*db)->ListTrials(job.id) : target.status();
     absl::StatusOr<KeyResult> r =
         trials.ok() ? ReplayKey(args, **replayed, job, **registry, *target,
-                                RecordedTimes(*trials))
+                                CopyGbps(**db, job.key.device_model), RecordedTimes(*trials))
                     : trials.status();
     if (!r.ok() || r->best_ns <= 0 || r->winner_ns <= 0) {
       ++failed;
@@ -260,20 +280,21 @@ int Run(const Args& args) {
     const double frac = static_cast<double>(r->measured) / r->space;
     worst = std::max(worst, ratio);
     within += ratio <= 1 + args.within;
+    roofline += r->roofline;
     measured += r->measured;
     space += r->space;
     unrecorded += r->unrecorded;
     fractions.push_back(frac);
-    std::printf("%-56s %6lld %8lld %6.3f %12.0f %12.0f %7.3f\n", name.c_str(),
+    std::printf("%-56s %6lld %8lld %6.3f %12.0f %12.0f %7.3f%s\n", name.c_str(),
                 static_cast<long long>(r->space), static_cast<long long>(r->measured), frac,
-                r->best_ns, r->winner_ns, ratio);
+                r->best_ns, r->winner_ns, ratio, r->roofline ? " roofline" : "");
   }
   std::printf("\n%d keys replayed (%d failed): winner within %.0f %% of the best recorded on %d; "
               "measured %lld of %lld candidates (%.1f %%, median per key %.1f %%); %lld asked "
-              "for had no recorded time; worst ratio %.3f\n",
+              "for had no recorded time; worst ratio %.3f; the roofline stopped %d\n",
               keys, failed, 100 * args.within, within, static_cast<long long>(measured),
               static_cast<long long>(space), space ? 100.0 * measured / space : 0.0,
-              100 * Median(fractions), static_cast<long long>(unrecorded), worst);
+              100 * Median(fractions), static_cast<long long>(unrecorded), worst, roofline);
   return 0;
 }
 
@@ -298,6 +319,9 @@ int main(int argc, char** argv) {
                                         "threads)")->capture_default_str();
   app.add_option("--within", args.within, "Tolerance of 'as fast'")->capture_default_str();
   app.add_flag("--no-warm-start", args.no_warm_start, "Guided without neighbours' winners");
+  app.add_option("--roofline-stop", args.roofline_stop,
+                 "End a key's search at this fraction of its roofline bound (0: never)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   return ktune::Run(args);
 }

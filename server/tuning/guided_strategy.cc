@@ -124,6 +124,7 @@ class GuidedStrategy : public SearchStrategy {
   }
 
   int64_t Planned() const override { return budget_; }
+  int64_t EarliestStop() const override { return first_sample_; }
   std::string Name() const override {
     return absl::StrCat("guided:", budget_, ":", options_.seed);
   }

@@ -33,6 +33,12 @@ class SearchStrategy {
   // Why Next came back empty, for the job's record: "space exhausted", "budget of N
   // reached", "converged: ...". Empty while the strategy still has candidates.
   virtual std::string StopReason() const = 0;
+  // How many candidates must be measured before a stop rule outside the strategy (the
+  // job's roofline stop) may end the search. A candidate near the roofline bound is not
+  // proof that none beats it by more than the noise: the bound is the copy ceiling, and
+  // tuned kernels run at up to 108 % of it (an L2 that absorbs writes, reads that stream
+  // better than a copy). So guided first measures its seeds and space-filling sample.
+  virtual int64_t EarliestStop() const { return 0; }
 };
 
 // What every strategy is built from, beside the space.

@@ -464,22 +464,25 @@ class TuningRun {
     Timed(&phases_.strategy,
           [&] { strategy_->Report(trial.config, trial.outcome, trial.metrics.time_ns); });
     if (trial.outcome == Outcome::kOk && (!best_ || Faster(trial, *best_))) best_ = trial;
-    if (trial.outcome == Outcome::kOk) CheckRoofline(trial);
     ++done_;
+    CheckRoofline();
     Timed(&phases_.store, [&] {
       return env_.store->UpdateJob(job_.id, store::JobState::kRunning, done_, job_.total, "");
     }).IgnoreError();
     return on_progress_ ? on_progress_(Progress(trial)) : true;
   }
 
-  // Ends the search (guided and random; exhaustive means every candidate) when `t` runs at
-  // roofline_stop of the bound or better: no other candidate can beat it by more than the
-  // timing noise.
-  void CheckRoofline(const store::Trial& t) {
-    if (request_.search.strategy == "exhaustive" || request_.search.roofline_stop <= 0 || bound_ns_ <= 0 ||
-        t.metrics.time_ns <= 0) {
+  // Ends the search (guided and random; exhaustive means every candidate) when the best
+  // candidate runs at roofline_stop of the bound or better, once the strategy has measured
+  // what it must before (SearchStrategy::EarliestStop): no other candidate is then likely
+  // to beat it by more than the timing noise.
+  void CheckRoofline() {
+    if (request_.search.strategy == "exhaustive" || request_.search.roofline_stop <= 0 ||
+        bound_ns_ <= 0 || !best_ || best_->metrics.time_ns <= 0 ||
+        done_ < strategy_->EarliestStop()) {
       return;
     }
+    const store::Trial& t = *best_;
     const double fraction = bound_ns_ / t.metrics.time_ns;
     if (fraction < request_.search.roofline_stop) return;
     stop_reason_ = absl::StrFormat(

@@ -23,6 +23,7 @@ namespace {
 using ::ktune::testing::NewTempDir;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kKtune[] = KTUNE_BINARY_DIR "/bin/ktune";
 constexpr char kReplay[] = KTUNE_BINARY_DIR "/bin/search_replay";
@@ -75,6 +76,12 @@ TEST_F(SearchReplayTest, GuidedMeasuresPartOfEachSpaceWithNoiseToo) {
     EXPECT_THAT(r.out, HasSubstr("0 asked for had no recorded time"));
     EXPECT_THAT(r.out, ContainsRegex("tiny f32 n=1000 +108 +[0-9]+ +0\\.[0-9]+"));
   }
+  // Without the roofline stop no key ends on it.
+  const testing::RunResult r =
+      Run(kReplay, {"--db", db(), "--templates", templates(), "--roofline-stop", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr("the roofline stopped 0"));
+  EXPECT_THAT(r.out, Not(HasSubstr(" roofline\n")));
 }
 
 TEST_F(SearchReplayTest, AMissingStoreOrBadFlagIsAnError) {
@@ -84,6 +91,9 @@ TEST_F(SearchReplayTest, AMissingStoreOrBadFlagIsAnError) {
   r = Run(kReplay, {"--db", db(), "--noise", "0.9"});
   EXPECT_NE(r.exit_code, 0) << r;
   EXPECT_THAT(r.err, HasSubstr("--noise"));
+  r = Run(kReplay, {"--db", db(), "--roofline-stop", "1.5"});
+  EXPECT_NE(r.exit_code, 0) << r;
+  EXPECT_THAT(r.err, HasSubstr("--roofline-stop"));
 }
 
 }  // namespace

@@ -77,6 +77,19 @@ TEST(GuidedStrategyTest, FindsTheFloorOfABowlWithinItsBudget) {
   EXPECT_FALSE(s->StopReason().empty());
 }
 
+// A stop rule outside the strategy (the job's roofline) waits for the seeds and the
+// space-filling sample: a quarter of the budget, 4 to 32 candidates, all of a small budget.
+TEST(GuidedStrategyTest, EarlyStopsWaitForTheFirstSample) {
+  EXPECT_EQ(NewGuidedStrategy(Grid(40, 25), {})->EarliestStop(), 32);  // budget 200
+  EXPECT_EQ(NewGuidedStrategy(Grid(10, 18), {})->EarliestStop(), 9);   // budget 36
+  EXPECT_EQ(NewGuidedStrategy(Grid(6, 8), {})->EarliestStop(), 4);     // budget 16
+  EXPECT_EQ(NewGuidedStrategy(Grid(2, 2), {})->EarliestStop(), 4);     // all 4
+  StrategyOptions o;
+  o.budget = 3;
+  EXPECT_EQ(NewGuidedStrategy(Grid(2, 2), o)->EarliestStop(), 3);
+  EXPECT_EQ(NewExhaustiveStrategy(Grid(2, 2))->EarliestStop(), 0);
+}
+
 // The model must beat luck: at the same budget, guided (median over seeds) gets nearer the
 // floor of a narrow valley than uniform random samples do (median over seeds).
 TEST(GuidedStrategyTest, BeatsRandomSamplingAtTheSameBudget) {

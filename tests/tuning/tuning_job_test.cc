@@ -497,7 +497,8 @@ TEST_F(TuningJobTest, ExhaustiveSaysItExhaustedTheSpace) {
 }
 
 // A candidate at the roofline (the problem's bytes at the copy ceiling: 8000 bytes at
-// 4000 GB/s is 2 ns) ends a guided search at once; an exhaustive one goes on.
+// 4000 GB/s is 2 ns) ends a guided search once its first sample (a quarter of the budget of
+// 108) is measured; an exhaustive one goes on.
 TEST_F(TuningJobTest, RooflineStopsAGuidedSearch) {
   gpu_.script = [](const std::string& n) {
     return NameInts(n) == std::vector<int64_t>{128, 2} ? OkMeasurement(2.0) : Landscape(n);
@@ -510,6 +511,14 @@ TEST_F(TuningJobTest, RooflineStopsAGuidedSearch) {
   EXPECT_THAT(r.stop_reason, HasSubstr("roofline: "));
   EXPECT_THAT(r.stop_reason, HasSubstr("BLOCK=128,VEC=2"));
   EXPECT_LT(r.trials.size(), 108u);
+  EXPECT_GE(r.trials.size(), 27u);
+
+  // At the bound from the first candidate on (the default config): still the first sample.
+  gpu_.script = [](const std::string& n) { return OkMeasurement(2.0); };
+  request_.shape = {{"n", 1500}};
+  ASSERT_OK_AND_ASSIGN(r, RunTuning(request_, Env()));
+  EXPECT_THAT(r.stop_reason, HasSubstr("roofline: "));
+  EXPECT_EQ(r.trials.size(), 27u);
 
   request_.search.strategy = "exhaustive";
   request_.shape = {{"n", 2000}};
