@@ -38,6 +38,7 @@ class SearchStrategy {
   // proof that none beats it by more than the noise: the bound is the copy ceiling, and
   // tuned kernels run at up to 108 % of it (an L2 that absorbs writes, reads that stream
   // better than a copy). So guided first measures its seeds and space-filling sample.
+  // 0: at any candidate.
   virtual int64_t EarliestStop() const { return 0; }
 };
 

@@ -78,11 +78,12 @@ TEST(GuidedStrategyTest, FindsTheFloorOfABowlWithinItsBudget) {
 }
 
 // A stop rule outside the strategy (the job's roofline) waits for the seeds and the
-// space-filling sample: a quarter of the budget, 4 to 32 candidates, all of a small budget.
+// space-filling sample (a quarter of the budget, 4 to 32 candidates), and for at least 8
+// candidates, or all of a smaller budget.
 TEST(GuidedStrategyTest, EarlyStopsWaitForTheFirstSample) {
   EXPECT_EQ(NewGuidedStrategy(Grid(40, 25), {})->EarliestStop(), 32);  // budget 200
   EXPECT_EQ(NewGuidedStrategy(Grid(10, 18), {})->EarliestStop(), 9);   // budget 36
-  EXPECT_EQ(NewGuidedStrategy(Grid(6, 8), {})->EarliestStop(), 4);     // budget 16
+  EXPECT_EQ(NewGuidedStrategy(Grid(6, 8), {})->EarliestStop(), 8);     // budget 16
   EXPECT_EQ(NewGuidedStrategy(Grid(2, 2), {})->EarliestStop(), 4);     // all 4
   StrategyOptions o;
   o.budget = 3;
