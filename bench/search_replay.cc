@@ -152,12 +152,8 @@ absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
   std::mt19937_64 rng(args.seed ^ std::hash<std::string>()(job.key.shape));
   std::normal_distribution<double> scatter(0.0, args.noise);
   std::vector<Screened> screened;
-  // The job's roofline bound: the reference's bytes at the copy ceiling (ns).
-  double bound_ns = 0;
-  if (args.roofline_stop > 0 && copy_gbps > 0) {
-    absl::StatusOr<Instance> reference = BindReference(tmpl, *dtype, shape, target);
-    if (reference.ok()) bound_ns = static_cast<double>(reference->bytes) / copy_gbps;
-  }
+  absl::StatusOr<Instance> reference = BindReference(tmpl, *dtype, shape, target);
+  const double bound_ns = reference.ok() ? RooflineBoundNs(reference->bytes, copy_gbps) : 0;
   double best_seen = 0;
   // As a tuning job does: the next batch is asked for (and compiled) before this one's
   // times are reported, so the model is always a batch behind.
@@ -165,7 +161,6 @@ absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
   while (!batch.empty() && !r.roofline) {
     std::vector<Config> next = strategy->Next(args.batch);
     for (const Config& c : batch) {
-      if (r.roofline) break;
       ++r.measured;
       store::Trial t;
       t.config = c;
@@ -182,8 +177,9 @@ absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
       r.trials.push_back(t);
       screened.push_back({seen, it->second, c});
       if (best_seen == 0 || seen < best_seen) best_seen = seen;
-      r.roofline = bound_ns > 0 && r.measured >= strategy->EarliestStop() &&
-                   bound_ns / best_seen >= args.roofline_stop;
+      r.roofline =
+          ReachesRoofline(*strategy, r.measured, best_seen, bound_ns, args.roofline_stop);
+      if (r.roofline) break;
     }
     batch = std::move(next);
   }

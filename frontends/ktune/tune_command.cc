@@ -234,11 +234,7 @@ Command AddTuneCommand(CLI::App& parent) {
                   "With --spec: spread the keys over these GPUs (all, or e.g. 0,1), those of "
                   "--gpu's device model; a key whose GPU is lost resumes on another");
   app->add_option("--threads", args->spec.job.threads, "Compile threads (0 = one per core)");
-  app->add_option("--idle-compile", args->spec.job.idle_compile,
-                  "Guided and random searches compile the rest of their space on otherwise "
-                  "idle cores, for their later batches and the template's next keys: auto (on "
-                  "from " + std::to_string(kAutoMinThreads) +
-                      " compile threads where ktune-warm is found), on or off")
+  app->add_option("--idle-compile", args->spec.job.idle_compile, IdleCompileHelp())
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app->add_option("--min-sample-us", args->spec.job.min_sample_us,

@@ -138,11 +138,7 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* f) {
                      " compile threads), on or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "on", "off"}));
-  app.add_option("--idle-compile", f->idle_compile,
-                 "Guided and random tuning jobs compile the rest of their space on otherwise "
-                 "idle cores, for their later batches and the template's next keys: auto (on "
-                 "from " + std::to_string(ktune::kAutoMinThreads) +
-                     " compile threads where ktune-warm is found), on or off")
+  app.add_option("--idle-compile", f->idle_compile, ktune::IdleCompileHelp())
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--artifact-cache-mb", f->artifact_cache_mb,

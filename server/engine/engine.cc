@@ -1,7 +1,5 @@
 #include "server/engine/engine.h"
 
-#include <unistd.h>
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -69,20 +67,21 @@ absl::Status OpenCompiler(const std::string& cache_dir, int threads, AutoSwitch 
     if (!dir.ok()) return Naming("precompiled headers", dir.status());
     e.pch_dir = *std::move(dir);
   }
-  const std::string helper = warm_program.empty() ? DefaultWarmPath() : warm_program;
-  // Auto leaves them off where the helper is missing (a lone copy of ktune, say): the
-  // search is the same without them, only slower.
-  if (idle == AutoSwitch::kOn ||
-      (idle == AutoSwitch::kAuto && many_cores && ::access(helper.c_str(), X_OK) == 0)) {
+  if (idle == AutoSwitch::kOn || (idle == AutoSwitch::kAuto && many_cores)) {
     WarmHelperOptions w;
-    w.program = helper;
+    w.program = warm_program.empty() ? DefaultWarmPath() : warm_program;
     w.cache_dir = dir;
     if (!e.registry->include_dir().empty()) w.include_dirs.push_back(e.registry->include_dir());
     w.pch = e.pch_dir != nullptr;
     w.max_helpers = pool_threads;
     absl::StatusOr<std::unique_ptr<WarmHelpers>> warm = WarmHelpers::Create(std::move(w));
-    if (!warm.ok()) return warm.status();
-    e.warm = *std::move(warm);
+    if (warm.ok()) {
+      e.warm = *std::move(warm);
+    } else if (idle == AutoSwitch::kOn) {
+      return warm.status();
+    }
+    // Auto leaves them off where the helper is missing (a lone copy of ktune, say): the
+    // search is the same without them, only slower.
   }
   absl::StatusOr<std::unique_ptr<Compiler>> compiler = NewTemplateCompiler(
       *e.registry, e.cache.get(), e.pch_dir ? e.pch_dir->path() : "", e.warm.get());
@@ -96,6 +95,13 @@ absl::Status OpenCompiler(const std::string& cache_dir, int threads, AutoSwitch 
 }
 
 }  // namespace
+
+std::string IdleCompileHelp() {
+  return absl::StrCat(
+      "Guided and random tuning jobs compile the rest of their space on otherwise idle cores, "
+      "for their later batches and the template's next keys: auto (on from ",
+      kAutoMinThreads, " compile threads where ktune-warm is found), on or off");
+}
 
 absl::StatusOr<AutoSwitch> ParseAutoSwitch(const std::string& flag, const std::string& value) {
   if (value == "auto") return AutoSwitch::kAuto;

@@ -45,6 +45,9 @@ inline constexpr int kAutoMinThreads = 8;
 // "auto", "on", "off" -> AutoSwitch; kInvalidArgument naming `flag` and the value otherwise.
 absl::StatusOr<AutoSwitch> ParseAutoSwitch(const std::string& flag, const std::string& value);
 
+// The help of --idle-compile (EngineOptions::idle_compiles), `ktune tune`'s and ktuned's.
+std::string IdleCompileHelp();
+
 struct EngineOptions {
   // The templates, already loaded (the CLI checks a request against them first); null:
   // loaded from templates_dir ("" = the shipped ones).

@@ -1,6 +1,7 @@
 #include "server/tuning/search_strategy.h"
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -12,11 +13,12 @@
 namespace ktune {
 namespace {
 
-// Hands out a fixed order, skipping what was reported before it was handed out.
+// Hands out a fixed order, skipping what was reported before it was handed out. With
+// `every_candidate` no rule outside it ends the search early (exhaustive's promise).
 class OrderedStrategy : public SearchStrategy {
  public:
-  OrderedStrategy(std::vector<Config> order, std::string name)
-      : order_(std::move(order)), name_(std::move(name)) {}
+  OrderedStrategy(std::vector<Config> order, std::string name, bool every_candidate)
+      : order_(std::move(order)), name_(std::move(name)), every_candidate_(every_candidate) {}
 
   std::vector<Config> Next(size_t max) override {
     std::vector<Config> out;
@@ -34,11 +36,15 @@ class OrderedStrategy : public SearchStrategy {
     return order_.size() < space_size_ ? absl::StrCat("budget of ", order_.size(), " reached")
                                        : "space exhausted";
   }
+  int64_t EarliestStop() const override {
+    return every_candidate_ ? std::numeric_limits<int64_t>::max() : 0;
+  }
   void set_space_size(size_t n) { space_size_ = n; }
 
  private:
   std::vector<Config> order_;
   std::string name_;
+  bool every_candidate_;
   size_t pos_ = 0;
   size_t space_size_ = 0;
   std::set<Config> reported_;
@@ -58,7 +64,8 @@ void DefaultFirstWithinBudget(std::vector<Config>& space, const Config& default_
 
 std::unique_ptr<SearchStrategy> NewExhaustiveStrategy(std::vector<Config> space) {
   const size_t n = space.size();
-  auto s = std::make_unique<OrderedStrategy>(std::move(space), "exhaustive");
+  auto s = std::make_unique<OrderedStrategy>(std::move(space), "exhaustive",
+                                             /*every_candidate=*/true);
   s->set_space_size(n);
   return s;
 }
@@ -69,10 +76,20 @@ std::unique_ptr<SearchStrategy> NewRandomStrategy(std::vector<Config> space, int
   std::shuffle(space.begin(), space.end(), rng);
   const size_t n = space.size();
   DefaultFirstWithinBudget(space, default_config, budget);
-  auto s = std::make_unique<OrderedStrategy>(std::move(space),
-                                             absl::StrCat("random:", budget, ":", seed));
+  auto s = std::make_unique<OrderedStrategy>(
+      std::move(space), absl::StrCat("random:", budget, ":", seed), /*every_candidate=*/false);
   s->set_space_size(n);
   return s;
+}
+
+double RooflineBoundNs(int64_t bytes, double copy_gbps) {
+  return copy_gbps > 0 ? static_cast<double>(bytes) / copy_gbps : 0;  // bytes per GB/s is ns
+}
+
+bool ReachesRoofline(const SearchStrategy& strategy, int64_t measured, double best_ns,
+                     double bound_ns, double stop) {
+  return stop > 0 && bound_ns > 0 && best_ns > 0 && measured >= strategy.EarliestStop() &&
+         bound_ns / best_ns >= stop;
 }
 
 absl::Status CheckStrategyName(const std::string& name) {

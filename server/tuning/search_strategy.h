@@ -38,7 +38,7 @@ class SearchStrategy {
   // proof that none beats it by more than the noise: the bound is the copy ceiling, and
   // tuned kernels run at up to 108 % of it (an L2 that absorbs writes, reads that stream
   // better than a copy). So guided first measures its seeds and space-filling sample.
-  // 0: at any candidate.
+  // 0: at any candidate; exhaustive: never (INT64_MAX).
   virtual int64_t EarliestStop() const { return 0; }
 };
 
@@ -75,6 +75,16 @@ std::unique_ptr<SearchStrategy> NewRandomStrategy(std::vector<Config> space, int
 // space has it.
 absl::StatusOr<std::unique_ptr<SearchStrategy>> NewStrategy(std::vector<Config> space,
                                                            const StrategyOptions& options);
+
+// A key's roofline bound: its problem's bytes at the device's copy ceiling, in ns; 0 when
+// the ceiling is not known.
+double RooflineBoundNs(int64_t bytes, double copy_gbps);
+
+// The roofline stop, as a tuning job applies it (and bench/search_replay replays it): true
+// once `strategy` allows an early stop after `measured` candidates and the best time seen
+// runs at `stop` (a fraction, 0: never) of `bound_ns` or better.
+bool ReachesRoofline(const SearchStrategy& strategy, int64_t measured, double best_ns,
+                     double bound_ns, double stop);
 
 // kInvalidArgument "strategy: unknown strategy 'X'; expected guided, exhaustive or random"
 // unless `name` is one of those (empty: the default, guided).

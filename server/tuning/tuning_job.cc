@@ -370,9 +370,8 @@ class TuningRun {
       return Fail(absl::FailedPreconditionError(absl::StrCat(
           "template ", tmpl_->name(), ": the reference does not compile:\n", compiled->log)));
     }
-    // The roofline bound: the problem's own bytes (a candidate's may add scratch traffic)
-    // over the device's measured copy ceiling; bytes per (GB/s) is ns.
-    if (copy_gbps_ > 0) bound_ns_ = static_cast<double>(reference.bytes) / copy_gbps_;
+    // The roofline bound: the problem's own bytes (a candidate's may add scratch traffic).
+    bound_ns_ = RooflineBoundNs(reference.bytes, copy_gbps_);
     absl::StatusOr<v1::Problem> problem = BuildProblem(reference, *compiled, request_.seed);
     if (!problem.ok()) return Fail(problem.status());
     if (absl::StatusOr<v1::ProblemReady> ready = env_.gpu->SetProblem(*problem); !ready.ok()) {
@@ -472,19 +471,16 @@ class TuningRun {
     return on_progress_ ? on_progress_(Progress(trial)) : true;
   }
 
-  // Ends the search (guided and random; exhaustive means every candidate) when the best
-  // candidate runs at roofline_stop of the bound or better, once the strategy has measured
-  // what it must before (SearchStrategy::EarliestStop): no other candidate is then likely
-  // to beat it by more than the timing noise.
+  // Ends the search when the best candidate runs at roofline_stop of the bound or better,
+  // once the strategy allows (ReachesRoofline): no other candidate is then likely to beat
+  // it by more than the timing noise.
   void CheckRoofline() {
-    if (request_.search.strategy == "exhaustive" || request_.search.roofline_stop <= 0 ||
-        bound_ns_ <= 0 || !best_ || best_->metrics.time_ns <= 0 ||
-        done_ < strategy_->EarliestStop()) {
+    if (!best_ || !ReachesRoofline(*strategy_, done_, best_->metrics.time_ns, bound_ns_,
+                                   request_.search.roofline_stop)) {
       return;
     }
     const store::Trial& t = *best_;
     const double fraction = bound_ns_ / t.metrics.time_ns;
-    if (fraction < request_.search.roofline_stop) return;
     stop_reason_ = absl::StrFormat(
         "roofline: %s ran at %.1f %% of the bound (%.0f ns: the problem's bytes at the "
         "copy ceiling), at or above the %.0f %% stop",

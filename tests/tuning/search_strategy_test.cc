@@ -85,6 +85,20 @@ TEST(SearchStrategyTest, ByName) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("budget")));
 }
 
+// 8000 bytes at 4000 GB/s: a bound of 2 ns. A best of 2.06 ns runs at 97.1 % of it.
+TEST(SearchStrategyTest, TheRooflineStopWaitsForTheStrategy) {
+  EXPECT_EQ(RooflineBoundNs(8000, 4000), 2.0);
+  EXPECT_EQ(RooflineBoundNs(8000, 0), 0);
+  auto random = NewRandomStrategy(Space(10), 0, 1, Config{});
+  EXPECT_TRUE(ReachesRoofline(*random, 1, 2.06, 2.0, 0.97));
+  EXPECT_FALSE(ReachesRoofline(*random, 1, 2.07, 2.0, 0.97));  // 96.6 %
+  EXPECT_FALSE(ReachesRoofline(*random, 1, 2.0, 2.0, 0));      // the stop is off
+  EXPECT_FALSE(ReachesRoofline(*random, 1, 2.0, 0, 0.97));     // no ceiling measured
+  EXPECT_FALSE(ReachesRoofline(*random, 1, 0, 2.0, 0.97));     // nothing ok yet
+  auto exhaustive = NewExhaustiveStrategy(Space(10));
+  EXPECT_FALSE(ReachesRoofline(*exhaustive, 10, 1.0, 2.0, 0.97));
+}
+
 TEST(SearchStrategyTest, ExhaustiveSaysWhyItStopped) {
   auto s = NewExhaustiveStrategy(Space(3));
   EXPECT_EQ(s->StopReason(), "");
