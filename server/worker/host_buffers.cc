@@ -4,13 +4,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/base/fp8.h"
-#include "server/base/sha256.h"
 
 namespace ktune {
 namespace {
@@ -214,9 +215,7 @@ double DecodeElement(DType dtype, const void* in) {
   return 0;
 }
 
-absl::StatusOr<std::string> GenerateFill(DType dtype, int64_t count, const v1::Fill& fill,
-                                         uint64_t seed) {
-  if (count < 0) return absl::InvalidArgumentError(absl::StrCat("negative count ", count));
+absl::Status ValidateFill(const v1::Fill& fill) {
   const double lo = fill.lo(), hi = fill.hi();
   switch (fill.kind()) {
     case v1::Fill::UNIFORM:
@@ -224,20 +223,27 @@ absl::StatusOr<std::string> GenerateFill(DType dtype, int64_t count, const v1::F
         return absl::InvalidArgumentError(
             absl::StrCat("UNIFORM fill needs lo < hi, got [", lo, ", ", hi, ")"));
       }
-      break;
+      return absl::OkStatus();
     case v1::Fill::NORMAL:
       if (!(hi >= 0)) {
         return absl::InvalidArgumentError(
             absl::StrCat("NORMAL fill needs a standard deviation (hi) >= 0, got ", hi));
       }
-      break;
+      return absl::OkStatus();
     case v1::Fill::CONSTANT:
     case v1::Fill::ZERO:
     case v1::Fill::ZERO_ONCE:
-      break;
+      return absl::OkStatus();
     default:
       return absl::InvalidArgumentError("fill kind is unspecified");
   }
+}
+
+absl::StatusOr<std::string> GenerateFill(DType dtype, int64_t count, const v1::Fill& fill,
+                                         uint64_t seed) {
+  if (count < 0) return absl::InvalidArgumentError(absl::StrCat("negative count ", count));
+  if (absl::Status valid = ValidateFill(fill); !valid.ok()) return valid;
+  const double lo = fill.lo(), hi = fill.hi();
   const int64_t size = DTypeSize(dtype);
   std::string bytes(static_cast<size_t>(count * size), '\0');
   if (fill.kind() == v1::Fill::ZERO || fill.kind() == v1::Fill::ZERO_ONCE) return bytes;
@@ -288,20 +294,36 @@ absl::StatusOr<std::string> GenerateFill(DType dtype, int64_t count, const v1::F
   return bytes;
 }
 
+uint64_t DigestTerm(uint64_t word, uint64_t j, int lane) {
+  return Mix(word ^ Mix(2 * j + static_cast<uint64_t>(lane)));
+}
+
+std::string FormatDigest(uint64_t sum0, uint64_t sum1, uint64_t bytes) {
+  return absl::StrFormat("%016x%016x%016x", sum0, sum1, bytes);
+}
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "OutputDigest reads words as the GPU does");
+
 std::string OutputDigest(absl::string_view bytes) {
-  constexpr size_t kPiece = size_t{16} << 20;
-  const int64_t pieces = static_cast<int64_t>((bytes.size() + kPiece - 1) / kPiece);
-  std::vector<std::string> digests(static_cast<size_t>(pieces));
-  ParallelFor(pieces, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      digests[static_cast<size_t>(p)] =
-          Sha256Hex(bytes.substr(static_cast<size_t>(p) * kPiece, kPiece));
+  const int64_t words = static_cast<int64_t>((bytes.size() + 7) / 8);
+  std::mutex mu;
+  uint64_t sums[2] = {0, 0};
+  ParallelFor(words, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    uint64_t part[2] = {0, 0};
+    for (int64_t j = begin; j < end; ++j) {
+      // Little-endian, as the GPU reads it; the last word zero-padded.
+      uint64_t w = 0;
+      const size_t at = static_cast<size_t>(j) * 8;
+      std::memcpy(&w, bytes.data() + at, std::min<size_t>(8, bytes.size() - at));
+      for (int lane = 0; lane < 2; ++lane) {
+        part[lane] += DigestTerm(w, static_cast<uint64_t>(j), lane);
+      }
     }
+    std::lock_guard<std::mutex> lock(mu);
+    sums[0] += part[0];
+    sums[1] += part[1];
   });
-  Sha256Builder all;
-  all.AddField(absl::StrCat(bytes.size()));
-  for (const std::string& d : digests) all.AddField(d);
-  return all.Finish();
+  return FormatDigest(sums[0], sums[1], bytes.size());
 }
 
 uint32_t PoisonWord(DType dtype) { return dtype == DType::kI32 ? 0x80000000u : 0xFFFFFFFFu; }

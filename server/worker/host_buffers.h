@@ -41,20 +41,32 @@ inline uint64_t BufferSeed(uint64_t problem_seed, int arg_index) {
   return problem_seed + static_cast<uint64_t>(arg_index);
 }
 
+// kInvalidArgument, saying why, for a fill GenerateFill refuses (see below).
+absl::Status ValidateFill(const v1::Fill& fill);
+
 // `count` elements of `dtype` filled per `fill` (UNIFORM in [lo, hi), NORMAL with mean lo
 // and standard deviation hi, CONSTANT lo, ZERO), a pure function of its arguments: the same
 // bytes on every run and thread count (NORMAL goes through libm's log/sin/cos, so two hosts
 // with different C libraries may differ in the last bit). For i32, UNIFORM draws floor(lo + (hi -
 // lo) * u) and NORMAL rounds. kInvalidArgument for KIND_UNSPECIFIED, UNIFORM without lo < hi,
-// NORMAL with a negative deviation, or a negative count.
+// NORMAL with a negative deviation, or a negative count. The GPU makes the same bytes for
+// every kind but NORMAL (device_buffers.h).
 absl::StatusOr<std::string> GenerateFill(DType dtype, int64_t count, const v1::Fill& fill,
                                          uint64_t seed);
 
-// A digest of a buffer's bytes: SHA-256 over each 16 MiB piece, the pieces hashed in
-// parallel, then SHA-256 over their digests in order (the same value whatever the thread
-// count). What a problem's reference outputs are known by; one SHA-256 pass over a buffer
-// of 10^8 elements took a third of a second of one core.
+// A digest of a buffer's bytes, what a problem's reference outputs are known by: two 64-bit
+// sums over the buffer's 8-byte words (little-endian, the last one zero-padded), word j adding
+// DigestTerm(w, j, 0) to the first and DigestTerm(w, j, 1) to the second, written as 48 hex
+// digits with the byte count. Sums, so any split of the words over threads or GPU blocks
+// gives the same value: the GPU computes it where the outputs are (device_buffers.h) instead
+// of reading them back (SHA-256 on the host was 30 ms of a core per 64 MiB, plus the copy).
+// Not a cryptographic hash: it tells a worker that reproduces a reference's outputs from
+// one that does not.
 std::string OutputDigest(absl::string_view bytes);
+// One word's term: SplitMix64's finalizer of w xor the finalizer of (j, lane).
+uint64_t DigestTerm(uint64_t word, uint64_t j, int lane);
+// The digest's text from its sums and the byte count.
+std::string FormatDigest(uint64_t sum0, uint64_t sum1, uint64_t bytes);
 
 // Outputs are filled with this 32-bit pattern (cuMemsetD32) before every run, so an element
 // a kernel never writes cannot pass: all ones for the float types (NaN in f32, two NaNs in

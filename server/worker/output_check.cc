@@ -6,28 +6,11 @@
 #include <vector>
 
 #include "server/base/status_macros.h"
+#include "server/worker/kernel_dtype.h"
 #include "server/worker/output_check_ptx.h"
 
 namespace ktune {
 namespace {
-
-// output_check.cu's numbering of element types.
-int TypeCode(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 0;
-    case DType::kF16:
-      return 1;
-    case DType::kBF16:
-      return 2;
-    case DType::kI32:
-      return 3;
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      return 4;
-  }
-  return 0;
-}
 
 // output_check.cu's CheckResult.
 struct CheckResult {
@@ -67,7 +50,7 @@ absl::StatusOr<Comparison> OutputCheck::Compare(DType dtype, CUdeviceptr got, CU
   KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemsetD32Async, result, 0u, 4, stream));
   KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemsetD32Async, result + 16, 0xFFFFFFFFu, 2, stream));
   unsigned long long n = count;
-  int type = TypeCode(dtype);
+  int type = KernelTypeCode(dtype);
   CUdeviceptr table = fp8_tables_.ptr() + (dtype == DType::kF8E5M2 ? 256 * sizeof(double) : 0);
   void* params[] = {&got, &want, &n, &type, &atol, &rtol, &table, &result};
   KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, LaunchKernel, function_, static_cast<unsigned>(blocks_),

@@ -10,8 +10,9 @@
 // (__dmul_rn and __dadd_rn, never a fused multiply-add), so both sides pass and fail the same
 // elements.
 
-// The element types, as the worker numbers them for this kernel (worker_session.cc).
-enum : int { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kF8 = 4 };
+// The element types, as the worker numbers them for its kernels (kernel_dtype.h); both fp8
+// formats decode through their table.
+enum : int { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kF8E4M3 = 4, kF8E5M2 = 5 };
 
 struct CheckResult {
   unsigned long long mismatches;

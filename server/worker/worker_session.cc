@@ -20,6 +20,7 @@
 #include "server/base/sha256.h"
 #include "server/base/status_macros.h"
 #include "server/gpu/timing_plan.h"
+#include "server/worker/device_buffers.h"
 #include "server/worker/device_info.h"
 #include "server/worker/driver.h"
 #include "server/worker/host_buffers.h"
@@ -403,6 +404,8 @@ class CudaWorkerSession final : public WorkerSession {
   // Loads the GPU check (output_check.h) once; without it (a driver that cannot JIT the
   // PTX) outputs are checked on the host.
   void EnsureDeviceCheck();
+  // Loads the GPU fill and digest (device_buffers.h) once; without them the host does both.
+  void EnsureDeviceBuffers();
 
   // SetProblem's phases after PlanProblem, in order.
   // kResourceExhausted when the problem's buffers do not fit the free GPU memory.
@@ -463,6 +466,9 @@ class CudaWorkerSession final : public WorkerSession {
   DeviceMemory flush_sink_;
   bool check_tried_ = false;
   std::optional<OutputCheck> check_;  // loaded at the first problem; none: the host checks
+  bool device_buffers_tried_ = false;
+  // Loaded at the first problem; none: inputs are generated and outputs digested on the host.
+  std::optional<DeviceBuffers> device_buffers_;
   bool keep_outputs_ = false;         // KeepOutputs: read outputs back after a GPU check too
   std::unique_ptr<Problem> problem_;
   // Whether the buffers' `got` bytes are the last checked run's (the reference's after
@@ -816,16 +822,26 @@ absl::Status CudaWorkerSession::CheckFreeMemory(size_t device_bytes) {
 }
 
 absl::Status CudaWorkerSession::UploadBuffers(const v1::Problem& spec, Problem& problem) {
+  EnsureDeviceBuffers();
   for (ProblemBuffer& b : problem.buffers) {
     const v1::ArgSpec& a = spec.args(b.arg_index);
     const std::string at = absl::StrCat("problem.args[", b.arg_index, "] (", b.name, ")");
     KTUNE_ASSIGN_OR_RETURN(b.memory, DeviceMemory::Allocate(driver_, AllocBytes(b.bytes)));
     if (b.role == v1::Buffer::OUTPUT || b.zero_fill) continue;
-    absl::StatusOr<std::string> data =
-        GenerateFill(b.dtype, a.count(), a.fill(), BufferSeed(spec.seed(), b.arg_index));
+    if (absl::Status valid = ValidateFill(a.fill()); !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": ", valid.message()));
+    }
+    KTUNE_ASSIGN_OR_RETURN(b.pristine, DeviceMemory::Allocate(driver_, AllocBytes(b.bytes)));
+    const uint64_t seed = BufferSeed(spec.seed(), b.arg_index);
+    if (device_buffers_ && DeviceBuffers::CanFill(a.fill())) {
+      // The same bytes as the host's, generated where they are needed.
+      KTUNE_RETURN_IF_ERROR(
+          device_buffers_->Fill(b.dtype, b.pristine.ptr(), a.count(), a.fill(), seed, stream_.get()));
+      continue;
+    }
+    absl::StatusOr<std::string> data = GenerateFill(b.dtype, a.count(), a.fill(), seed);
     if (!data.ok())
       return absl::InvalidArgumentError(absl::StrCat(at, ": ", data.status().message()));
-    KTUNE_ASSIGN_OR_RETURN(b.pristine, DeviceMemory::Allocate(driver_, AllocBytes(b.bytes)));
     KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemcpyHtoD, b.pristine.ptr(), data->data(), b.bytes));
   }
   return absl::OkStatus();
@@ -857,12 +873,20 @@ absl::StatusOr<v1::ProblemReady> CudaWorkerSession::RunReference(
     if (!poisoned()) forced_poison_ = true;  // an asynchronous error: trust nothing more
     return absl::InternalError(absl::StrCat("the reference failed: ", s.message()));
   }
-  KTUNE_RETURN_IF_ERROR(Download());
   EnsureDeviceCheck();
+  // The outputs come back only where the host needs them: to check candidates against, to
+  // show (KeepOutputs), or to digest where the GPU cannot.
+  if (!check_ || keep_outputs_ || !device_buffers_) KTUNE_RETURN_IF_ERROR(Download());
   Sha256Builder digest;
   for (ProblemBuffer& b : problem_->buffers) {
     if (!b.checked()) continue;
-    digest.AddField(OutputDigest(b.got));
+    if (device_buffers_) {
+      KTUNE_ASSIGN_OR_RETURN(std::string d,
+                             device_buffers_->Digest(b.memory.ptr(), b.bytes, stream_.get()));
+      digest.AddField(d);
+    } else {
+      digest.AddField(OutputDigest(b.got));
+    }
     if (check_) {
       // Candidates are checked against this copy on the GPU: the host keeps no expected
       // bytes, and the read-back ones only for LastOutputs.
@@ -1032,6 +1056,18 @@ absl::StatusOr<std::vector<Comparison>> CudaWorkerSession::CompareOutputs() {
     out.push_back(c);
   }
   return out;
+}
+
+void CudaWorkerSession::EnsureDeviceBuffers() {
+  if (device_buffers_tried_) return;
+  device_buffers_tried_ = true;
+  absl::StatusOr<DeviceBuffers> d = DeviceBuffers::Load(driver_, info_.sm_count());
+  if (d.ok()) {
+    device_buffers_ = std::move(*d);
+    return;
+  }
+  std::fprintf(stderr, "ktune-worker: GPU fills and digests are unavailable, making them on the "
+               "host: %s\n", std::string(d.status().message()).c_str());
 }
 
 void CudaWorkerSession::EnsureDeviceCheck() {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -16,6 +17,7 @@ namespace {
 
 using ::ktune::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 
 uint32_t Bits(float f) {
   uint32_t x;
@@ -241,21 +243,36 @@ TEST(Fp8BufferTest, CompareAndPoison) {
   EXPECT_EQ(CompareBuffers(DType::kF8E4M3, poison, want + want, 1e9, 1e9).mismatches, 4);
 }
 
-// The digest of a problem's outputs: a pure function of the bytes, over pieces of 16 MiB,
-// that sees one changed byte in any piece, and the length.
-TEST(OutputDigestTest, OneValuePerContentsAcrossPieces) {
+// The digest of a problem's outputs: a pure function of the bytes, however the words are
+// split over threads, that sees one changed byte anywhere, a swap of two words, and the
+// length; written as the GPU writes it (device_buffers_gpu_test checks the two agree).
+TEST(OutputDigestTest, OneValuePerContents) {
   std::string bytes((size_t{16} << 20) * 2 + 3, '\0');
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 % 251);
   const std::string d = OutputDigest(bytes);
-  EXPECT_EQ(d.size(), 64u);
+  EXPECT_THAT(d, MatchesRegex("[0-9a-f]{48}"));
   EXPECT_EQ(OutputDigest(bytes), d);
   for (size_t at : {size_t{0}, (size_t{16} << 20) - 1, size_t{16} << 20, bytes.size() - 1}) {
     std::string changed = bytes;
     changed[at] ^= 1;
     EXPECT_NE(OutputDigest(changed), d) << at;
   }
+  std::string swapped = bytes;
+  std::swap_ranges(swapped.begin(), swapped.begin() + 8, swapped.begin() + 8);
+  EXPECT_NE(OutputDigest(swapped), d);
   EXPECT_NE(OutputDigest(bytes.substr(0, bytes.size() - 1)), d);
   EXPECT_NE(OutputDigest(""), OutputDigest(std::string(1, '\0')));
+}
+
+// The rule written out for nine bytes: two words, the second zero-padded, little-endian.
+TEST(OutputDigestTest, SumsOfWordTerms) {
+  const std::string bytes = "\x01\x02\x03\x04\x05\x06\x07\x08\x09";
+  const uint64_t w0 = 0x0807060504030201ull, w1 = 0x09;
+  EXPECT_EQ(OutputDigest(bytes),
+            FormatDigest(DigestTerm(w0, 0, 0) + DigestTerm(w1, 1, 0),
+                         DigestTerm(w0, 0, 1) + DigestTerm(w1, 1, 1), 9));
+  EXPECT_EQ(OutputDigest(""), std::string(48, '0'));
+  EXPECT_EQ(FormatDigest(1, 2, 3), "000000000000000100000000000000020000000000000003");
 }
 
 TEST(FillTest, BufferSeedsDiffer) {

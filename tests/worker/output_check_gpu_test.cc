@@ -16,28 +16,17 @@
 #include "server/worker/driver.h"
 #include "server/worker/host_buffers.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/worker_gpu_fixture.h"
 
 namespace ktune {
 namespace {
 
-class OutputCheckGpuTest : public ::testing::Test {
+class OutputCheckGpuTest : public testing::WorkerGpuFixture {
  protected:
   void SetUp() override {
-    absl::StatusOr<Driver*> driver = Driver::Get();
-    if (!driver.ok()) GTEST_SKIP() << "no CUDA driver: " << driver.status();
-    driver_ = *driver;
-    absl::StatusOr<PrimaryContext> context = PrimaryContext::Retain(driver_, 0);
-    if (!context.ok()) GTEST_SKIP() << "no GPU: " << context.status();
-    context_ = *std::move(context);
-    ASSERT_OK_AND_ASSIGN(stream_, Stream::Create(driver_));
+    WorkerGpuFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     ASSERT_OK_AND_ASSIGN(check_, OutputCheck::Load(driver_, 132));
-  }
-
-  DeviceMemory Upload(const std::string& bytes) {
-    absl::StatusOr<DeviceMemory> m = DeviceMemory::Allocate(driver_, bytes.size() + 4);
-    EXPECT_TRUE(m.ok()) << m.status();
-    EXPECT_TRUE(KTUNE_CU(driver_, MemcpyHtoD, m->ptr(), bytes.data(), bytes.size()).ok());
-    return *std::move(m);
   }
 
   // Both checks of `got` against `want`; the GPU's must equal the host's field by field.
@@ -62,9 +51,6 @@ class OutputCheckGpuTest : public ::testing::Test {
     }
   }
 
-  Driver* driver_ = nullptr;
-  PrimaryContext context_;
-  Stream stream_;
   OutputCheck check_;
 };
 
