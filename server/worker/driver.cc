@@ -156,6 +156,9 @@ absl::StatusOr<Driver*> Driver::Load() {
   KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuMemsetD32_v2", &a.MemsetD32));
   KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuMemsetD32Async", &a.MemsetD32Async));
   KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuMemGetInfo_v2", &a.MemGetInfo));
+  KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuMemHostAlloc", &a.MemHostAlloc));
+  KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuMemHostGetDevicePointer_v2", &a.MemHostGetDevicePointer));
+  KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuMemFreeHost", &a.MemFreeHost));
   KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuStreamCreate", &a.StreamCreate));
   KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuStreamDestroy_v2", &a.StreamDestroy));
   KTUNE_RETURN_IF_ERROR(Resolve(lib, "cuStreamSynchronize", &a.StreamSynchronize));
@@ -265,6 +268,34 @@ void DeviceMemory::Reset() {
   driver_ = nullptr;
   ptr_ = 0;
   bytes_ = 0;
+}
+
+// ---- MappedHostMemory ----------------------------------------------------------------
+
+absl::StatusOr<MappedHostMemory> MappedHostMemory::Allocate(Driver* driver, size_t bytes) {
+  MappedHostMemory m;
+  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver, MemHostAlloc, &m.host_, bytes == 0 ? 1 : bytes,
+                                 CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  m.driver_ = driver;
+  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver, MemHostGetDevicePointer, &m.device_, m.host_, 0));
+  return m;
+}
+
+MappedHostMemory& MappedHostMemory::operator=(MappedHostMemory&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    driver_ = std::exchange(other.driver_, nullptr);
+    host_ = std::exchange(other.host_, nullptr);
+    device_ = std::exchange(other.device_, 0);
+  }
+  return *this;
+}
+
+void MappedHostMemory::Reset() {
+  if (driver_ != nullptr && host_ != nullptr && !driver_->poisoned()) driver_->api().MemFreeHost(host_);
+  driver_ = nullptr;
+  host_ = nullptr;
+  device_ = 0;
 }
 
 // ---- Module --------------------------------------------------------------------------

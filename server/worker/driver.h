@@ -63,6 +63,9 @@ struct DriverApi {
   CUresult (*MemsetD32)(CUdeviceptr dst, unsigned int value, size_t count);  // _v2
   CUresult (*MemsetD32Async)(CUdeviceptr dst, unsigned int value, size_t count, CUstream stream);
   CUresult (*MemGetInfo)(size_t* free_bytes, size_t* total_bytes);  // _v2
+  CUresult (*MemHostAlloc)(void** ptr, size_t bytes, unsigned int flags);
+  CUresult (*MemHostGetDevicePointer)(CUdeviceptr* device, void* host, unsigned int flags);  // _v2
+  CUresult (*MemFreeHost)(void* ptr);
   CUresult (*StreamCreate)(CUstream* stream, unsigned int flags);
   CUresult (*StreamDestroy)(CUstream stream);  // _v2
   CUresult (*StreamSynchronize)(CUstream stream);
@@ -174,6 +177,27 @@ class DeviceMemory {
   Driver* driver_ = nullptr;
   CUdeviceptr ptr_ = 0;
   size_t bytes_ = 0;
+};
+
+// Pinned host memory the GPU reads and writes through a device address of its own
+// (cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP): what the host stores there the GPU sees
+// without a copy.
+class MappedHostMemory {
+ public:
+  static absl::StatusOr<MappedHostMemory> Allocate(Driver* driver, size_t bytes);
+  MappedHostMemory() = default;
+  MappedHostMemory(MappedHostMemory&& other) noexcept { *this = std::move(other); }
+  MappedHostMemory& operator=(MappedHostMemory&& other) noexcept;
+  ~MappedHostMemory() { Reset(); }
+
+  void* host() const { return host_; }
+  CUdeviceptr device() const { return device_; }
+  void Reset();
+
+ private:
+  Driver* driver_ = nullptr;
+  void* host_ = nullptr;
+  CUdeviceptr device_ = 0;
 };
 
 // A loaded cubin.

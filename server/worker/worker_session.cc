@@ -24,6 +24,7 @@
 #include "server/worker/device_info.h"
 #include "server/worker/driver.h"
 #include "server/worker/host_buffers.h"
+#include "server/worker/launch_gate.h"
 #include "server/worker/output_check.h"
 #include "server/worker/tensor_map.h"
 
@@ -91,6 +92,8 @@ constexpr int kDefaultCeilingRepeats = 20;
 constexpr uint32_t kDefaultDynamicSmem = 48 * 1024;
 // Batches never exceed this many runs per sample, however short the kernel.
 constexpr int64_t kMaxBatch = 1000;
+// Timed samples of at most this many launches are enqueued behind the launch gate.
+constexpr int64_t kMaxGatedLaunches = 256;
 
 // Quartiles by linear interpolation between order statistics (numpy's default).
 struct Quartiles {
@@ -406,6 +409,9 @@ class CudaWorkerSession final : public WorkerSession {
   void EnsureDeviceCheck();
   // Loads the GPU fill and digest (device_buffers.h) once; without them the host does both.
   void EnsureDeviceBuffers();
+  // Loads the launch gate (launch_gate.h) once; without it a timed batch starts as soon as
+  // its first launch is enqueued.
+  void EnsureLaunchGate();
 
   // SetProblem's phases after PlanProblem, in order.
   // kResourceExhausted when the problem's buffers do not fit the free GPU memory.
@@ -466,6 +472,8 @@ class CudaWorkerSession final : public WorkerSession {
   DeviceMemory flush_sink_;
   bool check_tried_ = false;
   std::optional<OutputCheck> check_;  // loaded at the first problem; none: the host checks
+  bool gate_tried_ = false;
+  std::optional<LaunchGate> gate_;  // loaded at the first timing; none: batches run ungated
   bool device_buffers_tried_ = false;
   // Loaded at the first problem; none: inputs are generated and outputs digested on the host.
   std::optional<DeviceBuffers> device_buffers_;
@@ -742,9 +750,19 @@ absl::StatusOr<double> CudaWorkerSession::TimeRuns(const std::vector<PreparedLau
     KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, MemsetD32Async, flush_.ptr(), ++flush_value_,
                                    flush_.bytes() / 4, stream_.get()));
   }
-  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventRecord, start_.get(), stream_.get()));
-  KTUNE_RETURN_IF_ERROR(Launch(launches, repeats));
-  KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventRecord, stop_.get(), stream_.get()));
+  // The gate holds the stream until the batch and its events are enqueued, so the events
+  // time the GPU running the launches back to back, not the host enqueueing them.
+  // (A batch too long for the driver's queue would fill it behind the gate and wait for the
+  // gate's timeout; one that long needs no gate.)
+  EnsureLaunchGate();
+  const bool gated =
+      gate_ && repeats * static_cast<int64_t>(launches.size()) <= kMaxGatedLaunches;
+  if (gated) KTUNE_RETURN_IF_ERROR(gate_->Close(stream_.get()));
+  absl::Status enqueued = KTUNE_CU(driver_, EventRecord, start_.get(), stream_.get());
+  if (enqueued.ok()) enqueued = Launch(launches, repeats);
+  if (enqueued.ok()) enqueued = KTUNE_CU(driver_, EventRecord, stop_.get(), stream_.get());
+  if (gated) gate_->Open();  // whatever failed: the stream must not wait for the timeout
+  KTUNE_RETURN_IF_ERROR(enqueued);
   KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventSynchronize, stop_.get()));
   float ms = 0;
   KTUNE_RETURN_IF_ERROR(KTUNE_CU(driver_, EventElapsedTime, &ms, start_.get(), stop_.get()));
@@ -1056,6 +1074,18 @@ absl::StatusOr<std::vector<Comparison>> CudaWorkerSession::CompareOutputs() {
     out.push_back(c);
   }
   return out;
+}
+
+void CudaWorkerSession::EnsureLaunchGate() {
+  if (gate_tried_) return;
+  gate_tried_ = true;
+  absl::StatusOr<LaunchGate> g = LaunchGate::Load(driver_);
+  if (g.ok()) {
+    gate_ = std::move(*g);
+    return;
+  }
+  std::fprintf(stderr, "ktune-worker: the launch gate is unavailable, timing batches as the "
+               "host enqueues them: %s\n", std::string(g.status().message()).c_str());
 }
 
 void CudaWorkerSession::EnsureDeviceBuffers() {
