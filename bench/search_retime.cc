@@ -6,7 +6,7 @@
 // --within of the reference's (median over the rounds).
 //
 //   search_retime --reference A.db --candidate B.db [--rounds 5] [--gpu 0] [--within 0.02]
-//                 [--idle-ms 0]
+//                 [--idle-ms 0] [--min-sample-us US]
 //
 // --idle-ms leaves the GPU idle that long before each measurement, as a tuning job's GPU
 // waits for compiles between candidates: a kernel of a few microseconds then reads slower
@@ -40,6 +40,7 @@ struct Args {
   int rounds = 5;
   double within = 0.02;
   int idle_ms = 0;
+  double min_sample_us = 0;  // 0: the worker's default
 };
 
 std::string KeyName(const store::EntryKey& k) {
@@ -86,6 +87,7 @@ absl::StatusOr<std::pair<double, double>> Retime(Engine& engine, Gpu& gpu, const
   }
   std::vector<double> times[2];
   v1::TimingOptions timing;
+  timing.set_min_sample_us(args.min_sample_us);
   for (int r = 0; r < args.rounds; ++r) {
     for (int i = 0; i < 2; ++i) {
       if (args.idle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args.idle_ms));
@@ -167,6 +169,9 @@ int main(int argc, char** argv) {
   app.add_option("--gpu", args.gpu, "GPU ordinal");
   app.add_option("--rounds", args.rounds, "Alternating measurements of each")->capture_default_str();
   app.add_option("--within", args.within, "Tolerance of 'as fast'")->capture_default_str();
+  app.add_option("--min-sample-us", args.min_sample_us,
+                 "Shorter runs are timed in batches this long (default: the worker's)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--idle-ms", args.idle_ms, "GPU idle time before each measurement")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
