@@ -823,13 +823,14 @@ absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
       for (const char* knob : kPerKnobIdentifiers) reads_no_knob &= id != knob;
     }
     t->constraint_reads_no_knob_.push_back(reads_no_knob);
+    t->constraints_.push_back(&t->expressions_.at(c));
   }
   KTUNE_RETURN_IF_ERROR(CheckAtExampleShape(t, t->expressions_, file, *text));
   return std::shared_ptr<const KernelTemplate>(std::move(t));
 }
 
 bool KernelTemplate::ConstraintReads(int i, const std::string& id) const {
-  const std::vector<std::string>& ids = expressions_.at(manifest_.constraints(i)).identifiers();
+  const std::vector<std::string>& ids = Constraint(i).identifiers();
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 

@@ -62,6 +62,9 @@ class KernelTemplate {
   // Whether the manifest's constraints[i] reads identifier `id` (a param, a dim, a knob).
   // REQUIRES: i < constraints_size().
   bool ConstraintReads(int i, const std::string& id) const;
+  // The manifest's constraints[i], parsed: what Evaluate(constraints(i), ...) evaluates,
+  // without finding it by its text. REQUIRES: i < constraints_size().
+  const Expression& Constraint(int i) const { return *constraints_[static_cast<size_t>(i)]; }
 
  private:
   friend absl::StatusOr<std::shared_ptr<const KernelTemplate>> LoadKernelTemplate(
@@ -75,6 +78,8 @@ class KernelTemplate {
   std::vector<DType> dtypes_;
   absl::flat_hash_map<std::string, Expression> expressions_;
   std::vector<bool> constraint_reads_no_knob_;  // per manifest constraint
+  // Per manifest constraint: its entry of expressions_, which nothing changes after load.
+  std::vector<const Expression*> constraints_;
 };
 
 // Loads and validates the template in folder `dir` (NAME/NAME.textproto and NAME/NAME.cu).

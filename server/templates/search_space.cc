@@ -49,6 +49,12 @@ class Enumerator {
       }
       decided_at_[static_cast<size_t>(level)].push_back(c);
     }
+    for (int c = 0; c < m.constraints_size(); ++c) {
+      rejected_by_.push_back(ReasonGroup(absl::StrCat("constraint '", m.constraints(c), "'")));
+    }
+    // The walk's scope: the shape's dims and the target's constants, the params added as
+    // they are set. (Its knob values are the defaults; the constraints it decides read none.)
+    scope_ = BaseScope(dtype_, shape_, Config{}, target_);
     below_.assign(static_cast<size_t>(n) + 1, 1);
     for (int p = 0; p < n; ++p) {
       below_[static_cast<size_t>(p) + 1] = below_[static_cast<size_t>(p)] * m.params(p).values_size();
@@ -66,18 +72,15 @@ class Enumerator {
   absl::Status Walk(int level, Config& config) {
     const v1::TemplateManifest& m = tmpl_->manifest();
     const int64_t knobs = static_cast<int64_t>(knob_choices_.size());
-    const std::vector<int>& decided = decided_at_[static_cast<size_t>(level)];
-    const Scope scope = decided.empty() ? Scope{} : BaseScope(dtype_, shape_, config, target_);
-    for (int c : decided) {
+    for (int c : decided_at_[static_cast<size_t>(level)]) {
       // An error here is the one Bind would give for every point below, at the same
       // constraint (it checks these first, in this order, with these values).
-      KTUNE_ASSIGN_OR_RETURN(int64_t ok, tmpl_->Evaluate(m.constraints(c), scope));
+      KTUNE_ASSIGN_OR_RETURN(int64_t ok, tmpl_->Constraint(c).Evaluate(scope_));
       if (ok == 0) {
         const int64_t points = below_[static_cast<size_t>(level)];
         space_.param_points += points;
         space_.points += points * knobs;
-        space_.rejected[ReasonGroup(absl::StrCat("constraint '", m.constraints(c), "'"))] +=
-            points * knobs;
+        space_.rejected[rejected_by_[static_cast<size_t>(c)]] += points * knobs;
         return absl::OkStatus();
       }
     }
@@ -85,9 +88,11 @@ class Enumerator {
     const v1::Param& p = m.params(level - 1);
     for (int64_t v : p.values()) {
       config.params[p.name()] = v;
+      scope_.values[p.name()] = v;
       KTUNE_RETURN_IF_ERROR(Walk(level - 1, config));
     }
     config.params.erase(p.name());
+    scope_.values.erase(p.name());
     return absl::OkStatus();
   }
 
@@ -115,6 +120,8 @@ class Enumerator {
   const std::vector<Knobs>& knob_choices_;
   std::vector<std::vector<int>> decided_at_;  // per level: the constraints decided there
   std::vector<int64_t> below_;                // per level: the param points under it
+  std::vector<std::string> rejected_by_;      // per constraint: its key in space_.rejected
+  Scope scope_;                               // the walk's values (params level..n-1 set)
   SearchSpace space_;
 };
 
