@@ -252,7 +252,7 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
   auto check_constraints = [&](bool reading_knobs) -> absl::StatusOr<bool> {
     for (int i = 0; !is_reference && i < m.constraints_size(); ++i) {
       if (t.ConstraintReadsNoKnob(i) == reading_knobs) continue;
-      KTUNE_ASSIGN_OR_RETURN(int64_t ok, t.Evaluate(m.constraints(i), scope));
+      KTUNE_ASSIGN_OR_RETURN(int64_t ok, t.Constraint(i).Evaluate(scope));
       if (!ok) {
         result.rejected_because = absl::StrCat("constraint '", m.constraints(i), "'");
         return false;
