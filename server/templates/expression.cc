@@ -86,6 +86,7 @@ struct Expression::Node {
   Op op = Op::kAdd;
   int64_t value = 0;
   std::string name;
+  size_t name_hash = 0;  // the scope's hash of `name`, so a lookup does not hash it again
   std::unique_ptr<const Node> a, b, c;
   int height = 1;
 };
@@ -366,6 +367,7 @@ class Parser {
       auto node = std::make_unique<Node>();
       node->kind = Node::Kind::kIdentifier;
       node->name = std::string(name.text);
+      node->name_hash = decltype(Scope::values)::hasher()(node->name);
       return node;
     }
     if (!is_function) {
@@ -436,7 +438,7 @@ class Evaluator {
         *out = n.value;
         return true;
       case Node::Kind::kIdentifier: {
-        auto it = scope_.values.find(n.name);
+        auto it = scope_.values.find(n.name, n.name_hash);
         if (it == scope_.values.end()) {
           return Fail(absl::StrCat("unknown identifier '", n.name, "'"));
         }
