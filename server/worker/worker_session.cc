@@ -346,6 +346,15 @@ bool SpreadIsSmall(const std::vector<double>& samples, int64_t batch, double tar
 // Whether a phase of Measure ended the measurement with the candidate's outcome.
 bool Finished(const v1::Measurement& m) { return !m.outcome().empty(); }
 
+// `loaded`'s value, or none after saying on stderr what the worker does without it.
+template <typename T>
+std::optional<T> LoadedOrNone(absl::StatusOr<T> loaded, const char* without) {
+  if (loaded.ok()) return *std::move(loaded);
+  std::fprintf(stderr, "ktune-worker: %s: %s\n", without,
+               std::string(loaded.status().message()).c_str());
+  return std::nullopt;
+}
+
 class CudaWorkerSession final : public WorkerSession {
  public:
   explicit CudaWorkerSession(int ordinal) : fixed_ordinal_(ordinal) {}
@@ -404,14 +413,11 @@ class CudaWorkerSession final : public WorkerSession {
                                   bool flush_l2);
   absl::Status Download();
   absl::Status EnsureFlushBuffer();
-  // Loads the GPU check (output_check.h) once; without it (a driver that cannot JIT the
-  // PTX) outputs are checked on the host.
-  void EnsureDeviceCheck();
-  // Loads the GPU fill and digest (device_buffers.h) once; without them the host does both.
-  void EnsureDeviceBuffers();
-  // Loads the launch gate (launch_gate.h) once; without it a timed batch starts as soon as
-  // its first launch is enqueued.
-  void EnsureLaunchGate();
+  // Loads the worker's own kernels once, at the first problem: the output check
+  // (output_check.h), the fills and digests (device_buffers.h) and the launch gate
+  // (launch_gate.h). One the driver cannot JIT is left out, saying so on stderr, and the
+  // worker does without it: checks, fills and digests on the host, batches ungated.
+  void LoadOwnKernels();
 
   // SetProblem's phases after PlanProblem, in order.
   // kResourceExhausted when the problem's buffers do not fit the free GPU memory.
@@ -470,13 +476,10 @@ class CudaWorkerSession final : public WorkerSession {
   Module flush_module_;            // kReadFlushPtx, JIT-compiled by the driver at first use
   CUfunction flush_fn_ = nullptr;  // null: flush by cuMemsetD32 instead
   DeviceMemory flush_sink_;
-  bool check_tried_ = false;
-  std::optional<OutputCheck> check_;  // loaded at the first problem; none: the host checks
-  bool gate_tried_ = false;
-  std::optional<LaunchGate> gate_;  // loaded at the first timing; none: batches run ungated
-  bool device_buffers_tried_ = false;
-  // Loaded at the first problem; none: inputs are generated and outputs digested on the host.
-  std::optional<DeviceBuffers> device_buffers_;
+  bool own_kernels_loaded_ = false;  // LoadOwnKernels ran; the three below as it left them
+  std::optional<OutputCheck> check_;  // none: the host checks
+  std::optional<DeviceBuffers> device_buffers_;  // none: the host fills and digests
+  std::optional<LaunchGate> gate_;  // none: batches run ungated
   bool keep_outputs_ = false;         // KeepOutputs: read outputs back after a GPU check too
   std::unique_ptr<Problem> problem_;
   // Whether the buffers' `got` bytes are the last checked run's (the reference's after
@@ -754,7 +757,6 @@ absl::StatusOr<double> CudaWorkerSession::TimeRuns(const std::vector<PreparedLau
   // time the GPU running the launches back to back, not the host enqueueing them.
   // (A batch too long for the driver's queue would fill it behind the gate and wait for the
   // gate's timeout; one that long needs no gate.)
-  EnsureLaunchGate();
   const bool gated =
       gate_ && repeats * static_cast<int64_t>(launches.size()) <= kMaxGatedLaunches;
   if (gated) KTUNE_RETURN_IF_ERROR(gate_->Close(stream_.get()));
@@ -810,6 +812,7 @@ absl::StatusOr<v1::ProblemReady> CudaWorkerSession::SetProblem(const v1::Problem
   }
   KTUNE_RETURN_IF_ERROR(ValidateBinary(spec.reference(), spec.args_size(), "problem.reference"));
   KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Problem> problem, PlanProblem(spec));
+  LoadOwnKernels();
   KTUNE_RETURN_IF_ERROR(EnsureFlushBuffer());
   KTUNE_RETURN_IF_ERROR(CheckFreeMemory(DeviceBytes(*problem)));
   KTUNE_RETURN_IF_ERROR(UploadBuffers(spec, *problem));
@@ -840,7 +843,6 @@ absl::Status CudaWorkerSession::CheckFreeMemory(size_t device_bytes) {
 }
 
 absl::Status CudaWorkerSession::UploadBuffers(const v1::Problem& spec, Problem& problem) {
-  EnsureDeviceBuffers();
   for (ProblemBuffer& b : problem.buffers) {
     const v1::ArgSpec& a = spec.args(b.arg_index);
     const std::string at = absl::StrCat("problem.args[", b.arg_index, "] (", b.name, ")");
@@ -891,7 +893,6 @@ absl::StatusOr<v1::ProblemReady> CudaWorkerSession::RunReference(
     if (!poisoned()) forced_poison_ = true;  // an asynchronous error: trust nothing more
     return absl::InternalError(absl::StrCat("the reference failed: ", s.message()));
   }
-  EnsureDeviceCheck();
   // The outputs come back only where the host needs them: to check candidates against, to
   // show (KeepOutputs), or to digest where the GPU cannot.
   if (!check_ || keep_outputs_ || !device_buffers_) KTUNE_RETURN_IF_ERROR(Download());
@@ -1076,41 +1077,15 @@ absl::StatusOr<std::vector<Comparison>> CudaWorkerSession::CompareOutputs() {
   return out;
 }
 
-void CudaWorkerSession::EnsureLaunchGate() {
-  if (gate_tried_) return;
-  gate_tried_ = true;
-  absl::StatusOr<LaunchGate> g = LaunchGate::Load(driver_);
-  if (g.ok()) {
-    gate_ = std::move(*g);
-    return;
-  }
-  std::fprintf(stderr, "ktune-worker: the launch gate is unavailable, timing batches as the "
-               "host enqueues them: %s\n", std::string(g.status().message()).c_str());
-}
-
-void CudaWorkerSession::EnsureDeviceBuffers() {
-  if (device_buffers_tried_) return;
-  device_buffers_tried_ = true;
-  absl::StatusOr<DeviceBuffers> d = DeviceBuffers::Load(driver_, info_.sm_count());
-  if (d.ok()) {
-    device_buffers_ = std::move(*d);
-    return;
-  }
-  std::fprintf(stderr, "ktune-worker: GPU fills and digests are unavailable, making them on the "
-               "host: %s\n", std::string(d.status().message()).c_str());
-}
-
-void CudaWorkerSession::EnsureDeviceCheck() {
-  if (check_tried_) return;
-  check_tried_ = true;
-  absl::StatusOr<OutputCheck> check = OutputCheck::Load(driver_, info_.sm_count());
-  if (check.ok()) {
-    check_ = std::move(*check);
-    return;
-  }
-  // A driver that cannot JIT the PTX still checks: on the host.
-  std::fprintf(stderr, "ktune-worker: the GPU output check is unavailable, checking on the "
-               "host: %s\n", std::string(check.status().message()).c_str());
+void CudaWorkerSession::LoadOwnKernels() {
+  if (own_kernels_loaded_) return;
+  own_kernels_loaded_ = true;
+  check_ = LoadedOrNone(OutputCheck::Load(driver_, info_.sm_count()),
+                        "the GPU output check is unavailable, checking on the host");
+  device_buffers_ = LoadedOrNone(DeviceBuffers::Load(driver_, info_.sm_count()),
+                                 "GPU fills and digests are unavailable, making them on the host");
+  gate_ = LoadedOrNone(LaunchGate::Load(driver_),
+                       "the launch gate is unavailable, timing batches as the host enqueues them");
 }
 
 void CudaWorkerSession::CompareWithReference(const std::vector<Comparison>& comparisons,
