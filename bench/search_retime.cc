@@ -6,19 +6,13 @@
 // --within of the reference's (median over the rounds).
 //
 //   search_retime --reference A.db --candidate B.db [--rounds 5] [--gpu 0] [--within 0.02]
-//                 [--idle-ms 0] [--min-sample-us US]
-//
-// --idle-ms leaves the GPU idle that long before each measurement, as a tuning job's GPU
-// waits for compiles between candidates: a kernel of a few microseconds then reads slower
-// if the GPU's clocks fall while it waits (a question of the timer, not of the kernel).
+//                 [--min-sample-us US]
 //
 // Two searches that agree on a config count as equal without measuring.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -39,7 +33,6 @@ struct Args {
   int gpu = 0;
   int rounds = 5;
   double within = 0.02;
-  int idle_ms = 0;
   double min_sample_us = 0;  // 0: the worker's default
 };
 
@@ -90,7 +83,6 @@ absl::StatusOr<std::pair<double, double>> Retime(Engine& engine, Gpu& gpu, const
   timing.set_min_sample_us(args.min_sample_us);
   for (int r = 0; r < args.rounds; ++r) {
     for (int i = 0; i < 2; ++i) {
-      if (args.idle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args.idle_ms));
       KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, gpu.Measure(binaries[i], timing));
       if (m.outcome() == "ok") times[i].push_back(m.time_ns());
     }
@@ -171,9 +163,6 @@ int main(int argc, char** argv) {
   app.add_option("--within", args.within, "Tolerance of 'as fast'")->capture_default_str();
   app.add_option("--min-sample-us", args.min_sample_us,
                  "Shorter runs are timed in batches this long (default: the worker's)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--idle-ms", args.idle_ms, "GPU idle time before each measurement")
-      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   return ktune::Run(args);

@@ -13,12 +13,14 @@
 
 #include "server/worker/driver.h"
 #include "server/worker/host_buffers.h"
+#include "tests/testing/fills.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/worker_gpu_fixture.h"
 
 namespace ktune {
 namespace {
 
+using ::ktune::testing::MakeFill;
 using ::ktune::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -44,14 +46,6 @@ class DeviceBuffersGpuTest : public testing::WorkerGpuFixture {
 
   DeviceBuffers buffers_;
 };
-
-v1::Fill MakeFill(v1::Fill::Kind kind, double lo, double hi) {
-  v1::Fill f;
-  f.set_kind(kind);
-  f.set_lo(lo);
-  f.set_hi(hi);
-  return f;
-}
 
 TEST_F(DeviceBuffersGpuTest, FillsTheHostsBytesForEveryDtypeAndKind) {
   const std::vector<v1::Fill> fills = {

@@ -10,11 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/fills.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ktune {
 namespace {
 
+using ::ktune::testing::MakeFill;
 using ::ktune::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
@@ -28,14 +30,6 @@ uint32_t Bits(float f) {
 float FromBits(uint32_t x) {
   float f;
   std::memcpy(&f, &x, 4);
-  return f;
-}
-
-v1::Fill MakeFill(v1::Fill::Kind kind, double lo = 0, double hi = 0) {
-  v1::Fill f;
-  f.set_kind(kind);
-  f.set_lo(lo);
-  f.set_hi(hi);
   return f;
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "server/worker/device_buffers.h"
+#include "tests/testing/fills.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/worker_gpu_fixture.h"
 
@@ -27,10 +28,8 @@ class LaunchGateGpuTest : public testing::WorkerGpuFixture {
 
   // Enqueues a kernel that stores `value` to the mapped word, where the host sees it.
   void EnqueueStore(float value) {
-    v1::Fill fill;
-    fill.set_kind(v1::Fill::CONSTANT);
-    fill.set_lo(value);
-    ASSERT_OK(buffers_.Fill(DType::kF32, word_.device(), 1, fill, 0, stream_.get()));
+    ASSERT_OK(buffers_.Fill(DType::kF32, word_.device(), 1,
+                            testing::MakeFill(v1::Fill::CONSTANT, value), 0, stream_.get()));
   }
   float Word() const { return *static_cast<volatile float*>(word_.host()); }
 
