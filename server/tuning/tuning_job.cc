@@ -440,6 +440,7 @@ class TuningRun {
     trial.config = p.config;
     trial.candidate_hash = compiled.key;
     trial.compile_ms = compiled.cache_hit ? 0 : compiled.compile_ms;
+    std::optional<v1::Measurement> full_run;  // a run with the request's own timing
     if (!compiled.ok) {
       trial.outcome = Outcome::kCompileFailed;
       trial.log = compiled.log.substr(0, kMaxLogBytes);
@@ -456,10 +457,12 @@ class TuningRun {
                           : absl::StrCat("unknown outcome '", m.outcome(), "': ", m.detail());
       trial.metrics = DeriveMetrics(compiled, DynamicSmem(p.instance), m, p.instance.bytes,
                                     p.instance.flops, copy_gbps_);
+      if (!TimingRounds()) full_run = std::move(m);
     }
     trial.created_unix_ms = NowUnixMs();
     KTUNE_ASSIGN_OR_RETURN(trial.id,
                            Timed(&phases_.store, [&] { return env_.store->AddTrial(trial); }));
+    if (full_run && trial.outcome == Outcome::kOk) full_runs_[trial.id] = *std::move(full_run);
     Timed(&phases_.strategy,
           [&] { strategy_->Report(trial.config, trial.outcome, trial.metrics.time_ns); });
     if (trial.outcome == Outcome::kOk && (!best_ || Faster(trial, *best_))) best_ = trial;
@@ -542,27 +545,38 @@ class TuningRun {
       const Instance& inst = f->built.instance;
       t.metrics = DeriveMetrics(f->built.compiled, DynamicSmem(inst), *m, inst.bytes, inst.flops,
                                 copy_gbps_);
+      full_runs_[t.id] = *std::move(m);
     }
     return absl::OkStatus();
   }
 
-  // The fastest few ok trials, each measured `final_rounds` more times, interleaved so that
-  // drift in clocks or temperature touches every finalist alike. The winner: the lowest
-  // median over the final round (a finalist that failed a rerun is out); with no final
-  // round, the fastest trial. Its metrics are those of its median run.
+  // The fastest few ok trials, each with `final_rounds` full runs, the later ones
+  // interleaved so that drift in clocks or temperature touches every finalist alike. A
+  // finalist already timed in full in this run (promoted, or measured by exhaustive) counts
+  // that run as its first: it is the same binary on the same problem with the same timing,
+  // and timing it once more only to throw that run away cost a third of the round. The
+  // winner: the lowest median over the final round (a finalist that failed a rerun is out);
+  // with no final round, the fastest trial. Its metrics are those of its median run.
   absl::StatusOr<Finalist> FinalRound(const std::vector<store::Trial>& trials) {
     const std::vector<const store::Trial*> ranked = OkFastestFirst(trials);
     const size_t finalists = request_.final_rounds > 0
                                  ? std::min<size_t>(std::max(request_.finalists, 1), ranked.size())
                                  : 1;
     std::vector<Finalist> final;
+    std::vector<size_t> reused;  // per finalist: runs it brings from earlier in this run
     for (size_t i = 0; i < finalists; ++i) {
       absl::StatusOr<Finalist> f = PrepareFinalist(*ranked[i]);
       if (!f.ok()) return Fail(f.status());
+      if (auto run = full_runs_.find(ranked[i]->id); run != full_runs_.end()) {
+        f->runs.push_back(run->second);
+      }
+      reused.push_back(f->runs.size());
       final.push_back(*std::move(f));
     }
     for (int round = 0; final.size() > 1 && round < request_.final_rounds; ++round) {
-      for (Finalist& f : final) {
+      for (size_t i = 0; i < final.size(); ++i) {
+        if (static_cast<size_t>(round) < reused[i]) continue;
+        Finalist& f = final[i];
         absl::StatusOr<v1::Measurement> m = env_.gpu->Retime(f.built.binary, request_.timing);
         if (!m.ok()) return Fail(m.status());
         if (m->outcome() == OutcomeName(Outcome::kOk)) f.runs.push_back(*std::move(m));
@@ -652,6 +666,9 @@ class TuningRun {
   int64_t done_ = 0;         // trials of this job so far, an earlier run's included
   int64_t done_before_ = 0;  // trials of an earlier run
   std::optional<store::Trial> best_;  // the fastest ok trial so far
+  // Full timings (the request's `timing`, not a screening) of ok trials made in this run,
+  // by trial id: the final round's first run of a finalist that has one.
+  std::map<int64_t, v1::Measurement> full_runs_;
   TunePhases phases_;
 };
 

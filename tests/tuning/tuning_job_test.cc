@@ -91,7 +91,8 @@ TEST_F(TuningJobTest, ExhaustiveFindsTheBestAndStoresIt) {
                          return true;
                        }));
   // tiny at n=1000: 18 valid param points x 6 knob choices (search_space_test).
-  EXPECT_EQ(gpu_.measures, 108 + 3 * 3);  // and the final round: 3 finalists x 3 runs
+  // And the final round: 3 finalists x 3 runs, the first of each its run in the search.
+  EXPECT_EQ(gpu_.measures, 108 + 3 * 2);
   EXPECT_EQ(r.trials.size(), 108u);
   EXPECT_EQ(seen_done.size(), 108u);
   EXPECT_EQ(seen_done.back(), 108);
@@ -181,7 +182,7 @@ TEST_F(TuningJobTest, FailuresAreRecordedAndTheJobGoesOn) {
     }
   }
   // Compile failures never reach the GPU.
-  EXPECT_EQ(gpu_.measures, 108 - 6 + 3 * 3);
+  EXPECT_EQ(gpu_.measures, 108 - 6 + 3 * 2);
 }
 
 // The default config is the speed-up's baseline: measured first, even by an exhaustive
@@ -230,10 +231,25 @@ TEST_F(TuningJobTest, CancelledJobResumesFromItsTrials) {
   gpu_.measures = 0;
   ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
   EXPECT_EQ(r.resumed_trials, 40);
-  EXPECT_EQ(gpu_.measures, 108 - 40 + 3 * 3);  // nothing measured twice but the finalists
+  // Nothing measured twice but the finalists (all three measured in this run: their runs
+  // in the search count as their first of the final round).
+  EXPECT_EQ(gpu_.measures, 108 - 40 + 3 * 2);
   EXPECT_EQ(r.trials.size(), 108u);
   EXPECT_EQ(r.entry.job_id, abandoned[0].id);
   EXPECT_EQ(r.entry.config.params.at("BLOCK"), 256);
+
+  // A job cancelled at its last candidate: the next run measures nothing new, and its
+  // finalists, measured by the earlier run (whose runs only the store's trial times
+  // remain of), get all three final-round runs.
+  request_.shape = {{"n", 2000}};
+  calls = 0;
+  EXPECT_THAT(RunTuning(request_, Env(), [&](const TuneProgress&) { return ++calls < 108; }),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("after 108 of 108")));
+  gpu_.measures = 0;
+  ASSERT_OK_AND_ASSIGN(TuneResult last, RunTuning(request_, Env()));
+  EXPECT_EQ(last.resumed_trials, 108);
+  EXPECT_EQ(gpu_.measures, 3 * 3);
+  EXPECT_EQ(last.entry.metrics.time_ns, 1100);
 }
 
 TEST_F(TuningJobTest, FinalRoundOutvotesALuckySample) {
@@ -417,7 +433,7 @@ TEST_F(TuningJobTest, PhasesSayWhereTheWallTimeWent) {
   const TunePhases& p = r.phases;
   EXPECT_GE(p.reference, 0.030);
   EXPECT_GE(p.measure, 0.108);      // every one of the 108 candidates, once
-  EXPECT_GE(p.final_round, 0.009);  // 3 finalists x 3 rounds
+  EXPECT_GE(p.final_round, 0.006);  // 3 finalists x the 2 runs not made in the search
   EXPECT_LT(p.final_round, p.measure);
   EXPECT_EQ(p.promote, 0);          // exhaustive: no timing rounds
   EXPECT_GT(p.prepare, 0);
@@ -550,16 +566,17 @@ TEST_F(TuningJobTest, GuidedWarmStartsFromTheNearestStoredKey) {
 }
 
 // Timing in rounds: random over 30 candidates times each briefly (screening), then the
-// fastest third (10) again with the request's timing, then the final round's 3 x 3. The
-// exhaustive reference times every candidate with the request's timing. Only the search's
-// measurements check outputs: the leaders and finalists passed theirs, and are retimed.
+// fastest third (10) again with the request's timing, then the final round's 3 x 3 runs, of
+// which each finalist's promoted run is the first. The exhaustive reference times every
+// candidate with the request's timing. Only the search's measurements check outputs: the
+// leaders and finalists passed theirs, and are retimed.
 TEST_F(TuningJobTest, TimingRoundsScreenEveryCandidateThenTimeTheLeadersInFull) {
   request_.search.strategy = "random";
   request_.search.budget = 30;
   ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
   ASSERT_EQ(r.trials.size(), 30u);
-  ASSERT_EQ(gpu_.timings.size(), 30u + 10u + 9u);
-  EXPECT_EQ(gpu_.retimes, 10 + 9);
+  ASSERT_EQ(gpu_.timings.size(), 30u + 10u + 6u);
+  EXPECT_EQ(gpu_.retimes, 10 + 6);
   for (size_t i = 0; i < gpu_.timings.size(); ++i) {
     const v1::TimingOptions& t = gpu_.timings[i];
     if (i < 30) {
@@ -593,8 +610,9 @@ TEST_F(TuningJobTest, TimingRoundsScreenEveryCandidateThenTimeTheLeadersInFull) 
     gpu_.timings.clear();
     gpu_.retimes = 0;
     ASSERT_OK(RunTuning(request_, Env()).status());
-    ASSERT_EQ(gpu_.timings.size(), 12u + 9u) << no_rounds;  // no promotion
-    EXPECT_EQ(gpu_.retimes, 9) << no_rounds;
+    // No promotion; the finalists' runs in the search are their first of the final round.
+    ASSERT_EQ(gpu_.timings.size(), 12u + 6u) << no_rounds;
+    EXPECT_EQ(gpu_.retimes, 6) << no_rounds;
     for (const v1::TimingOptions& t : gpu_.timings) EXPECT_EQ(t.max_repeats(), 0) << no_rounds;
   }
 }
