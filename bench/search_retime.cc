@@ -1,7 +1,10 @@
 // Times two stores' winners of the same keys side by side on one GPU: for each key tuned in
 // both (a reference search, e.g. exhaustive, and a candidate, e.g. guided), both configs are
 // built again, the key's problem is set once, and the two kernels are measured in alternation
-// (A B A B ...) with the tuner's own timer, so clock and temperature drift touch both alike.
+// (A B A B ...) with the tuner's own timer, so clock and temperature drift touch both alike,
+// both with the batch (runs per timed sample) the worker chose for A's first run, as a
+// tuning job times its finalists: batched apart, near-equal kernels differ by the weight of
+// a sample's L2-cold first run alone.
 // Prints one line per key and a summary: how many keys the candidate's winner is within
 // --within of the reference's (median over the rounds).
 //
@@ -56,9 +59,21 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// The two configs of one key, measured in alternation; {reference, candidate} medians in ns
-// (0 where a run failed).
-absl::StatusOr<std::pair<double, double>> Retime(Engine& engine, Gpu& gpu, const TargetInfo& target,
+// Of one of the two configs: the median of its runs in ns (0 where a run failed), and the
+// fewest and most runs per timed sample the worker chose for it (short kernels are timed in
+// batches; the first run of a batch follows the L2 flush, the others find warm lines).
+struct Side {
+  double median_ns = 0;
+  int64_t min_batch = 0, max_batch = 0;
+};
+
+std::string BatchString(const Side& s) {
+  return s.min_batch == s.max_batch ? absl::StrCat(s.min_batch)
+                                    : absl::StrCat(s.min_batch, "-", s.max_batch);
+}
+
+// The two configs of one key, measured in alternation: {reference, candidate}.
+absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const TargetInfo& target,
                                                  const store::EntrySummary& a,
                                                  const store::EntrySummary& b, const Args& args) {
   KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const KernelTemplate> tmpl,
@@ -79,15 +94,22 @@ absl::StatusOr<std::pair<double, double>> Retime(Engine& engine, Gpu& gpu, const
     binaries.push_back(built.binary);
   }
   std::vector<double> times[2];
+  Side sides[2];
   v1::TimingOptions timing;
   timing.set_min_sample_us(args.min_sample_us);
   for (int r = 0; r < args.rounds; ++r) {
     for (int i = 0; i < 2; ++i) {
       KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, gpu.Measure(binaries[i], timing));
-      if (m.outcome() == "ok") times[i].push_back(m.time_ns());
+      if (m.outcome() != "ok") continue;
+      if (timing.batch() == 0) timing.set_batch(m.batch());
+      times[i].push_back(m.time_ns());
+      Side& s = sides[i];
+      s.min_batch = s.min_batch == 0 ? m.batch() : std::min(s.min_batch, m.batch());
+      s.max_batch = std::max(s.max_batch, m.batch());
     }
   }
-  return std::make_pair(Median(times[0]), Median(times[1]));
+  for (int i = 0; i < 2; ++i) sides[i].median_ns = Median(times[i]);
+  return std::make_pair(sides[0], sides[1]);
 }
 
 int Run(const Args& args) {
@@ -117,7 +139,8 @@ int Run(const Args& args) {
   const TargetInfo target = TargetForDevice(*info);
   int keys = 0, within = 0, same_config = 0, failed = 0;
   double worst = 0;
-  std::printf("%-64s %12s %12s %7s\n", "key", "reference ns", "candidate ns", "ratio");
+  std::printf("%-64s %12s %12s %7s %9s\n", "key", "reference ns", "candidate ns", "ratio",
+              "batches");
   for (const auto& [name, a] : *ref) {
     auto it = cand->find(name);
     if (it == cand->end()) continue;
@@ -129,17 +152,19 @@ int Run(const Args& args) {
       std::printf("%-64s %12s %12s %7s\n", name.c_str(), "-", "-", "same");
       continue;
     }
-    absl::StatusOr<std::pair<double, double>> t = Retime(**engine, **gpu, target, a, b, args);
-    if (!t.ok() || t->first <= 0 || t->second <= 0) {
+    absl::StatusOr<std::pair<Side, Side>> t = Retime(**engine, **gpu, target, a, b, args);
+    if (!t.ok() || t->first.median_ns <= 0 || t->second.median_ns <= 0) {
       ++failed;
       std::printf("%-64s failed: %s\n", name.c_str(),
                   t.ok() ? "a run failed" : std::string(t.status().message()).c_str());
       continue;
     }
-    const double ratio = t->second / t->first;
+    const double ratio = t->second.median_ns / t->first.median_ns;
     worst = std::max(worst, ratio);
     if (ratio <= 1 + args.within) ++within;
-    std::printf("%-64s %12.0f %12.0f %7.3f\n", name.c_str(), t->first, t->second, ratio);
+    std::printf("%-64s %12.0f %12.0f %7.3f %9s\n", name.c_str(), t->first.median_ns,
+                t->second.median_ns, ratio,
+                absl::StrCat(BatchString(t->first), "/", BatchString(t->second)).c_str());
   }
   std::printf("\n%d keys in both: candidate within %.0f %% of the reference on %d (%d the same "
               "config), %d failed to retime; worst ratio %.3f\n",

@@ -13,6 +13,7 @@
 #include "server/base/sha256.h"
 #include "server/base/status_macros.h"
 #include "server/gpu/device_model.h"
+#include "server/gpu/timing_plan.h"
 #include "server/templates/instance.h"
 #include "server/templates/search_space.h"
 #include "absl/strings/str_format.h"
@@ -235,6 +236,7 @@ class TuningRun {
     KTUNE_RETURN_IF_ERROR(Search(std::move(first)));
     KTUNE_ASSIGN_OR_RETURN(std::vector<store::Trial> trials, env_.store->ListTrials(job_.id));
     if (!best_) return Fail(NoCandidatePassed(trials));
+    decision_timing_ = DecisionTiming(*best_);
     if (TimingRounds()) {
       KTUNE_RETURN_IF_ERROR(Timed(&phases_.promote, [&] { return Promote(trials); }));
     }
@@ -316,6 +318,19 @@ class TuningRun {
 
   bool TimingRounds() const {
     return request_.timing_rounds && request_.search.strategy != "exhaustive";
+  }
+
+  // The timing of the runs that decide the winner (the leaders' and the finalists'): the
+  // request's, with one batch for all of them (TimingOptions.batch), the one the worker
+  // would choose for `fastest` by its time. Left to itself the worker sizes each kernel's
+  // batch from its own warm-up, and near-equal kernels batched 6 and 7 differ by the weight
+  // of their samples' L2-cold first run alone, more than the 1-2 % between them.
+  v1::TimingOptions DecisionTiming(const store::Trial& fastest) const {
+    v1::TimingOptions t = request_.timing;
+    if (t.batch() == 0) {
+      t.set_batch(SampleBatch(ResolveTiming(request_.timing), fastest.metrics.time_ns / 1e6));
+    }
+    return t;
   }
 
   // The strategy's inputs; for guided, every candidate's features (bound for this shape)
@@ -523,7 +538,7 @@ class TuningRun {
   }
 
   // Timing in rounds: the fastest ok trials by their screening times, a third of them (at
-  // least 2 x finalists, at most kMaxPromoted), are timed again with the request's timing,
+  // least 2 x finalists, at most kMaxPromoted), are timed again with the decision's timing,
   // and those times replace the screening ones in `trials` (the store keeps the screening
   // trials). A leader whose full run is not ok leaves the race with that outcome.
   absl::Status Promote(std::vector<store::Trial>& trials) {
@@ -535,7 +550,7 @@ class TuningRun {
       store::Trial& t = *ranked[i];
       absl::StatusOr<Finalist> f = PrepareFinalist(t);
       if (!f.ok()) return Fail(f.status());
-      absl::StatusOr<v1::Measurement> m = env_.gpu->Retime(f->built.binary, request_.timing);
+      absl::StatusOr<v1::Measurement> m = env_.gpu->Retime(f->built.binary, decision_timing_);
       if (!m.ok()) return Fail(m.status());
       if (std::optional<Outcome> o = ParseOutcome(m->outcome()); o != Outcome::kOk) {
         t.outcome = o.value_or(Outcome::kCrashed);
@@ -552,11 +567,12 @@ class TuningRun {
 
   // The fastest few ok trials, each with `final_rounds` full runs, the later ones
   // interleaved so that drift in clocks or temperature touches every finalist alike. A
-  // finalist already timed in full in this run (promoted, or measured by exhaustive) counts
-  // that run as its first: it is the same binary on the same problem with the same timing,
-  // and timing it once more only to throw that run away cost a third of the round. The
-  // winner: the lowest median over the final round (a finalist that failed a rerun is out);
-  // with no final round, the fastest trial. Its metrics are those of its median run.
+  // finalist already timed in full in this run (promoted, or measured by exhaustive) with
+  // the decision's batch counts that run as its first: it is the same binary on the same
+  // problem with the same timing, and timing it once more only to throw that run away cost
+  // a third of the round. The winner: the lowest median over the final round (a finalist
+  // that failed a rerun is out); with no final round, the fastest trial. Its metrics are
+  // those of its median run.
   absl::StatusOr<Finalist> FinalRound(const std::vector<store::Trial>& trials) {
     const std::vector<const store::Trial*> ranked = OkFastestFirst(trials);
     const size_t finalists = request_.final_rounds > 0
@@ -567,7 +583,8 @@ class TuningRun {
     for (size_t i = 0; i < finalists; ++i) {
       absl::StatusOr<Finalist> f = PrepareFinalist(*ranked[i]);
       if (!f.ok()) return Fail(f.status());
-      if (auto run = full_runs_.find(ranked[i]->id); run != full_runs_.end()) {
+      if (auto run = full_runs_.find(ranked[i]->id);
+          run != full_runs_.end() && run->second.batch() == decision_timing_.batch()) {
         f->runs.push_back(run->second);
       }
       reused.push_back(f->runs.size());
@@ -577,7 +594,7 @@ class TuningRun {
       for (size_t i = 0; i < final.size(); ++i) {
         if (static_cast<size_t>(round) < reused[i]) continue;
         Finalist& f = final[i];
-        absl::StatusOr<v1::Measurement> m = env_.gpu->Retime(f.built.binary, request_.timing);
+        absl::StatusOr<v1::Measurement> m = env_.gpu->Retime(f.built.binary, decision_timing_);
         if (!m.ok()) return Fail(m.status());
         if (m->outcome() == OutcomeName(Outcome::kOk)) f.runs.push_back(*std::move(m));
       }
@@ -669,6 +686,7 @@ class TuningRun {
   // Full timings (the request's `timing`, not a screening) of ok trials made in this run,
   // by trial id: the final round's first run of a finalist that has one.
   std::map<int64_t, v1::Measurement> full_runs_;
+  v1::TimingOptions decision_timing_;  // DecisionTiming, once the search is over
   TunePhases phases_;
 };
 

@@ -90,8 +90,6 @@ constexpr int64_t kDefaultCeilingBytes = int64_t{1} << 30;
 constexpr int kDefaultCeilingRepeats = 20;
 // Dynamic shared memory a kernel gets without opting in.
 constexpr uint32_t kDefaultDynamicSmem = 48 * 1024;
-// Batches never exceed this many runs per sample, however short the kernel.
-constexpr int64_t kMaxBatch = 1000;
 // Timed samples of at most this many launches are enqueued behind the launch gate.
 constexpr int64_t kMaxGatedLaunches = 256;
 
@@ -317,20 +315,6 @@ size_t DeviceBytes(const Problem& problem) {
 
 double MsSince(Clock::time_point began) {
   return std::chrono::duration<double, std::milli>(Clock::now() - began).count();
-}
-
-// Runs per timed sample for a kernel whose one run takes `per_run_ms`: 1, or enough
-// back-to-back runs to fill `min_sample_ms` (at most kMaxBatch).
-int64_t BatchFor(double per_run_ms, double min_sample_ms) {
-  int64_t batch = 1;
-  if (per_run_ms < min_sample_ms) {
-    batch = per_run_ms <= 0
-                ? kMaxBatch
-                : std::min<int64_t>(kMaxBatch,
-                                    static_cast<int64_t>(std::ceil(min_sample_ms / per_run_ms)));
-    batch = std::max<int64_t>(1, batch);
-  }
-  return batch;
 }
 
 // Whether sampling may stop: the samples' IQR is below `target` x median. Below about 1 us
@@ -1155,7 +1139,7 @@ absl::StatusOr<int64_t> CudaWorkerSession::WarmUp(const std::vector<PreparedLaun
     warm.push_back(ms);
     if (MsSince(began) > plan.time_cap_ms / 2) break;  // a slow kernel: keep time for samples
   }
-  return BatchFor(ComputeQuartiles(warm).median, plan.min_sample_ms);
+  return SampleBatch(plan, ComputeQuartiles(warm).median);
 }
 
 absl::StatusOr<std::vector<double>> CudaWorkerSession::Sample(

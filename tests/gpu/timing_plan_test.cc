@@ -54,5 +54,43 @@ TEST(ResolveTimingTest, MinRepeatsNeverExceedsMax) {
   EXPECT_EQ(ResolveTiming(t).min_repeats, 4);
 }
 
+TEST(ResolveTimingTest, BatchIsKeptInRange) {
+  v1::TimingOptions t;
+  EXPECT_EQ(ResolveTiming(t).batch, 0);
+  t.set_batch(7);
+  EXPECT_EQ(ResolveTiming(t).batch, 7);
+  t.set_batch(-3);
+  EXPECT_EQ(ResolveTiming(t).batch, 0);
+  t.set_batch(kMaxBatch + 1);
+  EXPECT_EQ(ResolveTiming(t).batch, kMaxBatch);
+}
+
+// Without a batch of its own, a run shorter than the minimum sample (20 us) is batched to
+// fill it; longer runs are timed one by one.
+TEST(SampleBatchTest, OwnBatchFillsTheMinimumSample) {
+  const TimingPlan plan = ResolveTiming(v1::TimingOptions());
+  EXPECT_EQ(SampleBatch(plan, 0.003), 7);  // 3 us: 7 runs, 21 us
+  EXPECT_EQ(SampleBatch(plan, 0.0035), 6);
+  EXPECT_EQ(SampleBatch(plan, 0.020), 1);
+  EXPECT_EQ(SampleBatch(plan, 0.5), 1);
+  EXPECT_EQ(SampleBatch(plan, 0), kMaxBatch);  // too short to measure: as many as allowed
+  EXPECT_EQ(SampleBatch(plan, 1e-9), kMaxBatch);
+  EXPECT_EQ(SampleBatch(plan, std::nan("")), 1);
+}
+
+// A requested batch is every candidate's, faster or slower than the one it was sized for,
+// until a sample of it would pass 4 x the minimum sample (80 us): such a candidate is too
+// slow to be a near-tie, and gets its own.
+TEST(SampleBatchTest, RequestedBatchHoldsUntilTheSampleGrowsTooLong) {
+  v1::TimingOptions t;
+  t.set_batch(7);
+  const TimingPlan plan = ResolveTiming(t);
+  EXPECT_EQ(SampleBatch(plan, 0.0035), 7);  // its own would be 6
+  EXPECT_EQ(SampleBatch(plan, 0.001), 7);   // its own would be 20
+  EXPECT_EQ(SampleBatch(plan, 0.080 / 7), 7);
+  EXPECT_EQ(SampleBatch(plan, 0.012), 2);  // 7 x 12 us = 84 us
+  EXPECT_EQ(SampleBatch(plan, 0.5), 1);
+}
+
 }  // namespace
 }  // namespace ktune

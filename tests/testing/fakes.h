@@ -20,6 +20,7 @@
 #include "server/compile/cache_key.h"
 #include "server/compile/compiler.h"
 #include "server/gpu/gpu.h"
+#include "server/gpu/timing_plan.h"
 
 namespace ktune::testing {
 
@@ -139,7 +140,10 @@ class FakeGpu : public Gpu {
     ++measures;
     measured.push_back(candidate.launches(0).lowered_name());
     timings.push_back(timing);  // before the script, which may read it
-    return script(candidate.launches(0).lowered_name());
+    v1::Measurement m = script(candidate.launches(0).lowered_name());
+    // Runs per sample as the worker chooses them: the requested batch, or the candidate's own.
+    if (m.outcome() == "ok") m.set_batch(SampleBatch(ResolveTiming(timing), m.time_ns() / 1e6));
+    return m;
   }
   // Counted apart, and measured (and counted) as Measure is.
   absl::StatusOr<v1::Measurement> Retime(const v1::KernelBinary& candidate,
