@@ -290,6 +290,25 @@ TEST_F(WorkerGpuTest, ShortKernelsAreTimedInBatches) {
   EXPECT_LT(m.time_ns(), 50e3);
 }
 
+// A requested batch is the candidate's, whatever its own would be, until a sample of it
+// would pass 4 x min_sample_us: then the kernel gets its own.
+TEST_F(WorkerGpuTest, RequestedBatchIsUsedUnlessItsSampleIsTooLong) {
+  SetProblem(TwiceProblem(1000));
+  v1::TimingOptions timing;
+  const v1::Measurement own = Measure(Binary("twice_ref", 4, 256), timing);
+  ASSERT_EQ(own.outcome(), "ok") << own.detail();
+  timing.set_batch(own.batch() + 3);
+  const v1::Measurement asked = Measure(Binary("twice_ref", 4, 256), timing);
+  ASSERT_EQ(asked.outcome(), "ok") << asked.detail();
+  EXPECT_EQ(asked.batch(), own.batch() + 3);
+  // A few microseconds a run: 1000 runs make a sample of milliseconds, far past 80 us.
+  timing.set_batch(1000);
+  const v1::Measurement too_long = Measure(Binary("twice_ref", 4, 256), timing);
+  ASSERT_EQ(too_long.outcome(), "ok") << too_long.detail();
+  EXPECT_LT(too_long.batch(), 1000);
+  EXPECT_GT(too_long.batch(), 1);
+}
+
 TEST_F(WorkerGpuTest, WrongValueIsWrongResult) {
   SetProblem(TwiceProblem(kN));
   const v1::Measurement m = Measure(Binary("twice_off_by_one_at_77", (kN + 255) / 256, 256));
