@@ -9,7 +9,11 @@
 // --within of the reference's (median over the rounds).
 //
 //   search_retime --reference A.db --candidate B.db [--rounds 5] [--gpu 0] [--within 0.02]
-//                 [--min-sample-us US]
+//                 [--min-sample-us US] [--order ab|pairs|blocks]
+//
+// --order: A B A B (the default); A A B B, each second run kept; or A --rounds times, then B.
+// Measured in alternation, one of two near-equal short kernels can read ~5 % slow, and which
+// one changes from process to process; the orders tell whether the order of loads decides.
 //
 // Two searches that agree on a config count as equal without measuring.
 #include <algorithm>
@@ -35,6 +39,8 @@ struct Args {
   std::string reference, candidate, templates_dir, cache_dir, worker;
   int gpu = 0;
   int rounds = 5;
+  // ab: A B A B ...; pairs: A A B B ..., keeping each second run; blocks: A x rounds, B x rounds.
+  std::string order = "ab";
   double within = 0.02;
   double min_sample_us = 0;  // 0: the worker's default
 };
@@ -97,16 +103,17 @@ absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const Tar
   Side sides[2];
   v1::TimingOptions timing;
   timing.set_min_sample_us(args.min_sample_us);
-  for (int r = 0; r < args.rounds; ++r) {
-    for (int i = 0; i < 2; ++i) {
-      KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, gpu.Measure(binaries[i], timing));
-      if (m.outcome() != "ok") continue;
-      if (timing.batch() == 0) timing.set_batch(m.batch());
-      times[i].push_back(m.time_ns());
-      Side& s = sides[i];
-      s.min_batch = s.min_batch == 0 ? m.batch() : std::min(s.min_batch, m.batch());
-      s.max_batch = std::max(s.max_batch, m.batch());
-    }
+  const bool pairs = args.order == "pairs";
+  for (int n = 0; n < (pairs ? 4 : 2) * args.rounds; ++n) {
+    const int i = args.order == "blocks" ? n / args.rounds : pairs ? (n / 2) % 2 : n % 2;
+    KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, gpu.Measure(binaries[i], timing));
+    if (pairs && n % 2 == 0) continue;  // the first of a pair only loads and runs it
+    if (m.outcome() != "ok") continue;
+    if (timing.batch() == 0) timing.set_batch(m.batch());
+    times[i].push_back(m.time_ns());
+    Side& s = sides[i];
+    s.min_batch = s.min_batch == 0 ? m.batch() : std::min(s.min_batch, m.batch());
+    s.max_batch = std::max(s.max_batch, m.batch());
   }
   for (int i = 0; i < 2; ++i) sides[i].median_ns = Median(times[i]);
   return std::make_pair(sides[0], sides[1]);
@@ -185,6 +192,10 @@ int main(int argc, char** argv) {
   app.add_option("--worker", args.worker, "ktune-worker program");
   app.add_option("--gpu", args.gpu, "GPU ordinal");
   app.add_option("--rounds", args.rounds, "Alternating measurements of each")->capture_default_str();
+  app.add_option("--order", args.order, "ab (alternate), pairs (A A B B, the second of each "
+                 "kept) or blocks (A --rounds times, then B)")
+      ->check(CLI::IsMember({"ab", "pairs", "blocks"}))
+      ->capture_default_str();
   app.add_option("--within", args.within, "Tolerance of 'as fast'")->capture_default_str();
   app.add_option("--min-sample-us", args.min_sample_us,
                  "Shorter runs are timed in batches this long (default: the worker's)")
