@@ -2,7 +2,7 @@
 // default") replaced by its default. The defaults are written here and nowhere else: the
 // worker times by the plan, and its parent sizes the worker's deadline from the same plan.
 //
-// A plain value type and a pure function; thread-safe.
+// A plain value type and pure functions; thread-safe.
 #ifndef KTUNE_SERVER_GPU_TIMING_PLAN_H_
 #define KTUNE_SERVER_GPU_TIMING_PLAN_H_
 
