@@ -426,6 +426,9 @@ int RunSpecTune(const SpecTuneArgs& given) {
       LoadRegistryOrWarn(args.job.templates_dir);
   if (!registry.ok()) return Fail(registry.status());
   absl::StatusOr<std::vector<SpecKey>> keys = ExpandTuningSpec(*spec, **registry);
+  if (keys.ok() && (!args.only.empty() || !args.skip.empty())) {
+    keys = SelectSpecKeys(*std::move(keys), args.only, args.skip, "--only", "--skip");
+  }
   if (!keys.ok()) return Fail(keys.status());
 
   absl::StatusOr<std::unique_ptr<TuneBackend>> opened =

@@ -12,6 +12,7 @@
 #define KTUNE_CLIENT_CLI_SPEC_TUNE_H_
 
 #include <string>
+#include <vector>
 
 #include "frontends/ktune/local_tuning.h"
 
@@ -23,6 +24,8 @@ struct SpecTuneArgs {
   std::string token;   // the daemon's bearer token
   bool json = false;
   bool force = false;  // re-tune keys that have a fresh entry
+  std::vector<std::string> only;  // tune only the keys of these templates (empty: all)
+  std::vector<std::string> skip;  // and none of these
   TuneJobFlags job;    // each key's job, as `ktune tune`'s
 };
 

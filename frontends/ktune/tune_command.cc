@@ -155,7 +155,8 @@ absl::Status CheckMode(const TuneArgs& args) {
     return absl::OkStatus();
   }
   for (const auto& [given, flag] :
-       {std::pair{args.spec.json, "--json"}, {args.spec.force, "--force"}}) {
+       {std::pair{args.spec.json, "--json"}, {args.spec.force, "--force"},
+        {!args.spec.only.empty(), "--only"}, {!args.spec.skip.empty(), "--skip"}}) {
     if (given) return absl::InvalidArgumentError(absl::StrCat(flag, ": only with --spec"));
   }
   if (args.template_name.empty()) {
@@ -192,6 +193,13 @@ Command AddTuneCommand(CLI::App& parent) {
   app->add_flag("--json", args->spec.json, "With --spec: print the summary as JSON");
   app->add_flag("--force", args->spec.force,
                 "With --spec: re-tune keys already fresh in the store");
+  app->add_option("--only", args->spec.only,
+                  "With --spec: tune only the keys of these templates (e.g. gemm)")
+      ->delimiter(',');
+  app->add_option("--skip", args->spec.skip,
+                  "With --spec: leave out the keys of these templates (e.g. gemm: the spec's "
+                  "memory-bound kernels alone)")
+      ->delimiter(',');
   SearchSettings& search = args->spec.job.search;
   // Which search fields the command line set: those win over a spec's search block.
   auto given = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>();

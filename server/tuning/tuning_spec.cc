@@ -326,4 +326,39 @@ absl::StatusOr<std::vector<SpecKey>> ExpandTuningSpec(const TuningSpec& spec,
   return keys;
 }
 
+absl::StatusOr<std::vector<SpecKey>> SelectSpecKeys(std::vector<SpecKey> keys,
+                                                    const std::vector<std::string>& only,
+                                                    const std::vector<std::string>& skip,
+                                                    absl::string_view only_field,
+                                                    absl::string_view skip_field) {
+  std::set<std::string> in_spec;
+  for (const SpecKey& k : keys) in_spec.insert(k.template_name);
+  const auto check = [&](const std::vector<std::string>& names,
+                         absl::string_view field) -> absl::Status {
+    for (const std::string& name : names) {
+      if (in_spec.count(name) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": no key of the spec is of template '", name, "' (its templates: ",
+            absl::StrJoin(in_spec, ", "), ")"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  KTUNE_RETURN_IF_ERROR(check(only, only_field));
+  KTUNE_RETURN_IF_ERROR(check(skip, skip_field));
+  const std::set<std::string> keep(only.begin(), only.end());
+  const std::set<std::string> drop(skip.begin(), skip.end());
+  std::vector<SpecKey> selected;
+  for (SpecKey& k : keys) {
+    if ((keep.empty() || keep.count(k.template_name) > 0) && drop.count(k.template_name) == 0) {
+      selected.push_back(std::move(k));
+    }
+  }
+  if (selected.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(only_field, " and ", skip_field, " leave no key of the spec"));
+  }
+  return selected;
+}
+
 }  // namespace ktune

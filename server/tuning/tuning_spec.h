@@ -82,6 +82,16 @@ absl::StatusOr<TuningSpec> ParseTuningSpec(absl::string_view text, const std::st
 absl::StatusOr<std::vector<SpecKey>> ExpandTuningSpec(const TuningSpec& spec,
                                                       const TemplateRegistry& registry);
 
+// The keys of `keys` (in their order) whose template is in `only` (any, where `only` is
+// empty) and not in `skip`: part of a model's spec, e.g. its memory-bound kernels without the
+// GEMMs. kInvalidArgument naming `only_field` or `skip_field` for a template no key has, and
+// when no key is left.
+absl::StatusOr<std::vector<SpecKey>> SelectSpecKeys(std::vector<SpecKey> keys,
+                                                    const std::vector<std::string>& only,
+                                                    const std::vector<std::string>& skip,
+                                                    absl::string_view only_field,
+                                                    absl::string_view skip_field);
+
 }  // namespace ktune
 
 #endif  // KTUNE_SERVER_TUNING_TUNING_SPEC_H_

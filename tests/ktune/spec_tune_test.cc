@@ -149,6 +149,27 @@ TEST_F(SpecTuneTest, BadSpecIsExit2NamingLineAndFieldBeforeAnyTuning) {
   EXPECT_THAT(json_alone.err, HasSubstr("--json: only with --spec"));
 }
 
+// --only and --skip pick a spec's keys by template (SelectSpecKeys covers the picking); a
+// name no key has, or a choice that leaves nothing, is exit 2 before anything is tuned.
+TEST_F(SpecTuneTest, OnlyAndSkipPickKeysByTemplate) {
+  const std::string spec = WriteSpec("64, 128");
+  const Result nothing_left = Run(Args(spec, {"--skip", "tiny"}));
+  EXPECT_EQ(nothing_left.exit_code, 2) << nothing_left;
+  EXPECT_THAT(nothing_left.err, HasSubstr("--only and --skip leave no key of the spec"));
+  const Result unknown = Run(Args(spec, {"--only", "tiny,gemm"}));
+  EXPECT_EQ(unknown.exit_code, 2) << unknown;
+  EXPECT_THAT(unknown.err, HasSubstr("--only: no key of the spec is of template 'gemm' "
+                                     "(its templates: tiny)"));
+  EXPECT_FALSE(FileExists(dir_ + "/ktune.db")) << "nothing may be tuned for a bad flag";
+  const Result alone = Run({"tune", "tiny", "--dtype", "f32", "--shape", "n=64", "--skip", "x"});
+  EXPECT_EQ(alone.exit_code, 2) << alone;
+  EXPECT_THAT(alone.err, HasSubstr("--skip: only with --spec"));
+
+  const Result only = Run(Args(spec, {"--only", "tiny", "--json", "--quiet"}));
+  ASSERT_EQ(only.exit_code, 0) << only;
+  EXPECT_EQ(nlohmann::json::parse(only.out)["tuned"], 2);
+}
+
 // With no GPU (here: no worker program) `ktune tune` used to create the store, then fail;
 // now it fails first and leaves no file behind, for a spec and for one key alike.
 TEST_F(SpecTuneTest, NoGpuFailsBeforeTheStoreIsCreated) {

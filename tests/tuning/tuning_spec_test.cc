@@ -238,6 +238,44 @@ entries { template: "tiny" dtypes: ["f32"] dims { name: "n" values: [1] } }
   EXPECT_EQ(spec.search, SearchSettings{});
 }
 
+// Picking a spec's keys by template keeps their order; names no key has are errors naming
+// the field, as is a choice that leaves nothing.
+TEST(SelectSpecKeysTest, KeepsOnlyAndDropsSkipInSpecOrder) {
+  const auto key = [](const std::string& t, int64_t n) {
+    SpecKey k;
+    k.template_name = t;
+    k.shape = {{"n", n}};
+    return k;
+  };
+  const std::vector<SpecKey> keys = {key("rmsnorm", 1), key("gemm", 16), key("softmax", 1),
+                                     key("rmsnorm", 2), key("gemm", 32)};
+  const auto names = [](const std::vector<SpecKey>& ks) {
+    std::vector<std::string> out;
+    for (const SpecKey& k : ks) out.push_back(SpecKeyString(k));
+    return out;
+  };
+  ASSERT_OK_AND_ASSIGN(std::vector<SpecKey> no_gemm, SelectSpecKeys(keys, {}, {"gemm"}, "o", "s"));
+  EXPECT_THAT(names(no_gemm),
+              ElementsAre("rmsnorm f32 n=1", "softmax f32 n=1", "rmsnorm f32 n=2"));
+  ASSERT_OK_AND_ASSIGN(std::vector<SpecKey> gemm, SelectSpecKeys(keys, {"gemm"}, {}, "o", "s"));
+  EXPECT_THAT(names(gemm), ElementsAre("gemm f32 n=16", "gemm f32 n=32"));
+  ASSERT_OK_AND_ASSIGN(std::vector<SpecKey> both,
+                       SelectSpecKeys(keys, {"rmsnorm", "gemm"}, {"gemm"}, "o", "s"));
+  EXPECT_THAT(names(both), ElementsAre("rmsnorm f32 n=1", "rmsnorm f32 n=2"));
+  ASSERT_OK_AND_ASSIGN(std::vector<SpecKey> all, SelectSpecKeys(keys, {}, {}, "o", "s"));
+  EXPECT_THAT(all, SizeIs(5));
+
+  EXPECT_THAT(SelectSpecKeys(keys, {"layernorm"}, {}, "--only", "--skip"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--only: no key of the spec is of template 'layernorm' (its "
+                                 "templates: gemm, rmsnorm, softmax)")));
+  EXPECT_THAT(SelectSpecKeys(keys, {}, {"rope"}, "--only", "--skip"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--skip: no key")));
+  EXPECT_THAT(SelectSpecKeys(keys, {"gemm"}, {"gemm"}, "--only", "--skip"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--only and --skip leave no key of the spec")));
+}
+
 TEST_F(TuningSpecTest, MissingDimIsNamed) {
   ASSERT_OK_AND_ASSIGN(auto registry, LoadTemplateRegistry(testing::ShippedTemplatesDir()));
   ASSERT_OK_AND_ASSIGN(TuningSpec spec, ParseTuningSpec(
