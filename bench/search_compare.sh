@@ -8,7 +8,8 @@
 #
 # KTUNE (default: build/bin/ktune), THREADS (compile threads per run, default 16), and
 # PARALLEL=1 to run the two searches at once on GPUs 0 and 1 (each with THREADS threads)
-# instead of one after the other on GPU 0. EXTRA holds more `ktune tune` flags for both runs.
+# instead of one after the other on GPU 0. EXTRA holds more `ktune tune` flags for both runs:
+# EXTRA="--skip gemm" with specs/llama-3-8b.textproto gives issue #14's 120 memory-bound keys.
 set -uo pipefail
 spec="$1"; out="$2"; strategy="${3:-guided}"
 ktune="${KTUNE:-build/bin/ktune}"
