@@ -65,10 +65,12 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Of one of the two configs: the median of its runs in ns (0 where a run failed), and the
-// fewest and most runs per timed sample the worker chose for it (short kernels are timed in
-// batches; the first run of a batch follows the L2 flush, the others find warm lines).
+// Of one of the two configs: its ok runs' times in ns and their median (0 where none was
+// ok), and the fewest and most runs per timed sample the worker chose for it (short kernels
+// are timed in batches; the first run of a batch follows the L2 flush, the others find warm
+// lines).
 struct Side {
+  std::vector<double> times_ns;
   double median_ns = 0;
   int64_t min_batch = 0, max_batch = 0;
 };
@@ -99,7 +101,6 @@ absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const Tar
     if (!built.ok()) return absl::InternalError(absl::StrCat(ConfigString(e->config), " no longer builds"));
     binaries.push_back(built.binary);
   }
-  std::vector<double> times[2];
   Side sides[2];
   v1::TimingOptions timing;
   timing.set_min_sample_us(args.min_sample_us);
@@ -110,12 +111,12 @@ absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const Tar
     if (pairs && n % 2 == 0) continue;  // the first of a pair only loads and runs it
     if (m.outcome() != "ok") continue;
     if (timing.batch() == 0) timing.set_batch(m.batch());
-    times[i].push_back(m.time_ns());
     Side& s = sides[i];
+    s.times_ns.push_back(m.time_ns());
     s.min_batch = s.min_batch == 0 ? m.batch() : std::min(s.min_batch, m.batch());
     s.max_batch = std::max(s.max_batch, m.batch());
   }
-  for (int i = 0; i < 2; ++i) sides[i].median_ns = Median(times[i]);
+  for (Side& s : sides) s.median_ns = Median(s.times_ns);
   return std::make_pair(sides[0], sides[1]);
 }
 

@@ -579,7 +579,6 @@ class TuningRun {
                                  ? std::min<size_t>(std::max(request_.finalists, 1), ranked.size())
                                  : 1;
     std::vector<Finalist> final;
-    std::vector<size_t> reused;  // per finalist: runs it brings from earlier in this run
     for (size_t i = 0; i < finalists; ++i) {
       absl::StatusOr<Finalist> f = PrepareFinalist(*ranked[i]);
       if (!f.ok()) return Fail(f.status());
@@ -587,13 +586,11 @@ class TuningRun {
           run != full_runs_.end() && run->second.batch() == decision_timing_.batch()) {
         f->runs.push_back(run->second);
       }
-      reused.push_back(f->runs.size());
       final.push_back(*std::move(f));
     }
     for (int round = 0; final.size() > 1 && round < request_.final_rounds; ++round) {
-      for (size_t i = 0; i < final.size(); ++i) {
-        if (static_cast<size_t>(round) < reused[i]) continue;
-        Finalist& f = final[i];
+      for (Finalist& f : final) {
+        if (round == 0 && !f.runs.empty()) continue;  // its earlier run is this round's
         absl::StatusOr<v1::Measurement> m = env_.gpu->Retime(f.built.binary, decision_timing_);
         if (!m.ok()) return Fail(m.status());
         if (m->outcome() == OutcomeName(Outcome::kOk)) f.runs.push_back(*std::move(m));
