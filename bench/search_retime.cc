@@ -9,13 +9,15 @@
 // --within of the reference's (median over the rounds).
 //
 //   search_retime --reference A.db --candidate B.db [--rounds 5] [--gpu 0] [--within 0.02]
-//                 [--min-sample-us US] [--order ab|pairs|blocks]
+//                 [--min-sample-us US] [--order ab|pairs|blocks] [--same] [--runs]
 //
 // --order: A B A B (the default); A A B B, each second run kept; or A --rounds times, then B.
 // Measured in alternation, one of two near-equal short kernels can read ~5 % slow, and which
 // one changes from process to process; the orders tell whether the order of loads decides.
 //
-// Two searches that agree on a config count as equal without measuring.
+// Two searches that agree on a config count as equal without measuring, unless --same: then
+// they are timed too, and with one store given twice every key is an A/A test of the timer
+// (one kernel loaded and measured in alternation with itself). --runs prints every run's time.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -24,6 +26,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/base/status_macros.h"
 #include "server/engine/engine.h"
 #include "server/gpu/device_model.h"
@@ -43,6 +46,8 @@ struct Args {
   std::string order = "ab";
   double within = 0.02;
   double min_sample_us = 0;  // 0: the worker's default
+  bool same = false;         // time configs both stores agree on, too
+  bool runs = false;         // print every run's time
 };
 
 std::string KeyName(const store::EntryKey& k) {
@@ -74,6 +79,8 @@ struct Side {
   double median_ns = 0;
   int64_t min_batch = 0, max_batch = 0;
 };
+
+void RoundedNs(std::string* out, double ns) { absl::StrAppend(out, static_cast<int64_t>(ns + 0.5)); }
 
 std::string BatchString(const Side& s) {
   return s.min_batch == s.max_batch ? absl::StrCat(s.min_batch)
@@ -154,7 +161,7 @@ int Run(const Args& args) {
     if (it == cand->end()) continue;
     const store::EntrySummary& b = it->second;
     ++keys;
-    if (a.config == b.config) {
+    if (a.config == b.config && !args.same) {
       ++within;
       ++same_config;
       std::printf("%-64s %12s %12s %7s\n", name.c_str(), "-", "-", "same");
@@ -170,9 +177,15 @@ int Run(const Args& args) {
     const double ratio = t->second.median_ns / t->first.median_ns;
     worst = std::max(worst, ratio);
     if (ratio <= 1 + args.within) ++within;
-    std::printf("%-64s %12.0f %12.0f %7.3f %9s\n", name.c_str(), t->first.median_ns,
+    if (a.config == b.config) ++same_config;
+    std::printf("%-64s %12.0f %12.0f %7.3f %9s", name.c_str(), t->first.median_ns,
                 t->second.median_ns, ratio,
                 absl::StrCat(BatchString(t->first), "/", BatchString(t->second)).c_str());
+    if (args.runs) {
+      std::printf("  %s | %s", absl::StrJoin(t->first.times_ns, " ", RoundedNs).c_str(),
+                  absl::StrJoin(t->second.times_ns, " ", RoundedNs).c_str());
+    }
+    std::printf("\n");
   }
   std::printf("\n%d keys in both: candidate within %.0f %% of the reference on %d (%d the same "
               "config), %d failed to retime; worst ratio %.3f\n",
@@ -201,6 +214,9 @@ int main(int argc, char** argv) {
   app.add_option("--min-sample-us", args.min_sample_us,
                  "Shorter runs are timed in batches this long (default: the worker's)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--same", args.same,
+               "Time configs both stores agree on too (one store twice: an A/A test of the timer)");
+  app.add_flag("--runs", args.runs, "Print every run's time (ns), reference | candidate");
   CLI11_PARSE(app, argc, argv);
   return ktune::Run(args);
 }
