@@ -9,11 +9,17 @@
 // --within of the reference's (median over the rounds).
 //
 //   search_retime --reference A.db --candidate B.db [--rounds 5] [--gpu 0] [--within 0.02]
-//                 [--min-sample-us US] [--order ab|pairs|blocks] [--same] [--runs]
+//                 [--min-sample-us US] [--order ab|pairs|blocks|rotate] [--same] [--runs]
+//                 [--no-flush]
 //
-// --order: A B A B (the default); A A B B, each second run kept; or A --rounds times, then B.
-// Measured in alternation, one of two near-equal short kernels can read ~5 % slow, and which
-// one changes from process to process; the orders tell whether the order of loads decides.
+// --order: A B A B (the default); A A B B, each second run kept; A --rounds times, then B; or
+// rotate: A B S A B S ..., S a short untimed measurement of A or B (in turn) that only loads
+// its module. Each measurement loads its kernel's module afresh, and a short kernel's time can
+// depend on that load by 3-8 % (the same kernel, loaded again, reads fast or slow for all of
+// one measurement's samples; an A/A test shows it), with the slow loads recurring every second
+// or fourth load. Alternating A B then puts all of A's loads on one residue of that cycle and
+// all of B's on the other; with the spacer, a cycle of three, both visit every residue of a
+// cycle of 2 or 4 over four rounds.
 //
 // Two searches that agree on a config count as equal without measuring, unless --same: then
 // they are timed too, and with one store given twice every key is an A/A test of the timer
@@ -48,6 +54,7 @@ struct Args {
   double min_sample_us = 0;  // 0: the worker's default
   bool same = false;         // time configs both stores agree on, too
   bool runs = false;         // print every run's time
+  bool no_flush = false;     // time without flushing L2 first (a diagnosis, not the tuner's timer)
 };
 
 std::string KeyName(const store::EntryKey& k) {
@@ -111,9 +118,22 @@ absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const Tar
   Side sides[2];
   v1::TimingOptions timing;
   timing.set_min_sample_us(args.min_sample_us);
-  const bool pairs = args.order == "pairs";
-  for (int n = 0; n < (pairs ? 4 : 2) * args.rounds; ++n) {
-    const int i = args.order == "blocks" ? n / args.rounds : pairs ? (n / 2) % 2 : n % 2;
+  timing.set_no_l2_flush(args.no_flush);
+  // The spacer: one warm-up run and one sample, enough to load the module and move the cycle.
+  v1::TimingOptions spacer = timing;
+  spacer.set_warmup(1);
+  spacer.set_min_repeats(1);
+  spacer.set_max_repeats(1);
+  const bool pairs = args.order == "pairs", rotate = args.order == "rotate";
+  for (int n = 0; n < (pairs ? 4 : rotate ? 3 : 2) * args.rounds; ++n) {
+    if (rotate && n % 3 == 2) {
+      KTUNE_RETURN_IF_ERROR(gpu.Measure(binaries[(n / 3) % 2], spacer).status());
+      continue;
+    }
+    const int i = args.order == "blocks" ? n / args.rounds
+                  : pairs               ? (n / 2) % 2
+                  : rotate              ? n % 3
+                                        : n % 2;
     KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, gpu.Measure(binaries[i], timing));
     if (pairs && n % 2 == 0) continue;  // the first of a pair only loads and runs it
     if (m.outcome() != "ok") continue;
@@ -207,8 +227,8 @@ int main(int argc, char** argv) {
   app.add_option("--gpu", args.gpu, "GPU ordinal");
   app.add_option("--rounds", args.rounds, "Alternating measurements of each")->capture_default_str();
   app.add_option("--order", args.order, "ab (alternate), pairs (A A B B, the second of each "
-                 "kept) or blocks (A --rounds times, then B)")
-      ->check(CLI::IsMember({"ab", "pairs", "blocks"}))
+                 "kept), blocks (A --rounds times, then B) or rotate (A B and a spacer load)")
+      ->check(CLI::IsMember({"ab", "pairs", "blocks", "rotate"}))
       ->capture_default_str();
   app.add_option("--within", args.within, "Tolerance of 'as fast'")->capture_default_str();
   app.add_option("--min-sample-us", args.min_sample_us,
@@ -216,6 +236,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--same", args.same,
                "Time configs both stores agree on too (one store twice: an A/A test of the timer)");
+  app.add_flag("--no-flush", args.no_flush, "Do not flush L2 before each sample (diagnosis)");
   app.add_flag("--runs", args.runs, "Print every run's time (ns), reference | candidate");
   CLI11_PARSE(app, argc, argv);
   return ktune::Run(args);
