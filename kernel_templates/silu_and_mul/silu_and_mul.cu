@@ -179,6 +179,83 @@ __device__ __forceinline__ void FlatTile(const T* __restrict__ x, T* __restrict_
   }
 }
 
+// GRID_STRIDE 3 with EDGE 1: the flat sequence of FlatTile for any inter (>= VEC). out's
+// tokens * inter elements are cut into whole VEC-aligned vectors from its base, tiles of
+// BLOCK * UNROLL of them crossing rows, and the fewer than VEC elements after the last go one
+// per thread of the last block. In one row the vector at flat element f reads gate at x + f +
+// row * inter and up inter after it, both shifted by the row's (row * inter) % VEC (found per
+// load at run time). A vector that ends in the next row (one a row, at most, with inter >=
+// VEC) takes its elements from there in the same frame: that row's gate lies where this
+// row's up does (f + (row + 1) * inter), and its up one inter further; so it costs one
+// more shifted load. Every out store is a whole aligned vector (no scalar edge per row, no
+// part-filled vectors), which is what the edge path per row could not give at a row length
+// no multiple of VEC.
+template <int BLOCK, int VEC, int UNROLL, typename T>
+__device__ __forceinline__ void FlatShiftedTile(const T* __restrict__ x, T* __restrict__ out,
+                                                int tokens, int inter) {
+  using Vec = ktune::AlignedVector<T, VEC>;
+  constexpr int kTile = BLOCK * UNROLL;
+  const long long elems = static_cast<long long>(tokens) * inter;
+  const long long total = elems / VEC;  // whole output vectors
+  const long long tile_first = static_cast<long long>(blockIdx.x) * kTile;
+  const long long first = tile_first + threadIdx.x;
+  long long row = first * VEC / inter;
+  int col = static_cast<int>(first * VEC - row * inter);
+  constexpr long long kStep = static_cast<long long>(BLOCK) * VEC;  // elements between u's
+  const int step_rows = static_cast<int>(kStep / inter);
+  const int step_cols = static_cast<int>(kStep % inter);
+  long long gate_at[UNROLL];  // x offsets of this thread's gate vectors
+  int in_row[UNROLL];         // how many of a vector's elements lie in its first row
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    gate_at[u] = (first + u * BLOCK) * VEC + row * inter;
+    in_row[u] = min(VEC, inter - col);
+    row += step_rows;
+    col += step_cols;
+    if (col >= inter) {
+      col -= inter;
+      ++row;
+    }
+  }
+  // Every gate and up load is issued before the first use, as in FlatTile.
+  const bool whole = tile_first + kTile <= total;
+  Vec gate[UNROLL];
+  Vec up[UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const bool inside = whole || first + u * BLOCK < total;
+    gate[u] = inside ? ktune::LoadShiftedVector<VEC>(x + gate_at[u]) : Vec{};
+    up[u] = inside ? ktune::LoadShiftedVector<VEC>(x + gate_at[u] + inter) : Vec{};
+  }
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    if (!whole && first + u * BLOCK >= total) continue;
+    Vec o;
+    if (in_row[u] == VEC) {
+      o = SiluMulVector(gate[u], up[u]);
+    } else {
+      // Crosses into the next row: its elements' gate is up's, their up one inter further.
+      const Vec next_up = ktune::LoadShiftedVector<VEC>(x + gate_at[u] + 2 * inter);
+      float g[VEC], a[VEC], b[VEC], r[VEC];
+      ktune::VectorToFloat(gate[u], g);
+      ktune::VectorToFloat(up[u], a);
+      ktune::VectorToFloat(next_up, b);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) r[j] = j < in_row[u] ? SiluMul(g[j], a[j]) : SiluMul(a[j], b[j]);
+      o = ktune::FloatToVector<T>(r);
+    }
+    ktune::StoreVector<VEC>(out + (first + u * BLOCK) * VEC, o);
+  }
+  // The last elements, after the last whole vector: one per thread of the last block.
+  const int tail = static_cast<int>(elems - total * VEC);
+  if (blockIdx.x == gridDim.x - 1 && static_cast<int>(threadIdx.x) < tail) {
+    const long long f = total * VEC + threadIdx.x;
+    const long long r = f / inter;
+    const long long at = f + r * inter;
+    out[f] = ktune::FromFloat<T>(SiluMul(ktune::ToFloat(x[at]), ktune::ToFloat(x[at + inter])));
+  }
+}
+
 }  // namespace ktune_silu_and_mul
 
 /// SwiGLU: out[t, i] = silu(x[t, i]) * x[t, inter + i], float math.
@@ -195,7 +272,10 @@ __device__ __forceinline__ void FlatTile(const T* __restrict__ x, T* __restrict_
 ///                one block per tile (grid.x = tokens * tiles per row), so blocks in launch
 ///                order stream each row's tiles in turn; 3: one block per tile of the
 ///                tokens * (inter / VEC) vectors taken as one flat sequence, tiles crossing
-///                rows (grid.x = ceil(tokens * inter / VEC / (BLOCK * UNROLL))); EDGE 0 only.
+///                rows (grid.x = ceil(tokens * (inter / VEC) / (BLOCK * UNROLL))); with EDGE
+///                1, out's tokens * inter elements as whole vectors from its base, gate and
+///                up read shifted, the last < VEC elements by the last block (grid.x =
+///                ceil(tokens * inter / VEC / (BLOCK * UNROLL)); inter >= VEC, PER_SHIFT 0).
 ///   EDGE:        0: inter % VEC == 0 (the up half and every row start VEC-aligned); 1: any
 ///                inter: each row's vectors start at out's first aligned element, gate and
 ///                up read shifted, the fewer than 2 * VEC elements around them one per
@@ -205,7 +285,8 @@ __device__ __forceinline__ void FlatTile(const T* __restrict__ x, T* __restrict_
 ///   PER_SHIFT:   with EDGE: 0: gate and up read shifted with the shift found per load at
 ///                run time; 1: the tile compiled once per shift of gate (VEC copies), up's
 ///                still found at run time.
-/// REQUIRES: inter % VEC == 0 unless EDGE; x and out aligned to VEC * sizeof(T) bytes; out
+/// REQUIRES: inter % VEC == 0 unless EDGE; inter >= VEC with GRID_STRIDE 3 and EDGE; x and
+/// out aligned to VEC * sizeof(T) bytes; out
 /// does not overlap x; tokens * 2 * inter elements in x, tokens * inter in out.
 template <typename T, int BLOCK, int VEC_BYTES, int UNROLL, int GRID_STRIDE, int EDGE,
           int PER_SHIFT>
@@ -219,11 +300,14 @@ __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
   constexpr int VEC = VEC_BYTES / static_cast<int>(sizeof(T));
   static_assert(UNROLL >= 1 && UNROLL <= 16, "UNROLL must be from 1 to 16");
   static_assert(GRID_STRIDE >= 0 && GRID_STRIDE <= 3, "GRID_STRIDE must be 0, 1, 2 or 3");
-  static_assert(GRID_STRIDE != 3 || !EDGE, "GRID_STRIDE 3 needs whole aligned vectors (EDGE 0)");
+  static_assert(GRID_STRIDE != 3 || EDGE <= 1, "GRID_STRIDE 3 takes EDGE 0 or 1");
   static_assert(PER_SHIFT == 0 || EDGE > 0, "PER_SHIFT is for EDGE > 0");
+  static_assert(GRID_STRIDE != 3 || PER_SHIFT == 0, "GRID_STRIDE 3 finds shifts at run time");
 
   constexpr int kTile = BLOCK * UNROLL;
-  if constexpr (GRID_STRIDE == 3) {
+  if constexpr (GRID_STRIDE == 3 && EDGE) {
+    ktune_silu_and_mul::FlatShiftedTile<BLOCK, VEC, UNROLL>(x, out, tokens, inter);
+  } else if constexpr (GRID_STRIDE == 3) {
     ktune_silu_and_mul::FlatTile<BLOCK, VEC, UNROLL>(x, out, tokens, inter);
   } else if constexpr (GRID_STRIDE == 0) {
     ktune_silu_and_mul::RowTile<BLOCK, VEC, UNROLL, EDGE, PER_SHIFT>(x, out, blockIdx.x,

@@ -45,6 +45,10 @@ HostReference SiluAndMulHostReference() {
                                   // (the grid-stride variant).
                                   {{"tokens", 5}, {"inter", 1001}},
                                   {{"tokens", 3}, {"inter", 4102}},
+                                  // Rows of just over one 16-byte vector: flat vectors
+                                  // (GRID_STRIDE 3, EDGE 1) that cross into the next
+                                  // row at every offset, and a tail after the last.
+                                  {{"tokens", 7}, {"inter", 9}},
                                   {{"tokens", 1200}, {"inter", 1001}}})};
 }
 

@@ -164,7 +164,16 @@ std::map<std::string, std::vector<KernelVariant>> AllVariants() {
         {"edges, row-major tiles",
          [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 2; }},
         {"flat tiles across rows",
-         [](const Config &c) { return P(c, "GRID_STRIDE") == 3; }}}},
+         [](const Config &c) { return P(c, "EDGE") == 0 && P(c, "GRID_STRIDE") == 3; }},
+        // Whole vectors across rows at any inter: gate and up shifted, a vector per row
+        // crossing into the next, the last elements by the last block.
+        {"edges, flat tiles across rows",
+         [](const Config &c) { return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 3; }},
+        {"edges, flat tiles across rows, 16-byte vectors unrolled",
+         [](const Config &c) {
+           return P(c, "EDGE") == 1 && P(c, "GRID_STRIDE") == 3 && P(c, "VEC_BYTES") == 16 &&
+                  P(c, "UNROLL") > 1;
+         }}}},
   };
 }
 
