@@ -130,20 +130,29 @@ TEST_F(ShippedRopeSiluGemvTest, SiluAndMulRowMajorGridHasABlockPerTile) {
 }
 
 TEST_F(ShippedRopeSiluGemvTest, SiluAndMulFlatGridCutsTheVectorsNotTheRows) {
-  // GRID_STRIDE 3: the tokens x inter / VEC vectors in tiles that run on across rows, one
-  // block per tile. Only with whole aligned vectors (EDGE 0), more than one row, and rows
-  // that are no whole number of tiles (elsewhere it is the row-major grid's blocks).
+  // GRID_STRIDE 3: out's vectors in tiles that run on across rows, one block per tile, with
+  // more than one row. Aligned rows (EDGE 0): the tokens x inter / VEC vectors, only where
+  // rows are no whole number of tiles (elsewhere it is the row-major grid's blocks). Odd
+  // rows (EDGE 1): the tokens * inter elements as whole vectors from out's base (the last <
+  // VEC go to the last block), any tile, rows of at least one vector, shifts found at run
+  // time (PER_SHIFT 0).
   const auto flat_blocks = [](const Shape& shape) {
     return [shape](const Config& c, int64_t vec, int64_t tile) {
-      const int64_t num_vec = shape.at("inter") / vec;
-      EXPECT_EQ(c.params.at("EDGE"), 0) << ConfigString(c);
-      EXPECT_GT(shape.at("tokens"), 1) << ConfigString(c);
-      EXPECT_NE(num_vec % tile, 0) << ConfigString(c);
-      return (shape.at("tokens") * num_vec + tile - 1) / tile;
+      const int64_t tokens = shape.at("tokens"), inter = shape.at("inter");
+      EXPECT_GT(tokens, 1) << ConfigString(c);
+      if (c.params.at("EDGE") == 0) {
+        EXPECT_NE((inter / vec) % tile, 0) << ConfigString(c);
+        return (tokens * (inter / vec) + tile - 1) / tile;
+      }
+      EXPECT_EQ(c.params.at("EDGE"), 1) << ConfigString(c);
+      EXPECT_NE(inter % vec, 0) << ConfigString(c);
+      EXPECT_GE(inter, vec) << ConfigString(c);
+      EXPECT_EQ(c.params.at("PER_SHIFT"), 0) << ConfigString(c);
+      return (tokens * inter / vec + tile - 1) / tile;
     };
   };
   for (int64_t tokens : {4096, 7}) {
-    for (int64_t inter : {14338, 14336, 1000, 3}) {
+    for (int64_t inter : {14338, 14337, 14336, 1000, 9, 3}) {
       const Shape shape = {{"tokens", tokens}, {"inter", inter}};
       // 14336 is 1792 16-byte vectors: tiles of 512 and 1024 leave part of one per row.
       EXPECT_GT(ExpectSiluGrids(shape, 3, flat_blocks(shape)), 0)
@@ -156,17 +165,21 @@ TEST_F(ShippedRopeSiluGemvTest, SiluAndMulFlatGridCutsTheVectorsNotTheRows) {
   EXPECT_EQ(ExpectSiluGrids(decode, 3, flat_blocks(decode)), 0);
   const Shape aligned = {{"tokens", 4096}, {"inter", 8192}};
   ExpectSiluGrids(aligned, 3, flat_blocks(aligned));
-  // Odd rows (edges) keep the other grids: the flat one needs aligned vectors.
+  // A row of 5 bf16 takes 2-byte vectors aligned (EDGE 0), and flat edge vectors of 8 bytes
+  // (4 elements) only: a 16-byte one is wider than the row.
   std::shared_ptr<const KernelTemplate> t = Get("silu_and_mul");
   ASSERT_NE(t, nullptr);
-  ASSERT_OK_AND_ASSIGN(SearchSpace odd,
-                       EnumerateSearchSpace(t, DType::kBF16, {{"tokens", 4096}, {"inter", 4097}},
+  ASSERT_OK_AND_ASSIGN(SearchSpace five,
+                       EnumerateSearchSpace(t, DType::kBF16, {{"tokens", 7}, {"inter", 5}},
                                             *TargetFromArch("sm_90")));
-  for (const Config& c : odd.configs) {
-    if (c.params.at("EDGE") == 1) {
-      EXPECT_NE(c.params.at("GRID_STRIDE"), 3) << ConfigString(c);
+  int flat_edges = 0;
+  for (const Config& c : five.configs) {
+    if (c.params.at("GRID_STRIDE") == 3 && c.params.at("EDGE") == 1) {
+      ++flat_edges;
+      EXPECT_EQ(c.params.at("VEC_BYTES"), 8) << ConfigString(c);
     }
   }
+  EXPECT_GT(flat_edges, 0);
 }
 
 TEST_F(ShippedRopeSiluGemvTest, RopeSearchSpacesForBothStyles) {
