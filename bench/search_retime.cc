@@ -13,13 +13,13 @@
 //                 [--no-flush]
 //
 // --order: A B A B (the default); A A B B, each second run kept; A --rounds times, then B; or
-// rotate: A B S A B S ..., S a short untimed measurement of A or B (in turn) that only loads
-// its module. Each measurement loads its kernel's module afresh, and a short kernel's time can
-// depend on that load by 3-8 % (the same kernel, loaded again, reads fast or slow for all of
-// one measurement's samples; an A/A test shows it), with the slow loads recurring every second
-// or fourth load. Alternating A B then puts all of A's loads on one residue of that cycle and
-// all of B's on the other; with the spacer, a cycle of three, both visit every residue of a
-// cycle of 2 or 4 over four rounds.
+// rotate: A B S A B S ..., S a short measurement of A or B (in turn) whose time is dropped,
+// so that the loads of A and B fall at every position of a cycle of 2 or 4 loads. An A/A
+// test shows why these exist: with the L2 flushed before each sample, a kernel of a few
+// microseconds measured against itself can read 3-8 % apart (about 1 us per sample), one
+// side keeping its state over all of a process's rounds, the other side or neither in the
+// next process; no order removed it (the spacer did not either, so it is no cycle of loads),
+// and without the flush it is gone.
 //
 // Two searches that agree on a config count as equal without measuring, unless --same: then
 // they are timed too, and with one store given twice every key is an A/A test of the timer
@@ -119,7 +119,7 @@ absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const Tar
   v1::TimingOptions timing;
   timing.set_min_sample_us(args.min_sample_us);
   timing.set_no_l2_flush(args.no_flush);
-  // The spacer: one warm-up run and one sample, enough to load the module and move the cycle.
+  // The spacer: one warm-up run and one sample, enough to load the module.
   v1::TimingOptions spacer = timing;
   spacer.set_warmup(1);
   spacer.set_min_repeats(1);
