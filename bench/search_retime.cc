@@ -9,12 +9,16 @@
 // --within of the reference's (median over the rounds).
 //
 //   search_retime --reference A.db --candidate B.db [--rounds 5] [--gpu 0] [--within 0.02]
-//                 [--min-sample-us US] [--order ab|pairs|blocks|rotate] [--same] [--runs]
+//                 [--min-sample-us US] [--order ab|pairs|blocks|rotate|shuffle] [--same]
+//                 [--runs]
 //                 [--no-flush]
 //
 // --order: A B A B (the default); A A B B, each second run kept; A --rounds times, then B; or
 // rotate: A B S A B S ..., S a short measurement of A or B (in turn) whose time is dropped,
-// so that the loads of A and B fall at every position of a cycle of 2 or 4 loads. An A/A
+// so that the loads of A and B fall at every position of a cycle of 2 or 4 loads; or
+// shuffle: half of the rounds A B and half B A in a drawn order (fixed seed), so that neither
+// kernel keeps a place in the round: a state that follows the place, not the kernel, then
+// lands on both alike. An A/A
 // test shows why these exist: with the L2 flushed before each sample, a kernel of a few
 // microseconds measured against itself can read 3-8 % apart (about 1 us per sample), one
 // side keeping its state over all of a process's rounds, the other side or neither in the
@@ -23,16 +27,17 @@
 //
 // Two searches that agree on a config count as equal without measuring, unless --same: then
 // they are timed too, and with one store given twice every key is an A/A test of the timer
-// (one kernel loaded and measured in alternation with itself). --runs prints every run's time.
+// (one kernel loaded and measured in alternation with itself). --runs prints every run's time,
+// a '*' on those measured second in their round.
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "server/base/status_macros.h"
 #include "server/engine/engine.h"
 #include "server/gpu/device_model.h"
@@ -83,11 +88,20 @@ double Median(std::vector<double> v) {
 // lines).
 struct Side {
   std::vector<double> times_ns;
+  std::vector<bool> second;  // each run: whether it came second in its round
   double median_ns = 0;
   int64_t min_batch = 0, max_batch = 0;
 };
 
-void RoundedNs(std::string* out, double ns) { absl::StrAppend(out, static_cast<int64_t>(ns + 0.5)); }
+// A side's runs in ns, those that came second in their round marked with a '*'.
+std::string RunsString(const Side& s) {
+  std::string out;
+  for (size_t r = 0; r < s.times_ns.size(); ++r) {
+    absl::StrAppend(&out, r == 0 ? "" : " ", static_cast<int64_t>(s.times_ns[r] + 0.5),
+                    s.second[r] ? "*" : "");
+  }
+  return out;
+}
 
 std::string BatchString(const Side& s) {
   return s.min_batch == s.max_batch ? absl::StrCat(s.min_batch)
@@ -125,6 +139,14 @@ absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const Tar
   spacer.set_min_repeats(1);
   spacer.set_max_repeats(1);
   const bool pairs = args.order == "pairs", rotate = args.order == "rotate";
+  // shuffle: which rounds are B A, half of them in an order drawn with a fixed seed (the same
+  // for every key and run).
+  std::vector<int> swapped(args.rounds, 0);
+  if (args.order == "shuffle") {
+    std::fill(swapped.begin(), swapped.begin() + args.rounds / 2, 1);
+    std::mt19937 rng(12345);
+    std::shuffle(swapped.begin(), swapped.end(), rng);
+  }
   for (int n = 0; n < (pairs ? 4 : rotate ? 3 : 2) * args.rounds; ++n) {
     if (rotate && n % 3 == 2) {
       KTUNE_RETURN_IF_ERROR(gpu.Measure(binaries[(n / 3) % 2], spacer).status());
@@ -133,13 +155,16 @@ absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const Tar
     const int i = args.order == "blocks" ? n / args.rounds
                   : pairs               ? (n / 2) % 2
                   : rotate              ? n % 3
-                                        : n % 2;
+                                        : (n % 2) ^ swapped[n / 2];
     KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, gpu.Measure(binaries[i], timing));
     if (pairs && n % 2 == 0) continue;  // the first of a pair only loads and runs it
     if (m.outcome() != "ok") continue;
     if (timing.batch() == 0) timing.set_batch(m.batch());
     Side& s = sides[i];
     s.times_ns.push_back(m.time_ns());
+    s.second.push_back(args.order == "blocks" ? false
+                       : rotate               ? n % 3 == 1
+                                              : (n / (pairs ? 2 : 1)) % 2 == 1);
     s.min_batch = s.min_batch == 0 ? m.batch() : std::min(s.min_batch, m.batch());
     s.max_batch = std::max(s.max_batch, m.batch());
   }
@@ -202,8 +227,7 @@ int Run(const Args& args) {
                 t->second.median_ns, ratio,
                 absl::StrCat(BatchString(t->first), "/", BatchString(t->second)).c_str());
     if (args.runs) {
-      std::printf("  %s | %s", absl::StrJoin(t->first.times_ns, " ", RoundedNs).c_str(),
-                  absl::StrJoin(t->second.times_ns, " ", RoundedNs).c_str());
+      std::printf("  %s | %s", RunsString(t->first).c_str(), RunsString(t->second).c_str());
     }
     std::printf("\n");
   }
@@ -227,8 +251,9 @@ int main(int argc, char** argv) {
   app.add_option("--gpu", args.gpu, "GPU ordinal");
   app.add_option("--rounds", args.rounds, "Alternating measurements of each")->capture_default_str();
   app.add_option("--order", args.order, "ab (alternate), pairs (A A B B, the second of each "
-                 "kept), blocks (A --rounds times, then B) or rotate (A B and a spacer load)")
-      ->check(CLI::IsMember({"ab", "pairs", "blocks", "rotate"}))
+                 "kept), blocks (A --rounds times, then B), rotate (A B and a spacer load) or "
+                 "shuffle (half the rounds A B, half B A, in a drawn order)")
+      ->check(CLI::IsMember({"ab", "pairs", "blocks", "rotate", "shuffle"}))
       ->capture_default_str();
   app.add_option("--within", args.within, "Tolerance of 'as fast'")->capture_default_str();
   app.add_option("--min-sample-us", args.min_sample_us,
@@ -237,7 +262,8 @@ int main(int argc, char** argv) {
   app.add_flag("--same", args.same,
                "Time configs both stores agree on too (one store twice: an A/A test of the timer)");
   app.add_flag("--no-flush", args.no_flush, "Do not flush L2 before each sample (diagnosis)");
-  app.add_flag("--runs", args.runs, "Print every run's time (ns), reference | candidate");
+  app.add_flag("--runs", args.runs,
+               "Print every run's time (ns), reference | candidate; * marks one second in its round");
   CLI11_PARSE(app, argc, argv);
   return ktune::Run(args);
 }
