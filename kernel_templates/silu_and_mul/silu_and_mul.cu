@@ -286,8 +286,8 @@ __device__ __forceinline__ void FlatShiftedTile(const T* __restrict__ x, T* __re
 ///                run time; 1: the tile compiled once per shift of gate (VEC copies), up's
 ///                still found at run time.
 /// REQUIRES: inter % VEC == 0 unless EDGE; inter >= VEC with GRID_STRIDE 3 and EDGE; x and
-/// out aligned to VEC * sizeof(T) bytes; out
-/// does not overlap x; tokens * 2 * inter elements in x, tokens * inter in out.
+/// out aligned to VEC * sizeof(T) bytes; out does not overlap x; tokens * 2 * inter elements
+/// in x, tokens * inter in out.
 template <typename T, int BLOCK, int VEC_BYTES, int UNROLL, int GRID_STRIDE, int EDGE,
           int PER_SHIFT>
 __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
