@@ -263,7 +263,8 @@ int main(int argc, char** argv) {
                "Time configs both stores agree on too (one store twice: an A/A test of the timer)");
   app.add_flag("--no-flush", args.no_flush, "Do not flush L2 before each sample (diagnosis)");
   app.add_flag("--runs", args.runs,
-               "Print every run's time (ns), reference | candidate; * marks one second in its round");
+               "Print every run's time (ns), reference | candidate; * marks those measured "
+               "second in their round");
   CLI11_PARSE(app, argc, argv);
   return ktune::Run(args);
 }

@@ -241,7 +241,9 @@ __device__ __forceinline__ void FlatShiftedTile(const T* __restrict__ x, T* __re
       ktune::VectorToFloat(up[u], a);
       ktune::VectorToFloat(next_up, b);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) r[j] = j < in_row[u] ? SiluMul(g[j], a[j]) : SiluMul(a[j], b[j]);
+      for (int j = 0; j < VEC; ++j) {
+        r[j] = j < in_row[u] ? SiluMul(g[j], a[j]) : SiluMul(a[j], b[j]);
+      }
       o = ktune::FloatToVector<T>(r);
     }
     ktune::StoreVector<VEC>(out + (first + u * BLOCK) * VEC, o);
