@@ -108,10 +108,53 @@ std::string BatchString(const Side& s) {
                                     : absl::StrCat(s.min_batch, "-", s.max_batch);
 }
 
-// The two configs of one key, measured in alternation: {reference, candidate}.
+// One measurement of the order: which side (0 reference, 1 candidate), whether its time is
+// kept (else it only loads the module and runs it), with the spacer's short timing or the
+// full one, and whether it comes second in its round.
+struct Step {
+  int side = 0;
+  bool kept = true;
+  bool spacer = false;
+  bool second = false;
+};
+
+// --order's measurements, the same for every key.
+std::vector<Step> Schedule(const std::string& order, int rounds) {
+  std::vector<Step> steps;
+  // shuffle: which rounds are B A, half of them in an order drawn with a fixed seed.
+  std::vector<int> swapped(rounds, 0);
+  if (order == "shuffle") {
+    std::fill(swapped.begin(), swapped.begin() + rounds / 2, 1);
+    std::mt19937 rng(12345);
+    std::shuffle(swapped.begin(), swapped.end(), rng);
+  }
+  if (order == "blocks") {
+    for (int side : {0, 1}) {
+      for (int r = 0; r < rounds; ++r) steps.push_back({side, true, false, false});
+    }
+    return steps;
+  }
+  for (int r = 0; r < rounds; ++r) {
+    if (order == "pairs") {  // A A B B, the first of each pair dropped
+      for (int side : {0, 1}) {
+        steps.push_back({side, false, false, side == 1});
+        steps.push_back({side, true, false, side == 1});
+      }
+    } else {  // ab, shuffle, rotate
+      const int first = swapped[r];
+      steps.push_back({first, true, false, false});
+      steps.push_back({1 - first, true, false, true});
+      if (order == "rotate") steps.push_back({r % 2, false, true, false});
+    }
+  }
+  return steps;
+}
+
+// The two configs of one key, measured as `schedule` says: {reference, candidate}.
 absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const TargetInfo& target,
-                                                 const store::EntrySummary& a,
-                                                 const store::EntrySummary& b, const Args& args) {
+                                             const store::EntrySummary& a,
+                                             const store::EntrySummary& b, const Args& args,
+                                             const std::vector<Step>& schedule) {
   KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const KernelTemplate> tmpl,
                          engine.registry->Get(a.key.template_id));
   std::optional<DType> dtype = ParseDType(a.key.dtype);
@@ -138,33 +181,14 @@ absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const Tar
   spacer.set_warmup(1);
   spacer.set_min_repeats(1);
   spacer.set_max_repeats(1);
-  const bool pairs = args.order == "pairs", rotate = args.order == "rotate";
-  // shuffle: which rounds are B A, half of them in an order drawn with a fixed seed (the same
-  // for every key and run).
-  std::vector<int> swapped(args.rounds, 0);
-  if (args.order == "shuffle") {
-    std::fill(swapped.begin(), swapped.begin() + args.rounds / 2, 1);
-    std::mt19937 rng(12345);
-    std::shuffle(swapped.begin(), swapped.end(), rng);
-  }
-  for (int n = 0; n < (pairs ? 4 : rotate ? 3 : 2) * args.rounds; ++n) {
-    if (rotate && n % 3 == 2) {
-      KTUNE_RETURN_IF_ERROR(gpu.Measure(binaries[(n / 3) % 2], spacer).status());
-      continue;
-    }
-    const int i = args.order == "blocks" ? n / args.rounds
-                  : pairs               ? (n / 2) % 2
-                  : rotate              ? n % 3
-                                        : (n % 2) ^ swapped[n / 2];
-    KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, gpu.Measure(binaries[i], timing));
-    if (pairs && n % 2 == 0) continue;  // the first of a pair only loads and runs it
-    if (m.outcome() != "ok") continue;
+  for (const Step& step : schedule) {
+    KTUNE_ASSIGN_OR_RETURN(v1::Measurement m,
+                           gpu.Measure(binaries[step.side], step.spacer ? spacer : timing));
+    if (!step.kept || m.outcome() != "ok") continue;
     if (timing.batch() == 0) timing.set_batch(m.batch());
-    Side& s = sides[i];
+    Side& s = sides[step.side];
     s.times_ns.push_back(m.time_ns());
-    s.second.push_back(args.order == "blocks" ? false
-                       : rotate               ? n % 3 == 1
-                                              : (n / (pairs ? 2 : 1)) % 2 == 1);
+    s.second.push_back(step.second);
     s.min_batch = s.min_batch == 0 ? m.batch() : std::min(s.min_batch, m.batch());
     s.max_batch = std::max(s.max_batch, m.batch());
   }
@@ -197,6 +221,7 @@ int Run(const Args& args) {
     return 1;
   }
   const TargetInfo target = TargetForDevice(*info);
+  const std::vector<Step> schedule = Schedule(args.order, args.rounds);
   int keys = 0, within = 0, same_config = 0, failed = 0;
   double worst = 0;
   std::printf("%-64s %12s %12s %7s %9s\n", "key", "reference ns", "candidate ns", "ratio",
@@ -212,7 +237,8 @@ int Run(const Args& args) {
       std::printf("%-64s %12s %12s %7s\n", name.c_str(), "-", "-", "same");
       continue;
     }
-    absl::StatusOr<std::pair<Side, Side>> t = Retime(**engine, **gpu, target, a, b, args);
+    absl::StatusOr<std::pair<Side, Side>> t =
+        Retime(**engine, **gpu, target, a, b, args, schedule);
     if (!t.ok() || t->first.median_ns <= 0 || t->second.median_ns <= 0) {
       ++failed;
       std::printf("%-64s failed: %s\n", name.c_str(),
