@@ -111,105 +111,53 @@ __device__ __forceinline__ void RowTile(const T* __restrict__ x, T* __restrict__
   }
 }
 
-// GRID_STRIDE 3: the tokens x num_vec output vectors as one flat sequence cut into tiles of
-// BLOCK * UNROLL, so a row whose vectors are no multiple of the tile leaves no nearly empty
-// block behind it (4096 x 14338 bf16 in 4-byte vectors: 7169 a row, 15 tiles of 512 with
-// 1 vector in the last), and rows shorter than a tile share one. Vectors are whole and
-// aligned (EDGE 0), so out's offset is the flat index itself and x's adds the row once more
-// (gate at row * 2 * inter + col * VEC = flat * VEC + row * inter). One division per thread
-// finds its first vector's row; the later ones step BLOCK vectors on without dividing.
-template <int BLOCK, int VEC, int UNROLL, typename T>
+// GRID_STRIDE 3: out's vectors as one flat sequence cut into tiles of BLOCK * UNROLL, so a
+// row whose vectors are no multiple of the tile leaves no nearly empty block behind it (4096
+// x 14338 bf16 in 4-byte vectors: 7169 a row, 15 tiles of 512 with 1 vector in the last),
+// and rows shorter than a tile share one. The vector at out's flat element f (f = row *
+// inter + col) reads gate at x + f + row * inter (x's rows are 2 * inter long) and up inter
+// after it. One division per thread finds its first vector's row; the later ones step BLOCK
+// vectors on without dividing.
+//   SHIFTED false (EDGE 0): inter % VEC == 0, so gate and up are aligned and every vector
+// lies in one row.
+//   SHIFTED (EDGE 1): any inter >= VEC. out's tokens * inter elements are cut into whole
+// vectors from its base; gate and up are read shifted by the row's (row * inter) % VEC
+// (found per load at run time). A vector that ends in the next row (one a row at most)
+// takes its elements from there in the same frame: that row's gate lies where this row's up
+// does (f + (row + 1) * inter), and its up one inter further, one more shifted load. The
+// fewer than VEC elements after the last vector go one per thread of the last block. Every
+// out store is a whole aligned vector, which the edge path per row cannot give at a row
+// length no multiple of VEC.
+template <int BLOCK, int VEC, int UNROLL, bool SHIFTED, typename T>
 __device__ __forceinline__ void FlatTile(const T* __restrict__ x, T* __restrict__ out,
                                          int tokens, int inter) {
   using Vec = ktune::AlignedVector<T, VEC>;
   constexpr int kTile = BLOCK * UNROLL;
-  const int num_vec = inter / VEC;
-  const long long total = static_cast<long long>(tokens) * num_vec;
-  const long long tile_first = static_cast<long long>(blockIdx.x) * kTile;
-  const long long first = tile_first + threadIdx.x;
-  long long row;
-  int col;
-  if (total + kTile <= 0xffffffffLL) {  // unsigned 32-bit division where it fits: far cheaper
-    const unsigned f = static_cast<unsigned>(first);
-    const unsigned r = f / static_cast<unsigned>(num_vec);
-    row = r;
-    col = static_cast<int>(f - r * static_cast<unsigned>(num_vec));
-  } else {
-    row = first / num_vec;
-    col = static_cast<int>(first - row * num_vec);
-  }
-  const int step_rows = BLOCK / num_vec;
-  const int step_cols = BLOCK % num_vec;
-  long long gate_at[UNROLL];  // element offsets in x of this thread's gate vectors
-#pragma unroll
-  for (int u = 0; u < UNROLL; ++u) {
-    gate_at[u] = (first + u * BLOCK) * VEC + row * inter;
-    row += step_rows;
-    col += step_cols;
-    if (col >= num_vec) {
-      col -= num_vec;
-      ++row;
-    }
-  }
-  Vec gate[UNROLL];
-  Vec up[UNROLL];
-  if (tile_first + kTile <= total) {
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      gate[u] = ktune::LoadVector<VEC>(x + gate_at[u]);
-      up[u] = ktune::LoadVector<VEC>(x + gate_at[u] + inter);
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      ktune::StoreVector<VEC>(out + (first + u * BLOCK) * VEC, SiluMulVector(gate[u], up[u]));
-    }
-  } else {
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const bool inside = first + u * BLOCK < total;
-      gate[u] = inside ? ktune::LoadVector<VEC>(x + gate_at[u]) : Vec{};
-      up[u] = inside ? ktune::LoadVector<VEC>(x + gate_at[u] + inter) : Vec{};
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      if (first + u * BLOCK < total) {
-        ktune::StoreVector<VEC>(out + (first + u * BLOCK) * VEC, SiluMulVector(gate[u], up[u]));
-      }
-    }
-  }
-}
-
-// GRID_STRIDE 3 with EDGE 1: the flat sequence of FlatTile for any inter (>= VEC). out's
-// tokens * inter elements are cut into whole VEC-aligned vectors from its base, tiles of
-// BLOCK * UNROLL of them crossing rows, and the fewer than VEC elements after the last go one
-// per thread of the last block. In one row the vector at flat element f reads gate at x + f +
-// row * inter and up inter after it, both shifted by the row's (row * inter) % VEC (found per
-// load at run time). A vector that ends in the next row (one a row, at most, with inter >=
-// VEC) takes its elements from there in the same frame: that row's gate lies where this
-// row's up does (f + (row + 1) * inter), and its up one inter further; so it costs one
-// more shifted load. Every out store is a whole aligned vector (no scalar edge per row, no
-// part-filled vectors), which is what the edge path per row could not give at a row length
-// no multiple of VEC.
-template <int BLOCK, int VEC, int UNROLL, typename T>
-__device__ __forceinline__ void FlatShiftedTile(const T* __restrict__ x, T* __restrict__ out,
-                                                int tokens, int inter) {
-  using Vec = ktune::AlignedVector<T, VEC>;
-  constexpr int kTile = BLOCK * UNROLL;
+  constexpr int kShift = SHIFTED ? ktune::kAnyShift : 0;
   const long long elems = static_cast<long long>(tokens) * inter;
   const long long total = elems / VEC;  // whole output vectors
   const long long tile_first = static_cast<long long>(blockIdx.x) * kTile;
   const long long first = tile_first + threadIdx.x;
-  long long row = first * VEC / inter;
-  int col = static_cast<int>(first * VEC - row * inter);
-  constexpr long long kStep = static_cast<long long>(BLOCK) * VEC;  // elements between u's
-  const int step_rows = static_cast<int>(kStep / inter);
-  const int step_cols = static_cast<int>(kStep % inter);
-  long long gate_at[UNROLL];  // x offsets of this thread's gate vectors
+  long long row;
+  int col;  // of the first element of the thread's first vector
+  if (elems + static_cast<long long>(kTile) * VEC <= 0xffffffffLL) {
+    // Unsigned 32-bit division where it fits: far cheaper.
+    const unsigned f = static_cast<unsigned>(first * VEC);
+    const unsigned r = f / static_cast<unsigned>(inter);
+    row = r;
+    col = static_cast<int>(f - r * static_cast<unsigned>(inter));
+  } else {
+    row = first * VEC / inter;
+    col = static_cast<int>(first * VEC - row * inter);
+  }
+  const int step_rows = BLOCK * VEC / inter;
+  const int step_cols = BLOCK * VEC % inter;
+  long long gate_at[UNROLL];  // element offsets in x of this thread's gate vectors
   int in_row[UNROLL];         // how many of a vector's elements lie in its first row
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     gate_at[u] = (first + u * BLOCK) * VEC + row * inter;
-    in_row[u] = min(VEC, inter - col);
+    in_row[u] = SHIFTED ? min(VEC, inter - col) : VEC;
     row += step_rows;
     col += step_cols;
     if (col >= inter) {
@@ -217,25 +165,25 @@ __device__ __forceinline__ void FlatShiftedTile(const T* __restrict__ x, T* __re
       ++row;
     }
   }
-  // Every gate and up load is issued before the first use, as in FlatTile.
+  // All 2 * UNROLL loads are issued before the first use; a whole tile takes no bounds checks.
   const bool whole = tile_first + kTile <= total;
   Vec gate[UNROLL];
   Vec up[UNROLL];
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     const bool inside = whole || first + u * BLOCK < total;
-    gate[u] = inside ? ktune::LoadShiftedVector<VEC>(x + gate_at[u]) : Vec{};
-    up[u] = inside ? ktune::LoadShiftedVector<VEC>(x + gate_at[u] + inter) : Vec{};
+    gate[u] = inside ? ktune::LoadVectorAt<VEC, kShift>(x + gate_at[u]) : Vec{};
+    up[u] = inside ? ktune::LoadVectorAt<VEC, kShift>(x + gate_at[u] + inter) : Vec{};
   }
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     if (!whole && first + u * BLOCK >= total) continue;
     Vec o;
-    if (in_row[u] == VEC) {
+    if (!SHIFTED || in_row[u] == VEC) {
       o = SiluMulVector(gate[u], up[u]);
     } else {
       // Crosses into the next row: its elements' gate is up's, their up one inter further.
-      const Vec next_up = ktune::LoadShiftedVector<VEC>(x + gate_at[u] + 2 * inter);
+      const Vec next_up = ktune::LoadVectorAt<VEC, kShift>(x + gate_at[u] + 2 * inter);
       float g[VEC], a[VEC], b[VEC], r[VEC];
       ktune::VectorToFloat(gate[u], g);
       ktune::VectorToFloat(up[u], a);
@@ -248,13 +196,14 @@ __device__ __forceinline__ void FlatShiftedTile(const T* __restrict__ x, T* __re
     }
     ktune::StoreVector<VEC>(out + (first + u * BLOCK) * VEC, o);
   }
-  // The last elements, after the last whole vector: one per thread of the last block.
-  const int tail = static_cast<int>(elems - total * VEC);
-  if (blockIdx.x == gridDim.x - 1 && static_cast<int>(threadIdx.x) < tail) {
-    const long long f = total * VEC + threadIdx.x;
-    const long long r = f / inter;
-    const long long at = f + r * inter;
-    out[f] = ktune::FromFloat<T>(SiluMul(ktune::ToFloat(x[at]), ktune::ToFloat(x[at + inter])));
+  if constexpr (SHIFTED) {
+    // The last elements, after the last whole vector: one per thread of the last block.
+    const int tail = static_cast<int>(elems - total * VEC);
+    if (blockIdx.x == gridDim.x - 1 && static_cast<int>(threadIdx.x) < tail) {
+      const long long f = total * VEC + threadIdx.x;
+      const long long at = f + f / inter * inter;
+      out[f] = ktune::FromFloat<T>(SiluMul(ktune::ToFloat(x[at]), ktune::ToFloat(x[at + inter])));
+    }
   }
 }
 
@@ -307,10 +256,8 @@ __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
   static_assert(GRID_STRIDE != 3 || PER_SHIFT == 0, "GRID_STRIDE 3 finds shifts at run time");
 
   constexpr int kTile = BLOCK * UNROLL;
-  if constexpr (GRID_STRIDE == 3 && EDGE) {
-    ktune_silu_and_mul::FlatShiftedTile<BLOCK, VEC, UNROLL>(x, out, tokens, inter);
-  } else if constexpr (GRID_STRIDE == 3) {
-    ktune_silu_and_mul::FlatTile<BLOCK, VEC, UNROLL>(x, out, tokens, inter);
+  if constexpr (GRID_STRIDE == 3) {
+    ktune_silu_and_mul::FlatTile<BLOCK, VEC, UNROLL, EDGE == 1>(x, out, tokens, inter);
   } else if constexpr (GRID_STRIDE == 0) {
     ktune_silu_and_mul::RowTile<BLOCK, VEC, UNROLL, EDGE, PER_SHIFT>(x, out, blockIdx.x,
                                                                      blockIdx.y, inter);
