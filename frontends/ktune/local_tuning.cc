@@ -31,6 +31,9 @@ absl::Status CheckTuneJobFlags(const TuneJobFlags& flags) {
     return s;
   }
   if (flags.min_sample_us < 0) return absl::InvalidArgumentError("--min-sample-us: must be >= 0");
+  if (flags.decision_min_sample_us < 0) {
+    return absl::InvalidArgumentError("--decide-sample-us: must be >= 0");
+  }
   return absl::OkStatus();
 }
 
@@ -43,6 +46,7 @@ TuneRequest JobRequest(const TuneJobFlags& flags, std::string template_name, DTy
   request.search = flags.search;
   request.seed = flags.seed;
   request.timing.set_min_sample_us(flags.min_sample_us);
+  request.decision_min_sample_us = flags.decision_min_sample_us;
   return request;
 }
 

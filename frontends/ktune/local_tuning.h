@@ -42,10 +42,13 @@ struct TuneJobFlags {
   // The worker batches back-to-back runs after one L2 flush until a sample lasts this long
   // (0 = its default, 20 us); a tiny value times every run alone after its own flush.
   double min_sample_us = 0;
+  // --decide-sample-us: the same for the runs that decide the winner (promotion and the
+  // final round); 0 = min_sample_us.
+  double decision_min_sample_us = 0;
 };
 
-// kInvalidArgument naming --strategy, --budget, --time, --min-gain, --roofline-stop or
-// --min-sample-us when out of range.
+// kInvalidArgument naming --strategy, --budget, --time, --min-gain, --roofline-stop,
+// --min-sample-us or --decide-sample-us when out of range.
 absl::Status CheckTuneJobFlags(const TuneJobFlags& flags);
 
 // A tuning request for one key with the job's strategy, budget, time limit, seed and timing.

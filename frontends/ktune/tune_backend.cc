@@ -238,6 +238,10 @@ absl::Status CheckDaemonFlags(const std::string& daemon, const TuneJobFlags& job
     return absl::InvalidArgumentError(
         "--min-sample-us: not supported with --daemon (ktuned times with its own settings)");
   }
+  if (!daemon.empty() && job.decision_min_sample_us > 0) {
+    return absl::InvalidArgumentError(
+        "--decide-sample-us: not supported with --daemon (ktuned times with its own settings)");
+  }
   return absl::OkStatus();
 }
 

@@ -248,6 +248,9 @@ Command AddTuneCommand(CLI::App& parent) {
   app->add_option("--min-sample-us", args->spec.job.min_sample_us,
                   "Runs shorter than this are timed in back-to-back batches after one L2 flush "
                   "(0 = the worker's 20 us); 0.001 times each run alone after its own flush");
+  app->add_option("--decide-sample-us", args->spec.job.decision_min_sample_us,
+                  "The same for the runs that decide the winner (promotion, final round); "
+                  "0 = --min-sample-us");
   app->add_option("--top", args->top, "Candidates to list")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -49,6 +49,11 @@ struct TuneRequest {
   // to its 200 samples: noisy few-microsecond kernels. Exhaustive times every candidate
   // with `timing` (it is the reference the others are held to).
   bool timing_rounds = true;
+  // The sample length of the runs that decide the winner (promotion and the final round),
+  // in us; 0 = timing's. Kernels of a few us timed in samples of 20 us (a batch of 4-7 runs
+  // after one L2 flush) carry a state of about 1 us per sample that differs between module
+  // loads and processes: longer samples share it among more runs.
+  double decision_min_sample_us = 0;
   // With a fleet tier (fleet_sync.h): when another host holds the key's lease, end at once
   // with kAborted instead of waiting for its winner (`ktune tune --spec` then tunes other
   // keys and comes back to this one).

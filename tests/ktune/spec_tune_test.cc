@@ -427,8 +427,9 @@ TEST_F(SpecTuneCrashTest, CrashLoopOfTunesImportsAndDaemonsLeavesAWholeStore) {
               c.landed[1], c.landed[2]);
 }
 
-// --min-sample-us reaches every measurement the worker is asked for, with one key or a spec;
-// a negative value, or one with --daemon, is refused before anything is tuned.
+// --min-sample-us reaches every measurement the worker is asked for, with one key or a spec,
+// and --decide-sample-us the deciding ones; a negative value, or one with --daemon, is
+// refused before anything is tuned.
 // --idle-compile on: the helpers beside ktune compile the rest of the space into the cache
 // while the job measures (how much depends on idle cores, so only what must hold is checked).
 TEST_F(SpecTuneTest, IdleCompilesRunBesideTheJob) {
@@ -479,6 +480,23 @@ TEST_F(SpecTuneTest, MinSampleUsReachesTheWorker) {
   EXPECT_EQ(checked, 2);
   EXPECT_GT(retimed, 0);
 
+  // --decide-sample-us: the leaders' and finalists' retimes at their own sample length, the
+  // search at --min-sample-us's.
+  ASSERT_EQ(::unlink(log.c_str()), 0);
+  const Result decide = Run({"tune", "tiny", "--dtype", "f32", "--shape", "n=64", "--db",
+                             dir_ + "/decide.db", "--templates", dir_ + "/templates", "--worker",
+                             kFakeWorker, "--budget", "2", "--quiet", "--min-sample-us", "0.5",
+                             "--decide-sample-us", "100"});
+  ASSERT_EQ(decide.exit_code, 0) << decide;
+  checked = retimed = 0;
+  for (const std::string& m : measures()) {
+    const bool retime = absl::StrContains(m, " skip_check");
+    ++(retime ? retimed : checked);
+    EXPECT_THAT(m, HasSubstr(retime ? " min_sample_us=100" : " min_sample_us=0.5")) << m;
+  }
+  EXPECT_EQ(checked, 2);
+  EXPECT_GT(retimed, 0);
+
   ASSERT_EQ(::unlink(log.c_str()), 0);
   const Result spec = Run(Args(WriteSpec("64"), {"--quiet", "--min-sample-us", "0.001"}));
   ASSERT_EQ(spec.exit_code, 0) << spec;
@@ -493,6 +511,13 @@ TEST_F(SpecTuneTest, MinSampleUsReachesTheWorker) {
                                                    "--min-sample-us", "1"}));
   EXPECT_EQ(daemon.exit_code, 2) << daemon;
   EXPECT_THAT(daemon.err, HasSubstr("--min-sample-us: not supported with --daemon"));
+  const Result negative_decide = Run(Args(WriteSpec("64"), {"--decide-sample-us", "-1"}));
+  EXPECT_EQ(negative_decide.exit_code, 2) << negative_decide;
+  EXPECT_THAT(negative_decide.err, HasSubstr("--decide-sample-us: must be >= 0"));
+  const Result daemon_decide = Run(Args(WriteSpec("64"), {"--daemon", "unix:///nowhere.sock",
+                                                          "--decide-sample-us", "100"}));
+  EXPECT_EQ(daemon_decide.exit_code, 2) << daemon_decide;
+  EXPECT_THAT(daemon_decide.err, HasSubstr("--decide-sample-us: not supported with --daemon"));
 }
 
 // --gpus: the keys spread over two GPUs (both workers measure), and when one GPU is lost

@@ -632,6 +632,19 @@ TEST_F(TuningJobTest, TheLeadersAndFinalistsShareOneBatch) {
     EXPECT_EQ(gpu_.timings[i].batch(), i < 30 ? 0 : 17) << i;
   }
   EXPECT_EQ(r.entry.metrics.batch, 17);
+
+  // decision_min_sample_us: the deciding runs fill 100 us samples (84 runs of 1200 ns) with
+  // that sample length; the screening keeps the request's.
+  request_.shape = {{"n", 2000}};
+  request_.decision_min_sample_us = 100;
+  gpu_.timings.clear();
+  ASSERT_OK_AND_ASSIGN(r, RunTuning(request_, Env()));
+  ASSERT_EQ(gpu_.timings.size(), 30u + 10u + 6u);
+  for (size_t i = 0; i < gpu_.timings.size(); ++i) {
+    EXPECT_EQ(gpu_.timings[i].batch(), i < 30 ? 0 : 84) << i;
+    EXPECT_EQ(gpu_.timings[i].min_sample_us(), i < 30 ? 0 : 100) << i;
+  }
+  EXPECT_EQ(r.entry.metrics.batch, 84);
 }
 
 // Exhaustive's finalists: the six knob variants of BLOCK=256,VEC=4 (1100 ns, batched 19 in
