@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,6 +28,26 @@ constexpr double kMinSpread = 0.01;
 // at least this large): a first sample of 4 can be the default, a neighbour's winner and
 // two far points, none of them near the best.
 constexpr int64_t kEarliestStopMin = 8;
+
+// The weight of the model's spread in the ranking (mean - kExploration x spread, in log
+// time). With the forest's spread at full weight the search spent much of its budget in
+// corners it had already seen to be slow (rmsnorm 1024 x 4096 on the H100, 2026-12-06: 10
+// of its 36 picks were BLOCK 1024, each at least 37 % behind the best it had seen, and it
+// tried one BLOCK 128 config where exhaustive's best six lay).
+constexpr double kExploration = 0.5;
+
+// The first sample's reward, added to a candidate's squared distance (over rank-scaled
+// features, each at most 1) for every feature whose value no candidate taken so far has.
+// Farthest points alone go to the corners (BLOCK 32 and 1024 before 256), and with less
+// exploration the model then never tries an inner value it has no sample of.
+//
+// Both replayed (search_replay) over three exhaustive H100 stores of the 120 memory-bound
+// keys, at noise 0, 1 and 2 % (seeds 1-3; 21 replays), winners within 2 % of the best:
+// 109.2 keys on average before (exploration 1, no reward), 114.9 with exploration 0.5 alone,
+// 114.1 with this reward too, each measuring about 19 % of the space; at noise 3 and 5 %
+// (24 replays) 102.9 before, 106.0 now. Exploration 0.5 alone missed the tiny template's V
+// (best BLOCK 256) in the tuning job test, converging on BLOCK 32; the reward finds it.
+constexpr double kNewValueReward = 0.3;
 
 enum class State { kUnseen, kHandedOut, kMeasured };
 
@@ -153,11 +174,17 @@ class GuidedStrategy : public SearchStrategy {
   }
 
   // The unseen candidate farthest (over rank-scaled features) from every candidate handed
-  // out or measured so far; ties go to a random one of them.
+  // out or measured so far, with kNewValueReward for each value it adds; ties go to a random
+  // one of them.
   size_t Farthest() {
     std::vector<size_t> taken;
     for (size_t i = 0; i < space_.size(); ++i) {
       if (state_[i] != State::kUnseen) taken.push_back(i);
+    }
+    const size_t d = scaled_.empty() ? 0 : scaled_[0].size();
+    std::vector<std::set<double>> seen(d);
+    for (size_t t : taken) {
+      for (size_t f = 0; f < d; ++f) seen[f].insert(scaled_[t][f]);
     }
     double best = -1;
     std::vector<size_t> ties;
@@ -165,6 +192,9 @@ class GuidedStrategy : public SearchStrategy {
       if (state_[i] != State::kUnseen) continue;
       double nearest = std::numeric_limits<double>::infinity();
       for (size_t t : taken) nearest = std::min(nearest, SquaredDistance(scaled_[i], scaled_[t]));
+      for (size_t f = 0; f < d; ++f) {
+        if (seen[f].count(scaled_[i][f]) == 0) nearest += kNewValueReward;
+      }
       if (nearest > best + 1e-12) {
         best = nearest;
         ties.assign(1, i);
@@ -198,8 +228,9 @@ class GuidedStrategy : public SearchStrategy {
     model_.Fit(x, y, fo);
   }
 
-  // Adds up to `n` candidates by the model's lower confidence bound. False (adding none)
-  // when enough are measured and the best of them is expected to gain under min_gain.
+  // Adds up to `n` candidates by the model's lower confidence bound (kExploration). False
+  // (adding none) when enough are measured and the best of them is expected to gain under
+  // min_gain.
   bool FromModel(size_t n, std::vector<size_t>& chosen) {
     Refit();
     if (!passed_) {  // nothing to learn a time from yet: keep spreading out
@@ -215,7 +246,7 @@ class GuidedStrategy : public SearchStrategy {
     for (size_t i = 0; i < space_.size(); ++i) {
       if (state_[i] != State::kUnseen) continue;
       const Prediction p = model_.Predict(features_[i]);
-      scored.push_back({i, p.mean - std::max(p.stddev, kMinSpread),
+      scored.push_back({i, p.mean - kExploration * std::max(p.stddev, kMinSpread),
                         ExpectedImprovement(p, best_)});
     }
     if (scored.empty()) return true;
