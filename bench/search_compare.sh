@@ -14,6 +14,8 @@
 # default 5, order ORDER, default ab), and the exhaustive store against itself (--same): that
 # A/A run is the judge's own floor, how many keys a kernel timed against itself already reads
 # outside 2 % (6-24 of the 120 with the L2 flushed, on 2026-12-06), to read the first beside.
+# SAMPLE_US sets both judgements' sample length (search_retime --min-sample-us; default the
+# worker's 20 us): a fixed cost per sample weighs 1/5 as much in 100 us samples.
 set -uo pipefail
 spec="$1"; out="$2"; strategy="${3:-guided}"
 ktune="${KTUNE:-build/bin/ktune}"
@@ -47,7 +49,8 @@ if [ "${RETIME:-0}" = 1 ]; then
   for pair in "$strategy" exhaustive; do
     same=(); [ "$pair" = exhaustive ] && same=(--same)
     "$retime" --reference "$out/exhaustive.db" --candidate "$out/$pair.db" --gpu 0 \
-      --rounds "${ROUNDS:-5}" --order "${ORDER:-ab}" --runs "${same[@]}" > "$out/retime-$pair.txt" 2>&1
+      --rounds "${ROUNDS:-5}" --order "${ORDER:-ab}" --min-sample-us "${SAMPLE_US:-0}" --runs \
+      "${same[@]}" > "$out/retime-$pair.txt" 2>&1
     echo "side by side, $pair against exhaustive${same:+ (A/A)}: $(tail -n 1 "$out/retime-$pair.txt")" \
       | tee -a "$out/compare.txt"
   done
