@@ -10,7 +10,7 @@
 //
 //   search_retime --reference A.db --candidate B.db [--rounds 5] [--gpu 0] [--within 0.02]
 //                 [--min-sample-us US] [--order ab|pairs|blocks|rotate|shuffle] [--same]
-//                 [--runs]
+//                 [--runs] [--fresh-worker]
 //                 [--no-flush]
 //
 // --order: A B A B (the default); A A B B, each second run kept; A --rounds times, then B; or
@@ -29,6 +29,11 @@
 // they are timed too, and with one store given twice every key is an A/A test of the timer
 // (one kernel loaded and measured in alternation with itself). --runs prints every run's time,
 // a '*' on those measured second in their round.
+//
+// --fresh-worker takes the rounds outermost: round r of every key, then round r + 1 on a new
+// worker process. A state that a process keeps for a kernel (the A/A runs found one that kept
+// its sign over all of a process's rounds and flipped in the next) is then drawn again in
+// every round, and the median over the rounds weighs it like any other noise.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -60,6 +65,7 @@ struct Args {
   bool same = false;         // time configs both stores agree on, too
   bool runs = false;         // print every run's time
   bool no_flush = false;     // time without flushing L2 first (a diagnosis, not the tuner's timer)
+  bool fresh_worker = false;  // each round on a worker process of its own
 };
 
 std::string KeyName(const store::EntryKey& k) {
@@ -116,6 +122,7 @@ struct Step {
   bool kept = true;
   bool spacer = false;
   bool second = false;
+  int round = 0;
 };
 
 // --order's measurements, the same for every key.
@@ -130,31 +137,35 @@ std::vector<Step> Schedule(const std::string& order, int rounds) {
   }
   if (order == "blocks") {
     for (int side : {0, 1}) {
-      for (int r = 0; r < rounds; ++r) steps.push_back({side, true, false, false});
+      for (int r = 0; r < rounds; ++r) steps.push_back({side, true, false, false, r});
     }
     return steps;
   }
   for (int r = 0; r < rounds; ++r) {
     if (order == "pairs") {  // A A B B, the first of each pair dropped
       for (int side : {0, 1}) {
-        steps.push_back({side, false, false, side == 1});
-        steps.push_back({side, true, false, side == 1});
+        steps.push_back({side, false, false, side == 1, r});
+        steps.push_back({side, true, false, side == 1, r});
       }
     } else {  // ab, shuffle, rotate
       const int first = swapped[r];
-      steps.push_back({first, true, false, false});
-      steps.push_back({1 - first, true, false, true});
-      if (order == "rotate") steps.push_back({r % 2, false, true, false});
+      steps.push_back({first, true, false, false, r});
+      steps.push_back({1 - first, true, false, true, r});
+      if (order == "rotate") steps.push_back({r % 2, false, true, false, r});
     }
   }
   return steps;
 }
 
-// The two configs of one key, measured as `schedule` says: {reference, candidate}.
-absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const TargetInfo& target,
-                                             const store::EntrySummary& a,
-                                             const store::EntrySummary& b, const Args& args,
-                                             const std::vector<Step>& schedule) {
+// What one key's measurements need, built once: the problem (inputs and the reference's
+// outputs, set on the worker before the key's steps) and the two binaries.
+struct KeyPlan {
+  v1::Problem problem;
+  v1::KernelBinary binaries[2];  // {reference, candidate}
+};
+
+absl::StatusOr<KeyPlan> PlanKey(Engine& engine, const TargetInfo& target,
+                                const store::EntrySummary& a, const store::EntrySummary& b) {
   KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const KernelTemplate> tmpl,
                          engine.registry->Get(a.key.template_id));
   std::optional<DType> dtype = ParseDType(a.key.dtype);
@@ -163,37 +174,50 @@ absl::StatusOr<std::pair<Side, Side>> Retime(Engine& engine, Gpu& gpu, const Tar
   KTUNE_ASSIGN_OR_RETURN(Instance reference, BindReference(tmpl, *dtype, shape, target));
   KTUNE_ASSIGN_OR_RETURN(CompileResult ref, engine.compiler->Compile(BuildCompileRequest(reference)));
   if (!ref.ok) return absl::InternalError("the reference does not compile");
-  KTUNE_ASSIGN_OR_RETURN(v1::Problem problem, BuildProblem(reference, ref, 1));
-  KTUNE_RETURN_IF_ERROR(gpu.SetProblem(problem).status());
-  std::vector<v1::KernelBinary> binaries;
+  KeyPlan plan;
+  KTUNE_ASSIGN_OR_RETURN(plan.problem, BuildProblem(reference, ref, 1));
+  int side = 0;
   for (const store::EntrySummary* e : {&a, &b}) {
     KTUNE_ASSIGN_OR_RETURN(BuiltKernel built,
                            BuildKernel(tmpl, *dtype, shape, e->config, target, *engine.compiler));
     if (!built.ok()) return absl::InternalError(absl::StrCat(ConfigString(e->config), " no longer builds"));
-    binaries.push_back(built.binary);
+    plan.binaries[side++] = built.binary;
   }
-  Side sides[2];
-  v1::TimingOptions timing;
-  timing.set_min_sample_us(args.min_sample_us);
-  timing.set_no_l2_flush(args.no_flush);
-  // The spacer: one warm-up run and one sample, enough to load the module.
-  v1::TimingOptions spacer = timing;
-  spacer.set_warmup(1);
-  spacer.set_min_repeats(1);
-  spacer.set_max_repeats(1);
-  for (const Step& step : schedule) {
+  return plan;
+}
+
+// The timing of every kept run (batch 0 until the key's first kept run sets it: both sides
+// then share the batch the worker chose for it), and the spacer's: one warm-up run and one
+// sample, enough to load the module.
+struct KeyTiming {
+  v1::TimingOptions timing, spacer;
+  explicit KeyTiming(const Args& args) {
+    timing.set_min_sample_us(args.min_sample_us);
+    timing.set_no_l2_flush(args.no_flush);
+    spacer = timing;
+    spacer.set_warmup(1);
+    spacer.set_min_repeats(1);
+    spacer.set_max_repeats(1);
+  }
+};
+
+// Sets the key's problem on `gpu` and measures `steps` of it into sides {reference,
+// candidate}.
+absl::Status MeasureSteps(Gpu& gpu, const KeyPlan& plan, const std::vector<Step>& steps,
+                          KeyTiming& t, Side (&sides)[2]) {
+  KTUNE_RETURN_IF_ERROR(gpu.SetProblem(plan.problem).status());
+  for (const Step& step : steps) {
     KTUNE_ASSIGN_OR_RETURN(v1::Measurement m,
-                           gpu.Measure(binaries[step.side], step.spacer ? spacer : timing));
+                           gpu.Measure(plan.binaries[step.side], step.spacer ? t.spacer : t.timing));
     if (!step.kept || m.outcome() != "ok") continue;
-    if (timing.batch() == 0) timing.set_batch(m.batch());
+    if (t.timing.batch() == 0) t.timing.set_batch(m.batch());
     Side& s = sides[step.side];
     s.times_ns.push_back(m.time_ns());
     s.second.push_back(step.second);
     s.min_batch = s.min_batch == 0 ? m.batch() : std::min(s.min_batch, m.batch());
     s.max_batch = std::max(s.max_batch, m.batch());
   }
-  for (Side& s : sides) s.median_ns = Median(s.times_ns);
-  return std::make_pair(sides[0], sides[1]);
+  return absl::OkStatus();
 }
 
 int Run(const Args& args) {
@@ -222,39 +246,85 @@ int Run(const Args& args) {
   }
   const TargetInfo target = TargetForDevice(*info);
   const std::vector<Step> schedule = Schedule(args.order, args.rounds);
+  // The keys to time, each with its plan, built before any is measured.
+  struct Work {
+    std::string name;
+    const store::EntrySummary* a;
+    const store::EntrySummary* b;
+    absl::StatusOr<KeyPlan> plan;
+    KeyTiming timing;
+    Side sides[2];
+  };
+  std::vector<Work> work;
   int keys = 0, within = 0, same_config = 0, failed = 0;
-  double worst = 0;
-  std::printf("%-64s %12s %12s %7s %9s\n", "key", "reference ns", "candidate ns", "ratio",
-              "batches");
   for (const auto& [name, a] : *ref) {
     auto it = cand->find(name);
     if (it == cand->end()) continue;
-    const store::EntrySummary& b = it->second;
     ++keys;
+    const store::EntrySummary& b = it->second;
     if (a.config == b.config && !args.same) {
+      work.push_back({name, &a, &b, absl::CancelledError("same"), KeyTiming(args), {}});
+      continue;
+    }
+    work.push_back({name, &a, &b, PlanKey(**engine, target, a, b), KeyTiming(args), {}});
+  }
+  // One pass over the keys with every step, on the one worker; or (--fresh-worker) a pass
+  // per round, each on a worker of its own, so that each round's runs of a key come from
+  // another process.
+  std::vector<std::vector<Step>> passes;
+  if (args.fresh_worker) {
+    passes.resize(args.rounds);
+    for (const Step& step : schedule) passes[step.round].push_back(step);
+  } else {
+    passes.push_back(schedule);
+  }
+  std::unique_ptr<Gpu> current = *std::move(gpu);
+  for (size_t p = 0; p < passes.size(); ++p) {
+    if (p > 0) {
+      current.reset();  // the last pass's worker exits before the next starts
+      absl::StatusOr<std::unique_ptr<Gpu>> next = (*engine)->gpu_factory(args.gpu);
+      if (!next.ok()) {
+        std::fprintf(stderr, "search_retime: GPU %d, pass %zu: %s\n", args.gpu, p + 1,
+                     next.status().ToString().c_str());
+        return 1;
+      }
+      current = *std::move(next);
+    }
+    for (Work& w : work) {
+      if (!w.plan.ok()) continue;
+      if (absl::Status s = MeasureSteps(*current, *w.plan, passes[p], w.timing, w.sides);
+          !s.ok()) {
+        w.plan = s;  // its runs so far are dropped with it
+      }
+    }
+  }
+  double worst = 0;
+  std::printf("%-64s %12s %12s %7s %9s\n", "key", "reference ns", "candidate ns", "ratio",
+              "batches");
+  for (Work& w : work) {
+    const char* name = w.name.c_str();
+    if (absl::IsCancelled(w.plan.status())) {
       ++within;
       ++same_config;
-      std::printf("%-64s %12s %12s %7s\n", name.c_str(), "-", "-", "same");
+      std::printf("%-64s %12s %12s %7s\n", name, "-", "-", "same");
       continue;
     }
-    absl::StatusOr<std::pair<Side, Side>> t =
-        Retime(**engine, **gpu, target, a, b, args, schedule);
-    if (!t.ok() || t->first.median_ns <= 0 || t->second.median_ns <= 0) {
+    for (Side& side : w.sides) side.median_ns = Median(side.times_ns);
+    const Side& ra = w.sides[0];
+    const Side& rb = w.sides[1];
+    if (!w.plan.ok() || ra.median_ns <= 0 || rb.median_ns <= 0) {
       ++failed;
-      std::printf("%-64s failed: %s\n", name.c_str(),
-                  t.ok() ? "a run failed" : std::string(t.status().message()).c_str());
+      std::printf("%-64s failed: %s\n", name,
+                  w.plan.ok() ? "a run failed" : std::string(w.plan.status().message()).c_str());
       continue;
     }
-    const double ratio = t->second.median_ns / t->first.median_ns;
+    const double ratio = rb.median_ns / ra.median_ns;
     worst = std::max(worst, ratio);
     if (ratio <= 1 + args.within) ++within;
-    if (a.config == b.config) ++same_config;
-    std::printf("%-64s %12.0f %12.0f %7.3f %9s", name.c_str(), t->first.median_ns,
-                t->second.median_ns, ratio,
-                absl::StrCat(BatchString(t->first), "/", BatchString(t->second)).c_str());
-    if (args.runs) {
-      std::printf("  %s | %s", RunsString(t->first).c_str(), RunsString(t->second).c_str());
-    }
+    if (w.a->config == w.b->config) ++same_config;
+    std::printf("%-64s %12.0f %12.0f %7.3f %9s", name, ra.median_ns, rb.median_ns, ratio,
+                absl::StrCat(BatchString(ra), "/", BatchString(rb)).c_str());
+    if (args.runs) std::printf("  %s | %s", RunsString(ra).c_str(), RunsString(rb).c_str());
     std::printf("\n");
   }
   std::printf("\n%d keys in both: candidate within %.0f %% of the reference on %d (%d the same "
@@ -288,6 +358,8 @@ int main(int argc, char** argv) {
   app.add_flag("--same", args.same,
                "Time configs both stores agree on too (one store twice: an A/A test of the timer)");
   app.add_flag("--no-flush", args.no_flush, "Do not flush L2 before each sample (diagnosis)");
+  app.add_flag("--fresh-worker", args.fresh_worker,
+               "Each round on a worker process of its own (rounds over all keys, outermost)");
   app.add_flag("--runs", args.runs,
                "Print every run's time (ns), reference | candidate; * marks those measured "
                "second in their round");

@@ -2,11 +2,15 @@
 // NVRTC for real and the GPU played by fake_ktune_worker (FAKE_WORKER_ANY_OK: every
 // candidate ok, at a time fixed by its name): exhaustive replays find every recorded best,
 // guided ones measure part of each space and are answered for every candidate they ask for;
-// a missing store is an error naming it.
+// a missing store is an error naming it. Then bench/search_retime over the same store given
+// twice (an A/A judgement), on one worker and with a worker per round.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +31,7 @@ using ::testing::Not;
 
 constexpr char kKtune[] = KTUNE_BINARY_DIR "/bin/ktune";
 constexpr char kReplay[] = KTUNE_BINARY_DIR "/bin/search_replay";
+constexpr char kRetime[] = KTUNE_BINARY_DIR "/bin/search_retime";
 constexpr char kFakeWorker[] = KTUNE_BINARY_DIR "/bin/fake_ktune_worker";
 
 class SearchReplayTest : public ::testing::Test {
@@ -94,6 +99,53 @@ TEST_F(SearchReplayTest, AMissingStoreOrBadFlagIsAnError) {
   r = Run(kReplay, {"--db", db(), "--roofline-stop", "1.5"});
   EXPECT_NE(r.exit_code, 0) << r;
   EXPECT_THAT(r.err, HasSubstr("--roofline-stop"));
+}
+
+// The same configs on both sides count as equal unmeasured, unless --same times them too;
+// --fresh-worker runs each round on a worker of its own (each sets every key's problem again)
+// and gives the same verdicts and the same order of runs.
+TEST_F(SearchReplayTest, RetimeOneStoreAgainstItself) {
+  const std::vector<std::string> both = {"--reference", db(), "--candidate", db(), "--templates",
+                                         templates(), "--worker", kFakeWorker};
+  testing::RunResult r = Run(kRetime, both);
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr("2 keys in both: candidate within 2 % of the reference on 2 "
+                               "(2 the same config), 0 failed to retime"));
+  EXPECT_THAT(r.out, ContainsRegex("tiny f32 n=64 +- +- +same"));
+
+  const std::string log = dir_ + "/worker.log";
+  setenv("FAKE_WORKER_LOG", log.c_str(), 1);
+  std::string outs[2];
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    ::unlink(log.c_str());  // the first run's, or none
+    std::vector<std::string> args = both;
+    for (const char* a : {"--same", "--runs", "--rounds", "3", "--order", "shuffle"}) {
+      args.push_back(a);
+    }
+    if (fresh) args.push_back("--fresh-worker");
+    r = Run(kRetime, args);
+    ASSERT_EQ(r.exit_code, 0) << r;
+    EXPECT_THAT(r.out, HasSubstr("2 keys in both: candidate within 2 % of the reference on 2 "
+                                 "(2 the same config), 0 failed to retime; worst ratio 1.000"));
+    std::set<std::string> workers;
+    int problems = 0, measures = 0;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) {
+      workers.insert(line.substr(0, line.find(' ')));
+      problems += line.find(" set_problem") != std::string::npos;
+      measures += line.find(" measure ") != std::string::npos;
+    }
+    EXPECT_EQ(workers.size(), fresh ? 3u : 1u);
+    EXPECT_EQ(problems, fresh ? 6 : 2);
+    EXPECT_EQ(measures, 2 * 3 * 2);
+    outs[fresh] = r.out;
+  }
+  unsetenv("FAKE_WORKER_LOG");
+  EXPECT_EQ(outs[0], outs[1]);
+
+  r = Run(kRetime, {"--reference", dir_ + "/no-such.db", "--candidate", db()});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("no-such.db"));
 }
 
 }  // namespace
