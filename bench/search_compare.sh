@@ -15,7 +15,8 @@
 # A/A run is the judge's own floor, how many keys a kernel timed against itself already reads
 # outside 2 % (6-24 of the 120 with the L2 flushed, on 2026-12-06), to read the first beside.
 # SAMPLE_US sets both judgements' sample length (search_retime --min-sample-us; default the
-# worker's 20 us): a fixed cost per sample weighs 1/5 as much in 100 us samples.
+# worker's 20 us): a fixed cost per sample weighs 1/5 as much in 100 us samples. RETIME_ARGS
+# holds more search_retime flags (e.g. --fresh-worker: each round on a worker of its own).
 set -uo pipefail
 spec="$1"; out="$2"; strategy="${3:-guided}"
 ktune="${KTUNE:-build/bin/ktune}"
@@ -50,7 +51,7 @@ if [ "${RETIME:-0}" = 1 ]; then
     same=(); [ "$pair" = exhaustive ] && same=(--same)
     "$retime" --reference "$out/exhaustive.db" --candidate "$out/$pair.db" --gpu 0 \
       --rounds "${ROUNDS:-5}" --order "${ORDER:-ab}" --min-sample-us "${SAMPLE_US:-0}" --runs \
-      "${same[@]}" > "$out/retime-$pair.txt" 2>&1
+      ${RETIME_ARGS:-} "${same[@]}" > "$out/retime-$pair.txt" 2>&1
     echo "side by side, $pair against exhaustive${same:+ (A/A)}: $(tail -n 1 "$out/retime-$pair.txt")" \
       | tee -a "$out/compare.txt"
   done
