@@ -207,8 +207,8 @@ absl::Status MeasureSteps(Gpu& gpu, const KeyPlan& plan, const std::vector<Step>
                           KeyTiming& t, Side (&sides)[2]) {
   KTUNE_RETURN_IF_ERROR(gpu.SetProblem(plan.problem).status());
   for (const Step& step : steps) {
-    KTUNE_ASSIGN_OR_RETURN(v1::Measurement m,
-                           gpu.Measure(plan.binaries[step.side], step.spacer ? t.spacer : t.timing));
+    const v1::TimingOptions& timing = step.spacer ? t.spacer : t.timing;
+    KTUNE_ASSIGN_OR_RETURN(v1::Measurement m, gpu.Measure(plan.binaries[step.side], timing));
     if (!step.kept || m.outcome() != "ok") continue;
     if (t.timing.batch() == 0) t.timing.set_batch(m.batch());
     Side& s = sides[step.side];
