@@ -247,11 +247,12 @@ int Run(const Args& args) {
   const TargetInfo target = TargetForDevice(*info);
   const std::vector<Step> schedule = Schedule(args.order, args.rounds);
   // The keys to time, each with its plan, built before any is measured.
+  // Keys whose stores agree on the config are timed only with --same.
   struct Work {
     std::string name;
-    const store::EntrySummary* a;
-    const store::EntrySummary* b;
-    absl::StatusOr<KeyPlan> plan;
+    bool same_config;
+    bool timed;
+    absl::StatusOr<KeyPlan> plan;  // of timed keys
     KeyTiming timing;
     Side sides[2];
   };
@@ -262,11 +263,11 @@ int Run(const Args& args) {
     if (it == cand->end()) continue;
     ++keys;
     const store::EntrySummary& b = it->second;
-    if (a.config == b.config && !args.same) {
-      work.push_back({name, &a, &b, absl::CancelledError("same"), KeyTiming(args), {}});
-      continue;
-    }
-    work.push_back({name, &a, &b, PlanKey(**engine, target, a, b), KeyTiming(args), {}});
+    const bool same = a.config == b.config, timed = !same || args.same;
+    work.push_back({name, same, timed,
+                    timed ? PlanKey(**engine, target, a, b)
+                          : absl::StatusOr<KeyPlan>(absl::FailedPreconditionError("not timed")),
+                    KeyTiming(args), {}});
   }
   // One pass over the keys with every step, on the one worker; or (--fresh-worker) a pass
   // per round, each on a worker of its own, so that each round's runs of a key come from
@@ -291,7 +292,7 @@ int Run(const Args& args) {
       current = *std::move(next);
     }
     for (Work& w : work) {
-      if (!w.plan.ok()) continue;
+      if (!w.timed || !w.plan.ok()) continue;
       if (absl::Status s = MeasureSteps(*current, *w.plan, passes[p], w.timing, w.sides);
           !s.ok()) {
         w.plan = s;  // its runs so far are dropped with it
@@ -303,9 +304,9 @@ int Run(const Args& args) {
               "batches");
   for (Work& w : work) {
     const char* name = w.name.c_str();
-    if (absl::IsCancelled(w.plan.status())) {
+    if (w.same_config) ++same_config;
+    if (!w.timed) {
       ++within;
-      ++same_config;
       std::printf("%-64s %12s %12s %7s\n", name, "-", "-", "same");
       continue;
     }
@@ -321,7 +322,6 @@ int Run(const Args& args) {
     const double ratio = rb.median_ns / ra.median_ns;
     worst = std::max(worst, ratio);
     if (ratio <= 1 + args.within) ++within;
-    if (w.a->config == w.b->config) ++same_config;
     std::printf("%-64s %12.0f %12.0f %7.3f %9s", name, ra.median_ns, rb.median_ns, ratio,
                 absl::StrCat(BatchString(ra), "/", BatchString(rb)).c_str());
     if (args.runs) std::printf("  %s | %s", RunsString(ra).c_str(), RunsString(rb).c_str());

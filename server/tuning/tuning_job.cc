@@ -322,9 +322,10 @@ class TuningRun {
 
   // The timing of the runs that decide the winner (the leaders' and the finalists'): the
   // request's (at its decision_min_sample_us where set), with one batch for all of them
-  // (TimingOptions.batch), the one the worker would choose for `fastest` by its time. Left to itself the worker sizes each kernel's
-  // batch from its own warm-up, and near-equal kernels batched 6 and 7 differ by the weight
-  // of their samples' L2-cold first run alone, more than the 1-2 % between them.
+  // (TimingOptions.batch), the one the worker would choose for `fastest` by its time. Left
+  // to itself the worker sizes each kernel's batch from its own warm-up, and near-equal
+  // kernels batched 6 and 7 differ by the weight of their samples' L2-cold first run alone,
+  // more than the 1-2 % between them.
   v1::TimingOptions DecisionTiming(const store::Trial& fastest) const {
     v1::TimingOptions t = request_.timing;
     if (request_.decision_min_sample_us > 0) {

@@ -504,20 +504,15 @@ TEST_F(SpecTuneTest, MinSampleUsReachesTheWorker) {
   for (const std::string& m : measures()) EXPECT_THAT(m, HasSubstr(" min_sample_us=0.001"));
   unsetenv("FAKE_WORKER_LOG");
 
-  const Result negative = Run(Args(WriteSpec("64"), {"--min-sample-us", "-1"}));
-  EXPECT_EQ(negative.exit_code, 2) << negative;
-  EXPECT_THAT(negative.err, HasSubstr("--min-sample-us: must be >= 0"));
-  const Result daemon = Run(Args(WriteSpec("64"), {"--daemon", "unix:///nowhere.sock",
-                                                   "--min-sample-us", "1"}));
-  EXPECT_EQ(daemon.exit_code, 2) << daemon;
-  EXPECT_THAT(daemon.err, HasSubstr("--min-sample-us: not supported with --daemon"));
-  const Result negative_decide = Run(Args(WriteSpec("64"), {"--decide-sample-us", "-1"}));
-  EXPECT_EQ(negative_decide.exit_code, 2) << negative_decide;
-  EXPECT_THAT(negative_decide.err, HasSubstr("--decide-sample-us: must be >= 0"));
-  const Result daemon_decide = Run(Args(WriteSpec("64"), {"--daemon", "unix:///nowhere.sock",
-                                                          "--decide-sample-us", "100"}));
-  EXPECT_EQ(daemon_decide.exit_code, 2) << daemon_decide;
-  EXPECT_THAT(daemon_decide.err, HasSubstr("--decide-sample-us: not supported with --daemon"));
+  for (const std::string flag : {"--min-sample-us", "--decide-sample-us"}) {
+    const Result negative = Run(Args(WriteSpec("64"), {flag, "-1"}));
+    EXPECT_EQ(negative.exit_code, 2) << negative;
+    EXPECT_THAT(negative.err, HasSubstr(flag + ": must be >= 0"));
+    const Result daemon =
+        Run(Args(WriteSpec("64"), {"--daemon", "unix:///nowhere.sock", flag, "1"}));
+    EXPECT_EQ(daemon.exit_code, 2) << daemon;
+    EXPECT_THAT(daemon.err, HasSubstr(flag + ": not supported with --daemon"));
+  }
 }
 
 // --gpus: the keys spread over two GPUs (both workers measure), and when one GPU is lost
