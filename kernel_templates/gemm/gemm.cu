@@ -148,23 +148,42 @@ __device__ __forceinline__ void StorePair(V* c, int pi, int qi, int rows_p, int 
   }
 }
 
-/// d += a * b for one m16n8k16 tile: a the 4 A registers and b the 2 B registers as
-/// ldmatrix loads them, d the 4 float accumulators of this lane.
+/// d += a * b for one mma of 32 bytes of K (m16n8k16 of 16-bit elements, m16n8k32 of fp8):
+/// a the 4 A registers and b the 2 B registers as ldmatrix loads them, d the 4 float
+/// accumulators of this lane. fp8's product goes into zeros and is then added in float, as
+/// the Hopper path adds each slot's: wgmma keeps fewer mantissa bits than float while it
+/// accumulates fp8, and mma.sync is not assumed to keep more.
 template <typename T>
-__device__ __forceinline__ void Mma16816(float (&d)[4], const unsigned (&a)[4],
-                                         const unsigned (&b)[2]) {
+__device__ __forceinline__ void MmaSync(float (&d)[4], const unsigned (&a)[4],
+                                        const unsigned (&b)[2]) {
   if constexpr (ktune::kIsSame<T, __nv_bfloat16>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
+  } else if constexpr (ktune::kIsSame<T, __half>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    float p[4];
+#define KTUNE_GEMM_FP8_MMA(KIND)                                                            \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." KIND "." KIND ".f32 "               \
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"        \
+               : "=f"(p[0]), "=f"(p[1]), "=f"(p[2]), "=f"(p[3])                             \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f))
+    if constexpr (ktune::kIsSame<T, __nv_fp8_e4m3>) {
+      KTUNE_GEMM_FP8_MMA("e4m3");
+    } else {
+      static_assert(ktune::kIsSame<T, __nv_fp8_e5m2>, "MmaSync: f16, bf16, e4m3 or e5m2");
+      KTUNE_GEMM_FP8_MMA("e5m2");
+    }
+#undef KTUNE_GEMM_FP8_MMA
+#pragma unroll
+    for (int r = 0; r < 4; ++r) d[r] += p[r];
   }
 }
 
@@ -692,51 +711,56 @@ gemm_wgmma_tma_out_kernel(const __grid_constant__ ktune::TensorMap tm_a,
 }
 #endif  // __CUDA_ARCH__ >= 900
 
-/// The portable path (sm_80 and later, f16/bf16): mma.sync tensor cores fed from shared
-/// memory that cp.async fills STAGES K-steps ahead; serves GPUs without wgmma, the plain
-/// sm_90 target, and rows whose length is not a multiple of 16 bytes (TMA cannot read
-/// those: this kernel then copies element by element). 4 warps in a 2 x 2 grid, each
-/// computing (BM / 2) x (BN / 2) of the tile with m16n8k16 mmas.
-///   T:      __nv_bfloat16 or __half.
+/// The portable path: mma.sync tensor cores fed from shared memory that cp.async fills
+/// STAGES K-steps ahead, f16/bf16 from sm_80 and fp8 from sm_89 (Ada; Hopper's plain sm_90
+/// target; Blackwell). Serves GPUs without wgmma, the plain sm_90 target, and rows whose
+/// length is not a multiple of 16 bytes (TMA cannot read those: this kernel then copies
+/// element by element). 4 warps in a 2 x 2 grid, each computing (BM / 2) x (BN / 2) of the
+/// tile with m16n8k16 mmas (m16n8k32 for fp8). A K-step is 64 bytes of each row (32 16-bit
+/// or 64 fp8 elements); one mma takes 32 of them, so both widths share the copies, the
+/// shared-memory layout and ldmatrix's addressing, all in bytes.
+///   T:      __nv_bfloat16, __half, __nv_fp8_e4m3 or __nv_fp8_e5m2.
 ///   BM, BN: the block's tile of out (rows of x, rows of w): 64 or 128, and 32, 64 or 128.
-///   STAGES: K-steps of 32 in flight (2 to 4).
+///   STAGES: K-steps of 64 bytes in flight (2 to 4).
 template <typename T, int BM, int BN, int STAGES>
 __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
                                                     const T* __restrict__ w,
-                                                    T* __restrict__ out,
+                                                    typename gemm::Out<T>::type* __restrict__ out,
                                                     const float* __restrict__ scale_x,
                                                     const float* __restrict__ scale_w, int m,
                                                     int n, int k) {
-  static_assert(ktune::kIsSame<T, __half> || ktune::kIsSame<T, __nv_bfloat16>,
-                "gemm_mma_kernel: T must be f16 or bf16");
+  static_assert(sizeof(T) == 2 || sizeof(T) == 1, "gemm_mma_kernel: 16-bit or fp8 elements");
   static_assert((BM == 64 || BM == 128) && (BN == 32 || BN == 64 || BN == 128),
                 "gemm_mma_kernel: BM 64 or 128, BN 32, 64 or 128");
   static_assert(STAGES >= 2 && STAGES <= 4, "gemm_mma_kernel: STAGES 2 to 4");
-  constexpr int kBK = 32;
+  constexpr int kStepBytes = 64;   // of each row per K-step
+  constexpr int kMmaBytes = 32;    // of each row per mma: k16 of 16-bit, k32 of fp8
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte copy
+  constexpr int kBK = kStepBytes / static_cast<int>(sizeof(T));  // elements per K-step
   // Rows padded by 16 bytes: 80-byte rows put ldmatrix's 8 row addresses in 8 different
   // 16-byte bank groups (no conflicts) and keep every row 16-byte aligned.
-  constexpr int kLd = kBK + 8;
+  constexpr int kLdBytes = kStepBytes + 16;
   constexpr int kWM = BM / 2, kWN = BN / 2;  // a warp's tile
   constexpr int kMI = kWM / 16, kNI = kWN / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* xs = reinterpret_cast<T*>(smem_raw);  // [STAGES][BM][kLd]
-  T* ws = xs + STAGES * BM * kLd;           // [STAGES][BN][kLd]
+  unsigned char* xs = smem_raw;                        // [STAGES][BM][kLdBytes]
+  unsigned char* ws = xs + STAGES * BM * kLdBytes;     // [STAGES][BN][kLdBytes]
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / 2, warp_n = warp % 2;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int ksteps = (k + kBK - 1) / kBK;
-  // 16-byte copies need every row to start 16-byte aligned: k a multiple of 8.
-  const bool vec = k % 8 == 0;
+  // 16-byte copies need every row to start 16-byte aligned.
+  const bool vec = k % kChunk == 0;
 
   // Stages K-step `ks` of x's and w's rows into slot `slot`; zeros outside the matrices.
   auto stage = [&](int ks, int slot) {
     const int k0 = ks * kBK;
-    auto copy_rows = [&](const T* src, int rows, int row0, int limit, T* dst) {
-      for (int c = tid; c < rows * (kBK / 8); c += 128) {
-        const int r = c / (kBK / 8), kc = (c % (kBK / 8)) * 8;
-        const int gr = row0 + r, gk = k0 + kc;
-        T* d = dst + r * kLd + kc;
+    auto copy_rows = [&](const T* src, int rows, int row0, int limit, unsigned char* dst) {
+      for (int c = tid; c < rows * (kStepBytes / 16); c += 128) {
+        const int r = c / (kStepBytes / 16), byte = (c % (kStepBytes / 16)) * 16;
+        const int gr = row0 + r, gk = k0 + byte / static_cast<int>(sizeof(T));
+        unsigned char* d = dst + r * kLdBytes + byte;
         if (vec) {
           const bool inside = gr < limit && gk < k;
           const T* g = inside ? src + static_cast<long long>(gr) * k + gk : src;
@@ -745,16 +769,20 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
                        "l"(g), "r"(inside ? 16 : 0)
                        : "memory");
         } else {
+          // Element by element as raw bytes (fp8 has no float conversion to zero from).
+          using Bits =
+              typename ktune::Conditional<sizeof(T) == 2, unsigned short, unsigned char>::type;
+          const Bits* bits = reinterpret_cast<const Bits*>(src);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            d[e] = gr < limit && gk + e < k ? src[static_cast<long long>(gr) * k + gk + e]
-                                            : ktune::FromFloat<T>(0.f);
+          for (int e = 0; e < kChunk; ++e) {
+            reinterpret_cast<Bits*>(d)[e] =
+                gr < limit && gk + e < k ? bits[static_cast<long long>(gr) * k + gk + e] : Bits{0};
           }
         }
       }
     };
-    copy_rows(x, BM, m0, m, xs + slot * BM * kLd);
-    copy_rows(w, BN, n0, n, ws + slot * BN * kLd);
+    copy_rows(x, BM, m0, m, xs + slot * BM * kLdBytes);
+    copy_rows(w, BN, n0, n, ws + slot * BN * kLdBytes);
   };
 
   float acc[kMI][kNI][4];
@@ -778,21 +806,25 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
     if (next < ksteps) stage(next, next % STAGES);
     asm volatile("cp.async.commit_group;" ::: "memory");
 
-    const T* xt = xs + (ks % STAGES) * BM * kLd;
-    const T* wt = ws + (ks % STAGES) * BN * kLd;
+    const unsigned char* xt = xs + (ks % STAGES) * BM * kLdBytes;
+    const unsigned char* wt = ws + (ks % STAGES) * BN * kLdBytes;
 #pragma unroll
-    for (int kk = 0; kk < kBK; kk += 16) {
+    for (int kb = 0; kb < kStepBytes; kb += kMmaBytes) {
+      // ldmatrix's 8 x 8 matrices of 16-bit lanes are 8 rows x 16 bytes: the same
+      // fragments for m16n8k16 of 16-bit and m16n8k32 of 8-bit elements.
       unsigned a[kMI][4], b[kNI][2];
 #pragma unroll
       for (int i = 0; i < kMI; ++i) {
-        const T* p = xt + (warp_m * kWM + i * 16 + lane % 16) * kLd + kk + (lane / 16) * 8;
+        const unsigned char* p =
+            xt + (warp_m * kWM + i * 16 + lane % 16) * kLdBytes + kb + (lane / 16) * 16;
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
                      : "r"(ktune::SmemAddress(p)));
       }
 #pragma unroll
       for (int j = 0; j < kNI; ++j) {
-        const T* p = wt + (warp_n * kWN + j * 8 + lane % 8) * kLd + kk + ((lane / 8) % 2) * 8;
+        const unsigned char* p =
+            wt + (warp_n * kWN + j * 8 + lane % 8) * kLdBytes + kb + ((lane / 8) % 2) * 16;
         asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
                      : "=r"(b[j][0]), "=r"(b[j][1])
                      : "r"(ktune::SmemAddress(p)));
@@ -800,7 +832,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
 #pragma unroll
       for (int i = 0; i < kMI; ++i)
 #pragma unroll
-        for (int j = 0; j < kNI; ++j) gemm::Mma16816<T>(acc[i][j], a[i], b[j]);
+        for (int j = 0; j < kNI; ++j) gemm::MmaSync<T>(acc[i][j], a[i], b[j]);
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");

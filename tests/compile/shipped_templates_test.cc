@@ -29,6 +29,24 @@ using testing::CompiledPoints;
 using testing::HeadersTestArchFeatures;
 using testing::SameOnBothTargets;
 
+// Compiles `requests` (one per entry of `what`) on every core and expects each to succeed,
+// without spilling where `no_spills`.
+void ExpectAllCompile(Compiler* compiler, const std::vector<std::string>& what,
+                      std::vector<CompileRequest> requests, bool no_spills) {
+  CompilePool pool(compiler, /*threads=*/0);
+  std::vector<absl::StatusOr<CompileResult>> results = pool.CompileAll(std::move(requests));
+  ASSERT_EQ(results.size(), what.size());
+  for (size_t i = 0; i < what.size(); ++i) {
+    SCOPED_TRACE(what[i]);
+    ASSERT_OK(results[i]);
+    ASSERT_TRUE(results[i]->ok) << results[i]->log;
+    if (!no_spills) continue;
+    for (const CompiledKernel& k : results[i]->kernels) {
+      EXPECT_EQ(k.resources.spill_stores + k.resources.spill_loads, 0) << k.lowered_name;
+    }
+  }
+}
+
 // Every value of every param of each group at least once, then evenly spaced points up to
 // 16 (8 on a second target whose program is the same), at any space size: ~800 compiles,
 // two fifths of every point's, with the same references.
@@ -91,14 +109,38 @@ TEST(ShippedTemplatesTest, GemmTailCandidatesCompile) {
     }
     EXPECT_EQ(kinds.size(), 4u) << DTypeName(dtype) << ": EPI 0/1 x CLUSTER 1/2 with TAIL 1";
   }
-  CompilePool pool(compiler.get(), /*threads=*/0);
-  std::vector<absl::StatusOr<CompileResult>> results = pool.CompileAll(std::move(requests));
-  ASSERT_EQ(results.size(), what.size());
-  for (size_t i = 0; i < what.size(); ++i) {
-    SCOPED_TRACE(what[i]);
-    ASSERT_OK(results[i]);
-    EXPECT_TRUE(results[i]->ok) << results[i]->log;
+  ExpectAllCompile(compiler.get(), what, std::move(requests), /*no_spills=*/false);
+}
+
+
+// fp8 on the portable path (mma.sync m16n8k32, sm_89 and later): every point of an Ada
+// GPU's space (rows copied 16 bytes at a time), and of the plain sm_90 target's at rows TMA
+// cannot read (k not a multiple of 16: copied element by element), compile for both fp8
+// dtypes without spilling.
+TEST(ShippedTemplatesTest, GemmFp8PortableCandidatesCompile) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<TemplateRegistry> registry,
+                       LoadTemplateRegistry(testing::ShippedTemplatesDir()));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> gemm, registry->Get("gemm"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Compiler> compiler, NewTemplateCompiler(*registry, nullptr));
+  std::vector<std::string> what;
+  std::vector<CompileRequest> requests;
+  for (const auto& [arch, shape] : std::vector<std::pair<std::string, Shape>>{
+           {"sm_89", {{"m", 77}, {"n", 1000}, {"k", 4096}}},
+           {"sm_90", {{"m", 33}, {"n", 70}, {"k", 77}}}}) {
+    ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch(arch));
+    for (DType dtype : {DType::kF8E4M3, DType::kF8E5M2}) {
+      ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm, dtype, shape, target));
+      EXPECT_FALSE(space.configs.empty()) << arch << " " << DTypeName(dtype);
+      for (const Config& c : space.configs) {
+        EXPECT_EQ(c.params.at("WGMMA"), 0) << arch << " " << ConfigString(c);
+        ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm, dtype, shape, c, target));
+        ASSERT_TRUE(bound.instance) << ConfigString(c) << ": " << bound.rejected_because;
+        what.push_back(absl::StrCat(arch, " ", DTypeName(dtype), " ", ConfigString(c)));
+        requests.push_back(BuildCompileRequest(*bound.instance));
+      }
+    }
   }
+  ExpectAllCompile(compiler.get(), what, std::move(requests), /*no_spills=*/true);
 }
 
 }  // namespace

@@ -89,7 +89,7 @@ TEST_F(ShippedGemmTest, HopperPathOnlyOnSm90a) {
 }
 
 // The default config: the params' defaults on sm_90a on Hopper, the portable path on
-// Ampere and for rows TMA cannot read; none for fp8 without Hopper, saying why.
+// Ampere and Ada and for rows TMA cannot read; none for fp8 before Ada, saying why.
 TEST_F(ShippedGemmTest, DefaultConfigFollowsDeviceAndShape) {
   ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
   ASSERT_OK_AND_ASSIGN(TargetInfo a100, TargetFromArch("sm_80"));
@@ -108,6 +108,17 @@ TEST_F(ShippedGemmTest, DefaultConfigFollowsDeviceAndShape) {
   EXPECT_EQ(ampere.knobs.target, "sm_80");
   EXPECT_THAT(DefaultConfigFor(gemm_, DType::kF8E4M3, Mnk(16, 4096, 4096), a100).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no default config fits")));
+
+  // fp8 from sm_89 (Ada) on the portable path, and on Hopper where TMA cannot read the rows.
+  ASSERT_OK_AND_ASSIGN(TargetInfo l40s, TargetFromArch("sm_89"));
+  for (DType fp8 : {DType::kF8E4M3, DType::kF8E5M2}) {
+    ASSERT_OK_AND_ASSIGN(Config ada, DefaultConfigFor(gemm_, fp8, Mnk(16, 4096, 4096), l40s));
+    EXPECT_EQ(ada.params.at("WGMMA"), 0);
+    EXPECT_EQ(ada.knobs.target, "sm_89");
+    ASSERT_OK_AND_ASSIGN(Config odd, DefaultConfigFor(gemm_, fp8, Mnk(33, 70, 77), h200));
+    EXPECT_EQ(odd.params.at("WGMMA"), 0);
+    EXPECT_EQ(odd.knobs.target, "sm_90");
+  }
 }
 
 // The portable path binds where TMA cannot read (k * 2 bytes not a multiple of 16): the
