@@ -1,6 +1,7 @@
 // GEMM of a linear layer: out[m, n] = scale_x * scale_w * sum_k x[m, k] * w[n, k], x and w
 // row-major (w as nn.Linear keeps its weight, out_features x in_features), float
-// accumulation, out rounded once. 16-bit inputs write their own type; fp8 inputs write bf16.
+// accumulation, out rounded once. 16-bit and f32 inputs write their own type; fp8 inputs
+// write bf16. f32 runs on the portable path only (3xTF32, below).
 // The scales are 1-element float buffers (per-tensor scales, as fp8 quantisation produces
 // them; pass 1.0 for an unscaled product).
 //
@@ -185,6 +186,44 @@ __device__ __forceinline__ void MmaSync(float (&d)[4], const unsigned (&a)[4],
 #pragma unroll
     for (int r = 0; r < 4; ++r) d[r] += p[r];
   }
+}
+
+/// d += a * b for one m16n8k8 tile of f32 to float precision on tf32 tensor cores (3xTF32):
+/// each float is split into a tf32 part and the tf32 rounding of what that part left out,
+/// and the three products that matter are summed, the small ones first (the dropped
+/// small x small product is 2^-22 of the whole). tf32 alone keeps 10 mantissa bits, an
+/// error of ~1e-3 that a float GEMM's callers do not expect; this keeps ~21.
+__device__ __forceinline__ unsigned Tf32(float v) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return r;
+}
+__device__ __forceinline__ void MmaTf32(float (&d)[4], const unsigned (&a)[4],
+                                        const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void MmaTf32x3(float (&d)[4], const unsigned (&a)[4],
+                                          const unsigned (&b)[2]) {
+  unsigned a_hi[4], a_lo[4], b_hi[2], b_lo[2];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const float v = __uint_as_float(a[r]);
+    a_hi[r] = Tf32(v);
+    a_lo[r] = Tf32(v - __uint_as_float(a_hi[r]));
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float v = __uint_as_float(b[r]);
+    b_hi[r] = Tf32(v);
+    b_lo[r] = Tf32(v - __uint_as_float(b_hi[r]));
+  }
+  MmaTf32(d, a_lo, b_hi);
+  MmaTf32(d, a_hi, b_lo);
+  MmaTf32(d, a_hi, b_hi);
 }
 
 }  // namespace gemm
@@ -712,14 +751,16 @@ gemm_wgmma_tma_out_kernel(const __grid_constant__ ktune::TensorMap tm_a,
 #endif  // __CUDA_ARCH__ >= 900
 
 /// The portable path: mma.sync tensor cores fed from shared memory that cp.async fills
-/// STAGES K-steps ahead, f16/bf16 from sm_80 and fp8 from sm_89 (Ada; Hopper's plain sm_90
-/// target; Blackwell). Serves GPUs without wgmma, the plain sm_90 target, and rows whose
-/// length is not a multiple of 16 bytes (TMA cannot read those: this kernel then copies
-/// element by element). 4 warps in a 2 x 2 grid, each computing (BM / 2) x (BN / 2) of the
-/// tile with m16n8k16 mmas (m16n8k32 for fp8). A K-step is 64 bytes of each row (32 16-bit
-/// or 64 fp8 elements); one mma takes 32 of them, so both widths share the copies, the
-/// shared-memory layout and ldmatrix's addressing, all in bytes.
-///   T:      __nv_bfloat16, __half, __nv_fp8_e4m3 or __nv_fp8_e5m2.
+/// STAGES K-steps ahead: f16/bf16 and f32 from sm_80, fp8 from sm_89 (Ada; Hopper's plain
+/// sm_90 target; Blackwell). Serves GPUs without wgmma, the plain sm_90 target, f32 (which
+/// wgmma has no float-exact form of), and rows whose length is not a multiple of 16 bytes
+/// (TMA cannot read those: this kernel then copies element by element). 4 warps in a 2 x 2
+/// grid, each computing (BM / 2) x (BN / 2) of the tile with m16n8k16 mmas (m16n8k32 for
+/// fp8, m16n8k8 of tf32 for f32). A K-step is 64 bytes of each row (16 f32, 32 16-bit or 64
+/// fp8 elements); one mma takes 32 of them, so every width shares the copies, the
+/// shared-memory layout and ldmatrix's addressing, all in bytes (ldmatrix moves 16-bit lanes,
+/// which for 4-byte elements lands each float where m16n8k8's tf32 fragments want it).
+///   T:      float, __nv_bfloat16, __half, __nv_fp8_e4m3 or __nv_fp8_e5m2.
 ///   BM, BN: the block's tile of out (rows of x, rows of w): 64 or 128, and 32, 64 or 128.
 ///   STAGES: K-steps of 64 bytes in flight (2 to 4).
 template <typename T, int BM, int BN, int STAGES>
@@ -729,7 +770,8 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
                                                     const float* __restrict__ scale_x,
                                                     const float* __restrict__ scale_w, int m,
                                                     int n, int k) {
-  static_assert(sizeof(T) == 2 || sizeof(T) == 1, "gemm_mma_kernel: 16-bit or fp8 elements");
+  static_assert(sizeof(T) == 4 || sizeof(T) == 2 || sizeof(T) == 1,
+                "gemm_mma_kernel: f32, 16-bit or fp8 elements");
   static_assert((BM == 64 || BM == 128) && (BN == 32 || BN == 64 || BN == 128),
                 "gemm_mma_kernel: BM 64 or 128, BN 32, 64 or 128");
   static_assert(STAGES >= 2 && STAGES <= 4, "gemm_mma_kernel: STAGES 2 to 4");
@@ -770,8 +812,9 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
                        : "memory");
         } else {
           // Element by element as raw bytes (fp8 has no float conversion to zero from).
-          using Bits =
-              typename ktune::Conditional<sizeof(T) == 2, unsigned short, unsigned char>::type;
+          using Bits = typename ktune::Conditional<
+              sizeof(T) == 4, unsigned,
+              typename ktune::Conditional<sizeof(T) == 2, unsigned short, unsigned char>::type>::type;
           const Bits* bits = reinterpret_cast<const Bits*>(src);
 #pragma unroll
           for (int e = 0; e < kChunk; ++e) {
@@ -832,7 +875,13 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
 #pragma unroll
       for (int i = 0; i < kMI; ++i)
 #pragma unroll
-        for (int j = 0; j < kNI; ++j) gemm::MmaSync<T>(acc[i][j], a[i], b[j]);
+        for (int j = 0; j < kNI; ++j) {
+          if constexpr (sizeof(T) == 4) {
+            gemm::MmaTf32x3(acc[i][j], a[i], b[j]);
+          } else {
+            gemm::MmaSync<T>(acc[i][j], a[i], b[j]);
+          }
+        }
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");

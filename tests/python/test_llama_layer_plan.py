@@ -96,8 +96,8 @@ class DryRunTest(unittest.TestCase):
         self.assertIn("4 keys do not fit", r.stdout)
 
     def test_check_key_names_missing_and_extra_dims(self):
-        issues = bench.check_key(TEMPLATES, "gemm", "f32", {"m": 0, "n": 8, "rows": 3})
-        self.assertIn("dtype f32 not among f16,bf16,f8e4m3,f8e5m2", issues)
+        issues = bench.check_key(TEMPLATES, "gemm", "i32", {"m": 0, "n": 8, "rows": 3})
+        self.assertIn("dtype i32 not among f16,bf16,f8e4m3,f8e5m2,f32", issues)
         self.assertIn("dim 'k' missing", issues)
         self.assertIn("'rows' is no dim of gemm", issues)
         self.assertIn("m=0 outside [1, 1048576]", issues)

@@ -89,7 +89,7 @@ TEST_F(ShippedGemmTest, HopperPathOnlyOnSm90a) {
 }
 
 // The default config: the params' defaults on sm_90a on Hopper, the portable path on
-// Ampere and Ada and for rows TMA cannot read; none for fp8 before Ada, saying why.
+// Ampere and Ada, for f32 and for rows TMA cannot read; none for fp8 before Ada, saying why.
 TEST_F(ShippedGemmTest, DefaultConfigFollowsDeviceAndShape) {
   ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
   ASSERT_OK_AND_ASSIGN(TargetInfo a100, TargetFromArch("sm_80"));
@@ -108,6 +108,16 @@ TEST_F(ShippedGemmTest, DefaultConfigFollowsDeviceAndShape) {
   EXPECT_EQ(ampere.knobs.target, "sm_80");
   EXPECT_THAT(DefaultConfigFor(gemm_, DType::kF8E4M3, Mnk(16, 4096, 4096), a100).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no default config fits")));
+
+  // f32 on the portable path everywhere (3xTF32; no Hopper candidate on either target).
+  for (const TargetInfo& t : {h200, a100}) {
+    ASSERT_OK_AND_ASSIGN(Config f32, DefaultConfigFor(gemm_, DType::kF32, Mnk(16, 4096, 4096), t));
+    EXPECT_EQ(f32.params.at("WGMMA"), 0);
+    ASSERT_OK_AND_ASSIGN(SearchSpace space,
+                         EnumerateSearchSpace(gemm_, DType::kF32, Mnk(1000, 4096, 4096), t));
+    EXPECT_FALSE(space.configs.empty());
+    for (const Config& c : space.configs) EXPECT_EQ(c.params.at("WGMMA"), 0) << ConfigString(c);
+  }
 
   // fp8 from sm_89 (Ada) on the portable path, and on Hopper where TMA cannot read the rows.
   ASSERT_OK_AND_ASSIGN(TargetInfo l40s, TargetFromArch("sm_89"));

@@ -593,9 +593,6 @@ def _constant(device, name, value, dtype):
 def _linear(x, weight, bias):
     op = "linear"
     _tensor(op, "x", x)
-    if x.dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"ktune.{op}: x is {x.dtype}; the gemm template takes float16 or "
-                         f"bfloat16")
     dev = x.get_device()
     _tensor(op, "weight", weight, dev, x.dtype, dim=2)
     if bias is not None:
