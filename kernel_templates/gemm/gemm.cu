@@ -192,7 +192,9 @@ __device__ __forceinline__ void MmaSync(float (&d)[4], const unsigned (&a)[4],
 /// each float is split into a tf32 part and the tf32 rounding of what that part left out,
 /// and the three products that matter are summed, the small ones first (the dropped
 /// small x small product is 2^-22 of the whole). tf32 alone keeps 10 mantissa bits, an
-/// error of ~1e-3 that a float GEMM's callers do not expect; this keeps ~21.
+/// error of ~1e-3 that a float GEMM's callers do not expect; this keeps ~21. An infinite
+/// input (or one within a tf32 rounding of FLT_MAX) leaves a NaN rest, so such products come
+/// out NaN where a float GEMM gives inf.
 __device__ __forceinline__ unsigned Tf32(float v) {
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
