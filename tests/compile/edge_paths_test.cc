@@ -17,11 +17,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/base/dtype.h"
-#include "server/compile/compile_pool.h"
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
 #include "server/templates/search_space.h"
 #include "server/tuning/compile_request.h"
+#include "tests/compile/shipped_template_compiles.h"
 #include "tests/templates/template_fixture.h"
 #include "tests/testing/status_matchers.h"
 
@@ -29,7 +29,7 @@ namespace ktune {
 namespace {
 
 using ::testing::IsEmpty;
-using ::testing::StartsWith;
+using testing::ExpectAllCompile;
 
 // The templates with an edge path, and each one's row-length dim.
 const std::vector<std::pair<std::string, std::string>>& EdgeTemplates() {
@@ -155,16 +155,7 @@ TEST_F(EdgePathsTest, EveryEdgeVariantCompiles) {
       }
     }
   }
-  CompilePool pool(compiler.get(), /*threads=*/0);
-  std::vector<absl::StatusOr<CompileResult>> results = pool.CompileAll(std::move(requests));
-  ASSERT_EQ(results.size(), what.size());
-  for (size_t i = 0; i < results.size(); ++i) {
-    SCOPED_TRACE(what[i]);
-    ASSERT_OK(results[i]);
-    ASSERT_TRUE(results[i]->ok) << results[i]->log;
-    EXPECT_THAT(results[i]->cubin, StartsWith("\x7f"
-                                              "ELF"));
-  }
+  ExpectAllCompile(compiler.get(), what, std::move(requests), /*no_spills=*/false);
   std::printf("%zu edge-path candidates compiled\n", what.size());
 }
 

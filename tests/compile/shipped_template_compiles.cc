@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -86,6 +87,24 @@ bool SameOnBothTargets(const KernelTemplate& t, bool headers_test_arch_features)
   return !headers_test_arch_features &&
          !absl::StrContains(t.manifest().DebugString(), "KTUNE_ARCH_SPECIFIC") &&
          !absl::StrContains(t.source(), "__CUDA_ARCH_FEAT");
+}
+
+void ExpectAllCompile(Compiler* compiler, const std::vector<std::string>& what,
+                      std::vector<CompileRequest> requests, bool no_spills) {
+  CompilePool pool(compiler, /*threads=*/0);
+  std::vector<absl::StatusOr<CompileResult>> results = pool.CompileAll(std::move(requests));
+  ASSERT_EQ(results.size(), what.size());
+  for (size_t i = 0; i < what.size(); ++i) {
+    SCOPED_TRACE(what[i]);
+    ASSERT_OK(results[i]);
+    ASSERT_TRUE(results[i]->ok) << results[i]->log;
+    EXPECT_THAT(results[i]->cubin, StartsWith("\x7f"
+                                              "ELF"));
+    if (!no_spills) continue;
+    for (const CompiledKernel& k : results[i]->kernels) {
+      EXPECT_EQ(k.resources.spill_stores + k.resources.spill_loads, 0) << k.lowered_name;
+    }
+  }
 }
 
 void CompileShippedTemplates(const PointSample& sample) {

@@ -12,11 +12,14 @@
 #define KTUNE_TESTS_COMPILE_SHIPPED_TEMPLATE_COMPILES_H_
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
+#include "server/compile/compiler.h"
 #include "server/templates/kernel_template.h"
 #include "server/templates/registry.h"
 #include "server/templates/search_space.h"
+#include "server/tuning/compile_request.h"
 
 namespace ktune::testing {
 
@@ -47,6 +50,11 @@ bool HeadersTestArchFeatures(const TemplateRegistry& registry);
 // a point differs from the sm_90 one only in the instruction set ptxas is told, and a sample
 // of them stands for all.
 bool SameOnBothTargets(const KernelTemplate& t, bool headers_test_arch_features);
+
+// Compiles `requests` (one per entry of `what`, which names it in failures) on every core and
+// expects each to yield a cubin; with `no_spills`, none of its kernels may spill.
+void ExpectAllCompile(Compiler* compiler, const std::vector<std::string>& what,
+                      std::vector<CompileRequest> requests, bool no_spills);
 
 // Loads the shipped templates and compiles the points `sample` picks and every reference,
 // with gtest failures naming the group and config; prints the table and records the

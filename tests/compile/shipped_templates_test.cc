@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/compile/compile_pool.h"
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
 #include "server/templates/search_space.h"
@@ -27,26 +26,9 @@ namespace {
 
 using testing::CompileShippedTemplates;
 using testing::CompiledPoints;
+using testing::ExpectAllCompile;
 using testing::HeadersTestArchFeatures;
 using testing::SameOnBothTargets;
-
-// Compiles `requests` (one per entry of `what`) on every core and expects each to succeed,
-// without spilling where `no_spills`.
-void ExpectAllCompile(Compiler* compiler, const std::vector<std::string>& what,
-                      std::vector<CompileRequest> requests, bool no_spills) {
-  CompilePool pool(compiler, /*threads=*/0);
-  std::vector<absl::StatusOr<CompileResult>> results = pool.CompileAll(std::move(requests));
-  ASSERT_EQ(results.size(), what.size());
-  for (size_t i = 0; i < what.size(); ++i) {
-    SCOPED_TRACE(what[i]);
-    ASSERT_OK(results[i]);
-    ASSERT_TRUE(results[i]->ok) << results[i]->log;
-    if (!no_spills) continue;
-    for (const CompiledKernel& k : results[i]->kernels) {
-      EXPECT_EQ(k.resources.spill_stores + k.resources.spill_loads, 0) << k.lowered_name;
-    }
-  }
-}
 
 // Every value of every param of each group at least once, then evenly spaced points up to
 // 16 (8 on a second target whose program is the same), at any space size: ~800 compiles,
