@@ -66,6 +66,22 @@ struct Out<__nv_fp8_e5m2> {
   using type = __nv_bfloat16;
 };
 
+/// An unsigned integer of N bytes: an element's bits, copied without converting.
+template <int N>
+struct BitsOf;
+template <>
+struct BitsOf<1> {
+  using type = unsigned char;
+};
+template <>
+struct BitsOf<2> {
+  using type = unsigned short;
+};
+template <>
+struct BitsOf<4> {
+  using type = unsigned;
+};
+
 __device__ __forceinline__ float ToFloatAny(float v) { return v; }
 __device__ __forceinline__ float ToFloatAny(__half v) { return __half2float(v); }
 __device__ __forceinline__ float ToFloatAny(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -149,45 +165,6 @@ __device__ __forceinline__ void StorePair(V* c, int pi, int qi, int rows_p, int 
   }
 }
 
-/// d += a * b for one mma of 32 bytes of K (m16n8k16 of 16-bit elements, m16n8k32 of fp8):
-/// a the 4 A registers and b the 2 B registers as ldmatrix loads them, d the 4 float
-/// accumulators of this lane. fp8's product goes into zeros and is then added in float, as
-/// the Hopper path adds each slot's: wgmma keeps fewer mantissa bits than float while it
-/// accumulates fp8, and mma.sync is not assumed to keep more.
-template <typename T>
-__device__ __forceinline__ void MmaSync(float (&d)[4], const unsigned (&a)[4],
-                                        const unsigned (&b)[2]) {
-  if constexpr (ktune::kIsSame<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else if constexpr (ktune::kIsSame<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    float p[4];
-#define KTUNE_GEMM_FP8_MMA(KIND)                                                            \
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." KIND "." KIND ".f32 "               \
-               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"        \
-               : "=f"(p[0]), "=f"(p[1]), "=f"(p[2]), "=f"(p[3])                             \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f))
-    if constexpr (ktune::kIsSame<T, __nv_fp8_e4m3>) {
-      KTUNE_GEMM_FP8_MMA("e4m3");
-    } else {
-      static_assert(ktune::kIsSame<T, __nv_fp8_e5m2>, "MmaSync: f16, bf16, e4m3 or e5m2");
-      KTUNE_GEMM_FP8_MMA("e5m2");
-    }
-#undef KTUNE_GEMM_FP8_MMA
-#pragma unroll
-    for (int r = 0; r < 4; ++r) d[r] += p[r];
-  }
-}
-
 /// d += a * b for one m16n8k8 tile of f32 to float precision on tf32 tensor cores (3xTF32):
 /// each float is split into a tf32 part and the tf32 rounding of what that part left out,
 /// and the three products that matter are summed, the small ones first (the dropped
@@ -226,6 +203,47 @@ __device__ __forceinline__ void MmaTf32x3(float (&d)[4], const unsigned (&a)[4],
   MmaTf32(d, a_lo, b_hi);
   MmaTf32(d, a_hi, b_lo);
   MmaTf32(d, a_hi, b_hi);
+}
+
+/// d += a * b for one mma of 32 bytes of K (m16n8k16 of 16-bit elements, m16n8k32 of fp8,
+/// m16n8k8 of f32 as 3xTF32): a the 4 A registers and b the 2 B registers as ldmatrix loads
+/// them, d the 4 float accumulators of this lane. fp8's product goes into zeros and is then
+/// added in float, as the Hopper path adds each slot's: wgmma keeps fewer mantissa bits than
+/// float while it accumulates fp8, and mma.sync is not assumed to keep more.
+template <typename T>
+__device__ __forceinline__ void MmaSync(float (&d)[4], const unsigned (&a)[4],
+                                        const unsigned (&b)[2]) {
+  if constexpr (ktune::kIsSame<T, float>) {
+    MmaTf32x3(d, a, b);  // ptxas splits each fragment once, not once per tile it feeds
+  } else if constexpr (ktune::kIsSame<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else if constexpr (ktune::kIsSame<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    float p[4];
+#define KTUNE_GEMM_FP8_MMA(KIND)                                                            \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." KIND "." KIND ".f32 "               \
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"        \
+               : "=f"(p[0]), "=f"(p[1]), "=f"(p[2]), "=f"(p[3])                             \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f))
+    if constexpr (ktune::kIsSame<T, __nv_fp8_e4m3>) {
+      KTUNE_GEMM_FP8_MMA("e4m3");
+    } else {
+      static_assert(ktune::kIsSame<T, __nv_fp8_e5m2>, "MmaSync: f32, f16, bf16, e4m3 or e5m2");
+      KTUNE_GEMM_FP8_MMA("e5m2");
+    }
+#undef KTUNE_GEMM_FP8_MMA
+#pragma unroll
+    for (int r = 0; r < 4; ++r) d[r] += p[r];
+  }
 }
 
 }  // namespace gemm
@@ -813,15 +831,13 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
                        "l"(g), "r"(inside ? 16 : 0)
                        : "memory");
         } else {
-          // Element by element as raw bytes (fp8 has no float conversion to zero from).
-          using Bits = typename ktune::Conditional<
-              sizeof(T) == 4, unsigned,
-              typename ktune::Conditional<sizeof(T) == 2, unsigned short, unsigned char>::type>::type;
+          // Element by element as raw bits, zero outside (ktune::FromFloat knows no fp8).
+          using Bits = typename gemm::BitsOf<sizeof(T)>::type;
           const Bits* bits = reinterpret_cast<const Bits*>(src);
 #pragma unroll
           for (int e = 0; e < kChunk; ++e) {
-            reinterpret_cast<Bits*>(d)[e] =
-                gr < limit && gk + e < k ? bits[static_cast<long long>(gr) * k + gk + e] : Bits{0};
+            const bool in = gr < limit && gk + e < k;
+            reinterpret_cast<Bits*>(d)[e] = in ? bits[static_cast<long long>(gr) * k + gk + e] : 0;
           }
         }
       }
@@ -877,13 +893,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
 #pragma unroll
       for (int i = 0; i < kMI; ++i)
 #pragma unroll
-        for (int j = 0; j < kNI; ++j) {
-          if constexpr (sizeof(T) == 4) {
-            gemm::MmaTf32x3(acc[i][j], a[i], b[j]);
-          } else {
-            gemm::MmaSync<T>(acc[i][j], a[i], b[j]);
-          }
-        }
+        for (int j = 0; j < kNI; ++j) gemm::MmaSync<T>(acc[i][j], a[i], b[j]);
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
