@@ -172,6 +172,13 @@ __device__ __forceinline__ void StorePair(V* c, int pi, int qi, int rows_p, int 
 /// error of ~1e-3 that a float GEMM's callers do not expect; this keeps ~21. An infinite
 /// input (or one within a tf32 rounding of FLT_MAX) leaves a NaN rest, so such products come
 /// out NaN where a float GEMM gives inf.
+// d += a * b in one mma.sync of SHAPE on KIND elements, accumulating in place.
+#define KTUNE_GEMM_MMA(SHAPE, KIND)                                                         \
+  asm volatile("mma.sync.aligned." SHAPE ".row.col.f32." KIND "." KIND ".f32 "              \
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"            \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                             \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+
 __device__ __forceinline__ unsigned Tf32(float v) {
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
@@ -179,11 +186,7 @@ __device__ __forceinline__ unsigned Tf32(float v) {
 }
 __device__ __forceinline__ void MmaTf32(float (&d)[4], const unsigned (&a)[4],
                                         const unsigned (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  KTUNE_GEMM_MMA("m16n8k8", "tf32");
 }
 __device__ __forceinline__ void MmaTf32x3(float (&d)[4], const unsigned (&a)[4],
                                           const unsigned (&b)[2]) {
@@ -216,17 +219,9 @@ __device__ __forceinline__ void MmaSync(float (&d)[4], const unsigned (&a)[4],
   if constexpr (ktune::kIsSame<T, float>) {
     MmaTf32x3(d, a, b);  // ptxas splits each fragment once, not once per tile it feeds
   } else if constexpr (ktune::kIsSame<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    KTUNE_GEMM_MMA("m16n8k16", "bf16");
   } else if constexpr (ktune::kIsSame<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    KTUNE_GEMM_MMA("m16n8k16", "f16");
   } else {
     float p[4];
 #define KTUNE_GEMM_FP8_MMA(KIND)                                                            \
@@ -245,6 +240,7 @@ __device__ __forceinline__ void MmaSync(float (&d)[4], const unsigned (&a)[4],
     for (int r = 0; r < 4; ++r) d[r] += p[r];
   }
 }
+#undef KTUNE_GEMM_MMA
 
 }  // namespace gemm
 
