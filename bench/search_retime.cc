@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -251,8 +252,7 @@ int Run(const Args& args) {
   struct Work {
     std::string name;
     bool same_config;
-    bool timed;
-    absl::StatusOr<KeyPlan> plan;  // of timed keys
+    std::optional<absl::StatusOr<KeyPlan>> plan;  // none: not timed
     KeyTiming timing;
     Side sides[2];
   };
@@ -263,11 +263,9 @@ int Run(const Args& args) {
     if (it == cand->end()) continue;
     ++keys;
     const store::EntrySummary& b = it->second;
-    const bool same = a.config == b.config, timed = !same || args.same;
-    work.push_back({name, same, timed,
-                    timed ? PlanKey(**engine, target, a, b)
-                          : absl::StatusOr<KeyPlan>(absl::FailedPreconditionError("not timed")),
-                    KeyTiming(args), {}});
+    const bool same = a.config == b.config;
+    work.push_back({name, same, std::nullopt, KeyTiming(args), {}});
+    if (!same || args.same) work.back().plan = PlanKey(**engine, target, a, b);
   }
   // One pass over the keys with every step, on the one worker; or (--fresh-worker) a pass
   // per round, each on a worker of its own, so that each round's runs of a key come from
@@ -292,10 +290,10 @@ int Run(const Args& args) {
       current = *std::move(next);
     }
     for (Work& w : work) {
-      if (!w.timed || !w.plan.ok()) continue;
-      if (absl::Status s = MeasureSteps(*current, *w.plan, passes[p], w.timing, w.sides);
+      if (!w.plan || !w.plan->ok()) continue;
+      if (absl::Status s = MeasureSteps(*current, **w.plan, passes[p], w.timing, w.sides);
           !s.ok()) {
-        w.plan = s;  // its runs so far are dropped with it
+        *w.plan = s;  // its runs so far are dropped with it
       }
     }
   }
@@ -305,7 +303,7 @@ int Run(const Args& args) {
   for (Work& w : work) {
     const char* name = w.name.c_str();
     if (w.same_config) ++same_config;
-    if (!w.timed) {
+    if (!w.plan) {
       ++within;
       std::printf("%-64s %12s %12s %7s\n", name, "-", "-", "same");
       continue;
@@ -313,10 +311,10 @@ int Run(const Args& args) {
     for (Side& side : w.sides) side.median_ns = Median(side.times_ns);
     const Side& ra = w.sides[0];
     const Side& rb = w.sides[1];
-    if (!w.plan.ok() || ra.median_ns <= 0 || rb.median_ns <= 0) {
+    if (!w.plan->ok() || ra.median_ns <= 0 || rb.median_ns <= 0) {
       ++failed;
       std::printf("%-64s failed: %s\n", name,
-                  w.plan.ok() ? "a run failed" : std::string(w.plan.status().message()).c_str());
+                  w.plan->ok() ? "a run failed" : std::string(w.plan->status().message()).c_str());
       continue;
     }
     const double ratio = rb.median_ns / ra.median_ns;
