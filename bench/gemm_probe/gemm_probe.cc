@@ -20,7 +20,7 @@
 //
 // CONFIG is BM,BN,STAGES,SPLIT_K,GROUP,SWAP[,CLUSTER[,SHARE_W[,EPI[,TAIL]]]] for the Hopper kernels
 // (sm_90a; EPI 1 is gemm_wgmma_tma_out_kernel), or
-// mBM,BN,STAGES for gemm_mma_kernel (sm_90; PROBE_ARCH=sm_80 etc. for `compile`). DTYPE: bf16,
+// mBM,BN,STAGES[,SPLIT_K] for gemm_mma_kernel (sm_90; PROBE_ARCH=sm_80 etc. for `compile`). DTYPE: bf16,
 // f16, e4m3, e5m2. Templates come from $KTUNE_TEMPLATES (default ./kernel_templates). Built
 // by CMake as bench target gemm_probe; it runs on a GPU host with the CUDA 13 libraries.
 #include <cublas_v2.h>
@@ -64,7 +64,7 @@ namespace {
 
 struct Config {
   int bm, bn, stages, split, group, swap, cluster = 1, share_w = 0, epi = 0, tail = 0;
-  bool mma = false;  // gemm_mma_kernel (sm_90, no 'a'): config "mBM,BN,STAGES"
+  bool mma = false;  // gemm_mma_kernel (sm_90, no 'a'): config "mBM,BN,STAGES[,SPLIT_K]"
   int Threads() const { return mma ? 128 : 128 * (1 + bm / 64); }
   int Smem() const {
     return mma ? stages * (bm + bn) * 40 * 2
@@ -189,8 +189,8 @@ Compiled Compile(const std::string& source, const std::string& name,
 std::string KernelExpr(const std::string& dtype, const Config& c) {
   char b[256];
   if (c.mma) {
-    std::snprintf(b, sizeof b, "gemm_mma_kernel<%s, %d, %d, %d>", TypeName(dtype).c_str(), c.bm,
-                  c.bn, c.stages);
+    std::snprintf(b, sizeof b, "gemm_mma_kernel<%s, %d, %d, %d, %d>", TypeName(dtype).c_str(),
+                  c.bm, c.bn, c.stages, c.split);
     return b;
   }
   if (c.epi) {
@@ -209,8 +209,8 @@ Config ParseConfig(const char* s) {
   Config c{};
   if (s[0] == 'm') {
     c.mma = true;
-    if (std::sscanf(s + 1, "%d,%d,%d", &c.bm, &c.bn, &c.stages) != 3) std::exit(2);
     c.split = c.group = 1;
+    if (std::sscanf(s + 1, "%d,%d,%d,%d", &c.bm, &c.bn, &c.stages, &c.split) < 3) std::exit(2);
     return c;
   }
   int got = std::sscanf(s, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &c.bm, &c.bn, &c.stages, &c.split,
@@ -250,8 +250,8 @@ struct Problem {
 };
 
 void Launch(CUfunction f, unsigned gx, unsigned gy, unsigned bx, unsigned by, unsigned smem,
-            void** args) {
-  CK(cuLaunchKernel(f, gx, gy, 1, bx, by, 1, smem, nullptr, args, nullptr));
+            void** args, unsigned gz = 1) {
+  CK(cuLaunchKernel(f, gx, gy, gz, bx, by, 1, smem, nullptr, args, nullptr));
 }
 
 void Fill(Problem& p, CUfunction f, CUdeviceptr ptr, long long count, unsigned seed, float lo,
@@ -386,8 +386,8 @@ void RunCandidate(const Kernel& k, Problem& p) {
   const Config& c = k.c;
   if (c.mma) {
     int m = p.m, n = p.n, kk = p.k;
-    void* a[] = {&p.x, &p.w, &p.out, &p.sx, &p.sw, &m, &n, &kk};
-    Launch(k.f, (p.n + c.bn - 1) / c.bn, (p.m + c.bm - 1) / c.bm, 128, 1, c.Smem(), a);
+    void* a[] = {&p.x, &p.w, &p.out, &p.partial, &p.counters, &p.sx, &p.sw, &m, &n, &kk};
+    Launch(k.f, (p.n + c.bn - 1) / c.bn, (p.m + c.bm - 1) / c.bm, 128, 1, c.Smem(), a, c.split);
     return;
   }
   int eb = ElemBytes(p.dtype);

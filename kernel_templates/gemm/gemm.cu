@@ -787,10 +787,19 @@ gemm_wgmma_tma_out_kernel(const __grid_constant__ ktune::TensorMap tm_a,
 ///   T:      float, __nv_bfloat16, __half, __nv_fp8_e4m3 or __nv_fp8_e5m2.
 ///   BM, BN: the block's tile of out (rows of x, rows of w): 64 or 128, and 32, 64 or 128.
 ///   STAGES: K-steps of 64 bytes in flight (2 to 4).
-template <typename T, int BM, int BN, int STAGES>
+///   SPLIT_K: blocks per output tile (blockIdx.z), each summing a contiguous 1/SPLIT_K of the
+///            K-steps. A block works through one 64-byte step at a time, so a long K on few
+///            tiles is bound by the steps' latency, not by bandwidth (f32 at m = 1, 6144 x
+///            4096 on the H200: 192 blocks, 256 steps each, 445 GB/s). Partials are reduced
+///            as the Hopper path's are (header above): fragment order, the last block of a
+///            tile adds the slices in slice order; fragments whose rows are all past m are
+///            neither written nor read, so a decode step's partials are a few rows' worth.
+template <typename T, int BM, int BN, int STAGES, int SPLIT_K>
 __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
                                                     const T* __restrict__ w,
                                                     typename gemm::Out<T>::type* __restrict__ out,
+                                                    float* __restrict__ partial,
+                                                    int* __restrict__ counters,
                                                     const float* __restrict__ scale_x,
                                                     const float* __restrict__ scale_w, int m,
                                                     int n, int k) {
@@ -799,6 +808,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
   static_assert((BM == 64 || BM == 128) && (BN == 32 || BN == 64 || BN == 128),
                 "gemm_mma_kernel: BM 64 or 128, BN 32, 64 or 128");
   static_assert(STAGES >= 2 && STAGES <= 4, "gemm_mma_kernel: STAGES 2 to 4");
+  static_assert(SPLIT_K >= 1, "gemm_mma_kernel: SPLIT_K at least 1");
   constexpr int kStepBytes = 64;   // of each row per K-step
   constexpr int kMmaBytes = 32;    // of each row per mma: k16 of 16-bit, k32 of fp8
   constexpr int kChunk = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte copy
@@ -815,7 +825,12 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / 2, warp_n = warp % 2;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  const int ksteps = (k + kBK - 1) / kBK;
+  // This block's K-steps [ks_begin, ks_end): a slice of them with SPLIT_K, possibly empty
+  // (the last slices when the steps do not divide evenly); an empty slice adds zeros.
+  const int ksteps_all = (k + kBK - 1) / kBK;
+  const int per_split = (ksteps_all + SPLIT_K - 1) / SPLIT_K;
+  const int ks_begin = min(static_cast<int>(blockIdx.z) * per_split, ksteps_all);
+  const int ks_end = min(ks_begin + per_split, ksteps_all);
   // 16-byte copies need every row to start 16-byte aligned.
   const bool vec = k % kChunk == 0;
 
@@ -859,20 +874,22 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
 
   // Prologue: STAGES - 1 steps in flight (empty groups past the end keep the count right).
+  // Slots go by the step's place in this block's slice.
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ksteps) stage(s, s);
+    if (ks_begin + s < ks_end) stage(ks_begin + s, s);
     asm volatile("cp.async.commit_group;" ::: "memory");
   }
-  for (int ks = 0; ks < ksteps; ++ks) {
+  for (int ks = ks_begin; ks < ks_end; ++ks) {
+    const int slot = (ks - ks_begin) % STAGES;
     asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
     __syncthreads();
     // Refill the slot read one step ago (every warp has passed the barrier above).
     const int next = ks + STAGES - 1;
-    if (next < ksteps) stage(next, next % STAGES);
+    if (next < ks_end) stage(next, (next - ks_begin) % STAGES);
     asm volatile("cp.async.commit_group;" ::: "memory");
 
-    const unsigned char* xt = xs + (ks % STAGES) * BM * kLdBytes;
-    const unsigned char* wt = ws + (ks % STAGES) * BN * kLdBytes;
+    const unsigned char* xt = xs + slot * BM * kLdBytes;
+    const unsigned char* wt = ws + slot * BN * kLdBytes;
 #pragma unroll
     for (int kb = 0; kb < kStepBytes; kb += kMmaBytes) {
       // ldmatrix's 8 x 8 matrices of 16-bit lanes are 8 rows x 16 bytes: the same
@@ -901,6 +918,57 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
+
+  if constexpr (SPLIT_K > 1) {
+    // Fragment (i, j) of this thread holds rows m0 + warp_m kWM + 16 i + lane / 4 and 8
+    // below; both past m when the first is.
+    const auto live = [&](int i) { return m0 + warp_m * kWM + i * 16 + lane / 4 < m; };
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+    const auto region = [&](int split) {
+      return reinterpret_cast<float4*>(partial) +
+             (static_cast<long long>(tile) * SPLIT_K + split) * (kMI * kNI * 128);
+    };
+    float4* mine = region(blockIdx.z);
+#pragma unroll
+    for (int i = 0; i < kMI; ++i) {
+      if (!live(i)) continue;
+#pragma unroll
+      for (int j = 0; j < kNI; ++j) {
+        mine[(i * kNI + j) * 128 + tid] =
+            make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
+      }
+    }
+    __shared__ int last_of_tile;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const int before = atomicAdd(&counters[tile], 1);
+      last_of_tile = before == SPLIT_K - 1;
+      if (last_of_tile) counters[tile] = 0;  // zero again for the next run
+    }
+    __syncthreads();
+    if (!last_of_tile) return;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < kMI; ++i) {
+      if (!live(i)) continue;
+#pragma unroll
+      for (int j = 0; j < kNI; ++j) {
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int sp = 0; sp < SPLIT_K; ++sp) {
+          const float4 f = __ldcg(region(sp) + (i * kNI + j) * 128 + tid);
+          sum.x += f.x;
+          sum.y += f.y;
+          sum.z += f.z;
+          sum.w += f.w;
+        }
+        acc[i][j][0] = sum.x;
+        acc[i][j][1] = sum.y;
+        acc[i][j][2] = sum.z;
+        acc[i][j][3] = sum.w;
+      }
+    }
+  }
 
   const float scale = scale_x[0] * scale_w[0];
 #pragma unroll
