@@ -13,7 +13,7 @@
 //
 //   search_replay --db EXHAUSTIVE.db [--templates DIR] [--strategy guided] [--budget 0]
 //                 [--noise 0] [--seed 1] [--within 0.02] [--no-warm-start]
-//                 [--min-gain 0.01] [--batch 32] [--roofline-stop 0.97]
+//                 [--min-gain 0.01] [--batch 32] [--roofline-stop 1.0]
 //
 // A recorded config is matched to today's by its knobs and the params it has (a param the
 // template gained since, pinned to one value per shape, is ignored). A candidate with no
@@ -45,7 +45,7 @@ namespace {
 struct Args {
   std::string db, templates_dir = "kernel_templates", strategy = "guided";
   int64_t budget = 0;
-  double noise = 0, within = 0.02, min_gain = 0.01, roofline_stop = 0.97;
+  double noise = 0, within = 0.02, min_gain = 0.01, roofline_stop = 1.0;
   size_t batch = 32;
   uint64_t seed = 1;
   bool no_warm_start = false;

@@ -173,7 +173,7 @@ struct TuneRequest {
   double time_s = 0;     // stop starting candidates after this; 0: no limit
   // Guided: stop when the next batch is expected to gain less (unset: the daemon's 0.01).
   std::optional<double> min_gain;
-  // Guided and random: stop at this fraction of the roofline (unset: 0.97; 0: never).
+  // Guided and random: stop at this fraction of the roofline (unset: 1.0; 0: never).
   std::optional<double> roofline_stop;
   bool warm_start = true;  // guided: start from neighbouring keys' winners
   // A daemon with a fleet tier: ABORTED at once when another host is tuning the key,

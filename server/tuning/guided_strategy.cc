@@ -297,7 +297,7 @@ class GuidedStrategy : public SearchStrategy {
 
 int64_t GuidedDefaultBudget(size_t space_size) {
   const int64_t n = static_cast<int64_t>(space_size);
-  return std::min<int64_t>(n, std::max<int64_t>(16, (n + 4) / 5));
+  return std::min<int64_t>(n, std::max<int64_t>(16, n / 5));
 }
 
 std::unique_ptr<SearchStrategy> NewGuidedStrategy(std::vector<Config> space,

@@ -21,8 +21,8 @@
 
 namespace ktune {
 
-// The budget guided uses when none is given: 20 % of the space, at least 16 candidates (all
-// of a space that small).
+// The budget guided uses when none is given: 20 % of the space rounded down (so no key
+// measures more), at least 16 candidates (all of a space that small).
 int64_t GuidedDefaultBudget(size_t space_size);
 
 // REQUIRES: options.features is empty or has one row per config of `space`.
