@@ -11,11 +11,12 @@
 # instead of one after the other on GPU 0. EXTRA holds more `ktune tune` flags for both runs:
 # EXTRA="--skip gemm" with specs/llama-3-8b.textproto gives issue #14's 120 memory-bound keys.
 # RETIME=1 then times the two winners of each key side by side (search_retime, ROUNDS rounds,
-# default 5, order ORDER, default ab), and the exhaustive store against itself (--same): that
-# A/A run is the judge's own floor, how many keys a kernel timed against itself already reads
-# outside 2 % (6-24 of the 120 with the L2 flushed, on 2026-12-06), to read the first beside.
-# SAMPLE_US sets both judgements' sample length (search_retime --min-sample-us; default the
-# worker's 20 us): a fixed cost per sample weighs 1/5 as much in 100 us samples. RETIME_ARGS
+# default 6, order ORDER, default shuffle), and the exhaustive store against itself (--same):
+# that A/A run is the judge's own floor, how many keys a kernel timed against itself already
+# reads outside 2 % (6-24 of the 120 with the L2 flushed and the worker's 20 us samples on
+# 2026-12-06; none of 120 with 100 us samples, shuffled, on 2026-12-07), to read the first
+# beside. SAMPLE_US sets both judgements' sample length (search_retime --min-sample-us,
+# default 100 us; 0 the worker's 20 us). RETIME_ARGS
 # holds more search_retime flags (e.g. --fresh-worker: each round on a worker of its own).
 set -uo pipefail
 spec="$1"; out="$2"; strategy="${3:-guided}"
@@ -50,7 +51,7 @@ if [ "${RETIME:-0}" = 1 ]; then
   for pair in "$strategy" exhaustive; do
     same=(); [ "$pair" = exhaustive ] && same=(--same)
     "$retime" --reference "$out/exhaustive.db" --candidate "$out/$pair.db" --gpu 0 \
-      --rounds "${ROUNDS:-5}" --order "${ORDER:-ab}" --min-sample-us "${SAMPLE_US:-0}" --runs \
+      --rounds "${ROUNDS:-6}" --order "${ORDER:-shuffle}" --min-sample-us "${SAMPLE_US:-100}" --runs \
       ${RETIME_ARGS:-} "${same[@]}" > "$out/retime-$pair.txt" 2>&1
     echo "side by side, $pair against exhaustive${same:+ (A/A)}: $(tail -n 1 "$out/retime-$pair.txt")" \
       | tee -a "$out/compare.txt"
