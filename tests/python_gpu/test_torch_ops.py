@@ -108,6 +108,12 @@ class TorchOpsTest(unittest.TestCase):
         x, w, b = x.float(), w.float(), b.float()
         ref = (x.double() @ w.double().T + b.double()).float()
         self.assertClose(torch.ops.ktune.linear(x, w, b), ref, 1e-3, 1e-4, "f32 linear")
+        # float32 at 1-8 rows goes to the gemv template (CUDA cores); at 9 back to gemm.
+        for rows in (1, 5, 8, 9):
+            xs = x[:rows].contiguous()
+            ref = (xs.double() @ w.double().T + b.double()).float()
+            self.assertClose(torch.ops.ktune.linear(xs, w, b), ref, 1e-3, 1e-4,
+                             f"f32 linear, {rows} rows")
 
     def test_prefetch_loads_every_key_in_one_call(self):
         out = self.kt.prefetch([("rmsnorm", torch.bfloat16, {"tokens": 3, "hidden": 1024}),

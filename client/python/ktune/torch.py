@@ -75,6 +75,12 @@ _SOFTMAX_ARGS = ("x", "out", "out_f32", "partial")
 _SILU_AND_MUL_ARGS = ("x", "out")
 _ROPE_ARGS = ("q", "k", "cos_sin", "positions")
 _LINEAR_ARGS = ("x", "w", "out", "scale_x", "scale_w", "partial", "counters")
+_GEMV_ARGS = ("x", "w", "y", "partial")
+# float32 linear layers of at most this many rows run on the gemv template (CUDA cores, float
+# FMAs) instead of gemm: gemm's f32 is tf32 tensor cores three times over on tiles of 64 rows,
+# which at a decode step's 1-8 rows is mostly wasted work (H200, 6144 x 4096 at m = 1: gemm
+# 226 us against cuBLAS's 32; gemv reads W once at the copy ceiling's pace).
+_GEMV_MAX_ROWS = 8
 
 
 def configure(target=None, policy="fallback", refresh_s=10.0, retry_after_s=30.0, token=None,
@@ -604,14 +610,24 @@ def _linear(x, weight, bias):
     n = weight.shape[0]
     if weight.shape[1] != k:
         raise ValueError(f"ktune.{op}: weight is {tuple(weight.shape)}; x's last dim is {k}")
-    entry = _entry(op, ("gemm", _DTYPES[x.dtype], (("k", k), ("m", m), ("n", n)), dev))
+    gemv = x.dtype == torch.float32 and 0 < m <= _GEMV_MAX_ROWS
+    if gemv:
+        key = ("gemv", "f32", (("batch", m), ("k", k), ("n", n)), dev)
+    else:
+        key = ("gemm", _DTYPES[x.dtype], (("k", k), ("m", m), ("n", n)), dev)
+    entry = _entry(op, key)
     if entry is None or m == 0:
         return F.linear(x, weight, bias)
     out = x.new_empty((*x.shape[:-1], n))  # x's dtype and device, less host time
     handle = _stream_handle(dev)
-    one, partial, counters = _gemm_buffers(entry, dev, handle)
-    _launch(entry, dev, handle, _LINEAR_ARGS, x.data_ptr(), weight.data_ptr(), out.data_ptr(),
-            one, one, partial, counters)
+    if gemv:
+        partial = _scratch(entry, "partial", dev, handle)
+        _launch(entry, dev, handle, _GEMV_ARGS, x.data_ptr(), weight.data_ptr(), out.data_ptr(),
+                partial.data_ptr())
+    else:
+        one, partial, counters = _gemm_buffers(entry, dev, handle)
+        _launch(entry, dev, handle, _LINEAR_ARGS, x.data_ptr(), weight.data_ptr(),
+                out.data_ptr(), one, one, partial, counters)
     if bias is not None:
         out.add_(bias)
     return out
@@ -629,7 +645,8 @@ def _(x, weight, bias=None):
 
 
 def linear(x, weight, bias=None):
-    """x @ weight.T (+ bias), weight [n, k] as nn.Linear's (template gemm)."""
+    """x @ weight.T (+ bias), weight [n, k] as nn.Linear's (template gemm; float32 of at
+    most 8 rows: template gemv)."""
     if _eager(x, weight) and (bias is None or _eager(bias)):
         return _linear(x, weight, bias)
     return _linear_op(x, weight, bias)
