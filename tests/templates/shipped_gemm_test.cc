@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "server/base/dtype.h"
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
@@ -266,7 +267,7 @@ TEST_F(ShippedGemmTest, SplitKPartialsFitTheirBuffer) {
   for (const Shape& shape : {Mnk(1, 4096, 4096), Mnk(3, 1000, 4112), Mnk(77, 6144, 4096),
                              Mnk(128, 28672, 4096), Mnk(1000, 4096, 14336),
                              Mnk(4096, 128256, 4096)}) {
-    for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+    for (DType dtype : {DType::kBF16, DType::kF8E4M3, DType::kF32}) {
       ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, dtype, shape, h200));
       for (const Config& c : space.configs) {
         const int64_t split_k = c.params.at("SPLIT_K");
@@ -288,6 +289,35 @@ TEST_F(ShippedGemmTest, SplitKPartialsFitTheirBuffer) {
     }
   }
   EXPECT_GT(split, 0) << "no split-K candidate at any shape";
+}
+
+// The portable path splits K too (grid.z = SPLIT_K blocks per tile), but only where its
+// tiles leave SMs idle: the decode rows of a projection get splits (f32 on an A100: 192
+// tiles of 64 x 32 at m = 1), a prefill's tiles none.
+TEST_F(ShippedGemmTest, PortableSplitKOnlyWhereTilesLeaveSmsIdle) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo a100, TargetFromArch("sm_80"));
+  ASSERT_OK_AND_ASSIGN(SearchSpace decode,
+                       EnumerateSearchSpace(gemm_, DType::kF32, Mnk(1, 6144, 4096), a100));
+  int split = 0;
+  for (const Config& c : decode.configs) {
+    const int64_t split_k = c.params.at("SPLIT_K");
+    if (split_k == 1) continue;
+    ++split;
+    EXPECT_EQ(c.params.at("WGMMA"), 0) << ConfigString(c);
+    ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, DType::kF32, Mnk(1, 6144, 4096), c, a100));
+    ASSERT_TRUE(bound.instance) << bound.rejected_because;
+    const BoundLaunch& l = bound.instance->launches[0];
+    EXPECT_THAT(l.name_expression, HasSubstr(absl::StrCat(", ", split_k, ">")));
+    EXPECT_EQ(l.grid[2], split_k) << ConfigString(c);
+    // Every split of every tile resident at once, at most 8 blocks per SM.
+    EXPECT_LE(l.grid[0] * l.grid[1] * l.grid[2], 8 * 108) << ConfigString(c);
+    EXPECT_THAT(l.args, ::testing::Contains("partial"));
+    EXPECT_THAT(l.args, ::testing::Contains("counters"));
+  }
+  EXPECT_GT(split, 0) << "no portable split-K candidate at m = 1";
+  ASSERT_OK_AND_ASSIGN(SearchSpace prefill,
+                       EnumerateSearchSpace(gemm_, DType::kF32, Mnk(4096, 6144, 4096), a100));
+  for (const Config& c : prefill.configs) EXPECT_EQ(c.params.at("SPLIT_K"), 1) << ConfigString(c);
 }
 
 // TAIL splits the last wave's tiles along K: it binds only where the tiles (units of CLUSTER)
@@ -338,7 +368,7 @@ TEST_F(ShippedGemmTest, TailPartialsFitTheirBuffer) {
   for (const Shape& shape : {Mnk(1024, 6144, 4096), Mnk(1024, 4096, 14336),
                              Mnk(1000, 28672, 4112), Mnk(4096, 28672, 4096),
                              Mnk(16384, 6144, 4096), Mnk(777, 128256, 4096)}) {
-    for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+    for (DType dtype : {DType::kBF16, DType::kF8E4M3, DType::kF32}) {
       ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, dtype, shape, h200));
       for (const Config& c : space.configs) {
         if (c.params.at("TAIL") == 0) continue;
