@@ -40,7 +40,9 @@ class DeviceBuffersGpuTest : public testing::WorkerGpuFixture {
     EXPECT_OK(buffers_.Fill(dtype, m->ptr(), count, fill, seed, stream_.get()));
     EXPECT_OK(KTUNE_CU(driver_, StreamSynchronize, stream_.get()));
     std::string out(bytes, '\0');
-    if (bytes > 0) EXPECT_OK(KTUNE_CU(driver_, MemcpyDtoH, out.data(), m->ptr(), bytes));
+    if (bytes > 0) {
+      EXPECT_OK(KTUNE_CU(driver_, MemcpyDtoH, out.data(), m->ptr(), bytes));
+    }
     return out;
   }
 
