@@ -4,6 +4,7 @@
 #include <iostream>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -179,6 +180,11 @@ int RunCompile(const CompileArgs& args) {
   PrintLaunches(*instance, result);
   std::cout << "compile   " << std::fixed << std::setprecision(1) << result.compile_ms << " ms"
             << (result.cache_hit ? " (cubin cache hit)" : "") << "\n";
+  // A compile that succeeds can still warn (ptxas: a wgmma pipeline serialized, a stack
+  // frame); those lines of the log go to stderr, the rest stays out of the way.
+  for (absl::string_view line : absl::StrSplit(result.log, '\n')) {
+    if (absl::StrContains(line, "warning")) std::cerr << line << "\n";
+  }
   if (!args.out.empty()) {
     if (absl::Status s = AtomicWriteFile(args.out, result.cubin); !s.ok()) return Fail(s);
     std::cout << "wrote     " << args.out << " (" << result.cubin.size() << " bytes, sha256 "
