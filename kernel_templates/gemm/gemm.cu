@@ -1,7 +1,8 @@
 // GEMM of a linear layer: out[m, n] = scale_x * scale_w * sum_k x[m, k] * w[n, k], x and w
 // row-major (w as nn.Linear keeps its weight, out_features x in_features), float
 // accumulation, out rounded once. 16-bit and f32 inputs write their own type; fp8 inputs
-// write bf16. f32 runs on the portable path only (3xTF32, below).
+// write bf16. f32 runs on tf32 tensor cores three times over (3xTF32: a float's error, not
+// tf32's), on both paths.
 // The scales are 1-element float buffers (per-tensor scales, as fp8 quantisation produces
 // them; pass 1.0 for an unscaled product).
 //
@@ -279,8 +280,17 @@ struct Hopper {
   static constexpr int kSlotA = BM * kRowBytes;
   static constexpr int kSlotB = BN * kRowBytes;
   static constexpr int kAcc = BN / 2;
-  static constexpr bool kPromote = sizeof(T) == 1;
-  // fp8 sums a slot apart from the accumulators (Mainloop below): in kParts pieces of
+  // f32 as 3xTF32: wgmma reads a float operand's top 19 bits (tf32; it drops the low 13), so
+  // each landed slot also gets the rests of its floats (v less those bits, rounded to tf32)
+  // in a second ring kRestBytes past the first, written by the producer warpgroup's three
+  // idle warps (kRestThreads), which then mark the slot `ready` for the consumers; these sum
+  // rest x big + big x rest + big x big (the rest x rest term is 2^-20 of a product at most).
+  static constexpr bool kTf32x3 = ktune::kIsSame<T, float>;
+  static constexpr int kRestBytes = kTf32x3 ? STAGES * (kSlotA + kSlotB) : 0;
+  static constexpr int kRestThreads = 96;
+  static_assert(!kTf32x3 || EPI == 0, "f32: EPI 1 stages 2-byte outputs only");
+  static constexpr bool kPromote = sizeof(T) != 2;
+  // fp8 and f32 sum a slot apart from the accumulators (Mainloop below): in kParts pieces of
   // BN / kParts columns, each waited for and added before the next is issued. At BN 256 two
   // halves, so the partial is 64 floats beside the 128 accumulators (192 registers, as BN
   // 192 needs whole); the B tile, and with it the copies per output, is then the largest.
@@ -450,26 +460,78 @@ struct Hopper {
 
   /// Issues one slot's wgmmas (K steps of 32 bytes) from the descriptors' low words a and b
   /// into d as one committed group: d = A . B + (accumulate ? d : 0). The slot must have
-  /// landed.
+  /// landed (f32: its rests written too).
   template <int N>
   static __device__ __forceinline__ void Issue(float (&d)[N / 2], unsigned a, unsigned b,
                                                bool accumulate) {
+    constexpr unsigned kRest = kRestBytes >> 4;  // the rests' ring, in descriptor units
     ktune::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kRowBytes / ktune::kWgmmaKBytes; ++kk) {
       // + 2 per step: the descriptor counts 16-byte units.
-      ktune::Wgmma<T, N>(d, ktune::WgmmaDesc(a + 2 * kk, ktune::kWgmmaDescSw128Hi),
-                         ktune::WgmmaDesc(b + 2 * kk, ktune::kWgmmaDescSw128Hi),
-                         accumulate || kk > 0);
+      const unsigned long long da = ktune::WgmmaDesc(a + 2 * kk, ktune::kWgmmaDescSw128Hi);
+      const unsigned long long db = ktune::WgmmaDesc(b + 2 * kk, ktune::kWgmmaDescSw128Hi);
+      if constexpr (kTf32x3) {
+        // The small products first, into a sum that starts at this slot (kPromote).
+        ktune::Wgmma<T, N>(d, ktune::WgmmaDesc(a + kRest + 2 * kk, ktune::kWgmmaDescSw128Hi),
+                           db, accumulate || kk > 0);
+        ktune::Wgmma<T, N>(d, da, ktune::WgmmaDesc(b + kRest + 2 * kk, ktune::kWgmmaDescSw128Hi),
+                           1);
+        ktune::Wgmma<T, N>(d, da, db, 1);
+      } else {
+        ktune::Wgmma<T, N>(d, da, db, accumulate || kk > 0);
+      }
     }
     ktune::WgmmaCommit();
+  }
+
+  /// f32's rest of v: v less the top 19 bits wgmma reads (an exact float), rounded to tf32.
+  static __device__ __forceinline__ float Rest(float v) {
+    return __uint_as_float(Tf32(v - __uint_as_float(__float_as_uint(v) & 0xFFFFE000u)));
+  }
+
+  /// Writes the rests of `bytes` of a landed slot's floats at `big` to big + kRestBytes
+  /// (the same offsets, so the same swizzled layout), thread t of kRestThreads.
+  static __device__ __forceinline__ void WriteRests(const unsigned char* big, int bytes, int t) {
+    const float4* from = reinterpret_cast<const float4*>(big);
+    float4* to = reinterpret_cast<float4*>(const_cast<unsigned char*>(big) + kRestBytes);
+    for (int i = t; i < bytes / 16; i += kRestThreads) {
+      const float4 v = from[i];
+      to[i] = make_float4(Rest(v.x), Rest(v.y), Rest(v.z), Rest(v.w));
+    }
+  }
+
+  /// f32: the producer warpgroup's threads 32..127 (t = 0..95) follow the producer's walk,
+  /// writing each slot's rests once its copies have landed, then arriving on its `ready`
+  /// barrier, which the consumers wait for instead of `full`. A slot is copied into again
+  /// only after every consumer released it, so its rests are never overwritten in use.
+  static __device__ __forceinline__ void Rests(const Walk& w, const unsigned char* slots_a,
+                                               const unsigned char* slots_b,
+                                               unsigned long long* full,
+                                               unsigned long long* ready, int t) {
+    int slot = 0;
+    unsigned phase = 0;
+    for (int u = w.first; u < w.pieces; u += w.stride) {
+      const TileCoord c = w.Tile(u);
+      for (int kb = w.KBegin(c); kb < w.KEnd(c); ++kb) {
+        ktune::MbarrierWait(&full[slot], phase);
+        WriteRests(slots_a + slot * kSlotA, kSlotA, t);
+        WriteRests(slots_b + slot * kSlotB, kSlotB, t);
+        // wgmma reads shared memory through the async proxy: these writes must reach it.
+        ktune::FenceProxyAsyncShared();
+        ktune::MbarrierArrive(ktune::SmemAddress(&ready[slot]));
+        Advance(slot, phase);
+      }
+    }
   }
 
   /// acc = this consumer's 64 rows of A . B over K slots [kb_begin, kb_end), read from the
   /// ring as they land; `slot` and `phase` carry on from tile to tile.
   ///
   /// fp8: the tensor cores keep fewer mantissa bits than float while they accumulate (a
-  /// 4096-long sum drifts by ~1e-3 of its size), so each slot's product is summed apart,
+  /// 4096-long sum drifts by ~1e-3 of its size); f32: their accumulate truncates (the
+  /// portable path's MmaTf32x3 says what that did over a long K). So each slot's product is
+  /// summed apart,
   /// waited for and added to the float accumulators before the next slot is issued (the
   /// other consumer's wgmmas fill the gap); at BN 256 in two pieces of 128 columns, each
   /// waited for and added before the next is issued. Whether the next slot has landed is
@@ -655,9 +717,10 @@ struct Hopper {
         smem_raw + ((1024 - reinterpret_cast<unsigned long long>(smem_raw) % 1024) % 1024);
     unsigned char* slots_a = smem;
     unsigned char* slots_b = smem + STAGES * kSlotA;
-    unsigned char* staging = slots_b + STAGES * kSlotB;
+    unsigned char* staging = slots_b + STAGES * kSlotB + kRestBytes;
     unsigned long long* full = reinterpret_cast<unsigned long long*>(staging + kStagingBytes);
     unsigned long long* empty = full + STAGES;
+    unsigned long long* ready = empty + STAGES;  // f32 only
     __shared__ int last_of_tile;
     const Walk w(m, n, k);
 
@@ -670,6 +733,7 @@ struct Hopper {
         // Every consumer of every block in the cluster frees a slot: the slot is refilled by
         // copies that land in all of them.
         ktune::MbarrierInit(&empty[s], kConsumers * CLUSTER);
+        if (kTf32x3) ktune::MbarrierInit(&ready[s], kRestThreads);
       }
       ktune::FenceMbarrierInit();
     }
@@ -683,16 +747,21 @@ struct Hopper {
     // below (a warpgroup is four whole warps).
     const int warpgroup = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     if (warpgroup == 0) {
-      // Producer. Only its first thread works; the others leave their registers to the
-      // consumers (setmaxnreg needs the cap at entry that min_blocks 1 gives).
+      // Producer. Its first thread copies, and with f32 its warps 1-3 write the rests; all
+      // leave their registers to the consumers (setmaxnreg needs the cap at entry that
+      // min_blocks 1 gives).
       if constexpr (kConsumers == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-      if (threadIdx.x == 0) Produce(w, tm_a, tm_b, slots_a, slots_b, full, empty);
+      if (threadIdx.x == 0) {
+        Produce(w, tm_a, tm_b, slots_a, slots_b, full, empty);
+      } else if constexpr (kTf32x3) {
+        if (threadIdx.x >= 32) Rests(w, slots_a, slots_b, full, ready, threadIdx.x - 32);
+      }
     } else {
       if constexpr (kConsumers == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
       const int consumer = warpgroup - 1;
       const int tid = threadIdx.x % 128;
       const Ring ring{
-          ktune::SmemAddress(full), ktune::SmemAddress(empty),
+          ktune::SmemAddress(kTf32x3 ? ready : full), ktune::SmemAddress(empty),
           ktune::WgmmaDescSw128Lo(ktune::SmemAddress(slots_a + consumer * 64 * kRowBytes)),
           ktune::WgmmaDescSw128Lo(ktune::SmemAddress(slots_b))};
       const float scale = scale_x[0] * scale_w[0];
@@ -725,7 +794,8 @@ struct Hopper {
 }  // namespace gemm
 
 /// Hopper GEMM, described at the top of this file.
-///   T:       __nv_bfloat16, __half, __nv_fp8_e4m3 or __nv_fp8_e5m2 (x and w).
+///   T:       __nv_bfloat16, __half, __nv_fp8_e4m3, __nv_fp8_e5m2 or float (3xTF32; not with
+///            EPI 1) (x and w).
 ///   BM:      rows of A per tile, 64 per consumer warpgroup (64 or 128).
 ///   BN:      rows of B per tile, wgmma's N: a multiple of 8 up to 256 (ktune::Wgmma).
 ///   STAGES:  shared-memory slots of (BM + BN) rows x 128 bytes of K each: the copies that
@@ -777,9 +847,9 @@ gemm_wgmma_tma_out_kernel(const __grid_constant__ ktune::TensorMap tm_a,
 
 /// The portable path: mma.sync tensor cores fed from shared memory that cp.async fills
 /// STAGES K-steps ahead: f16/bf16 and f32 from sm_80, fp8 from sm_89 (Ada; Hopper's plain
-/// sm_90 target; Blackwell). Serves GPUs without wgmma, the plain sm_90 target, f32 (which
-/// wgmma has no float-exact form of), and rows whose length is not a multiple of 16 bytes
-/// (TMA cannot read those: this kernel then copies element by element). 4 warps in a 2 x 2
+/// sm_90 target; Blackwell). Serves GPUs without wgmma, the plain sm_90 target, and rows
+/// whose length is not a multiple of 16 bytes (TMA cannot read those: this kernel then
+/// copies element by element). 4 warps in a 2 x 2
 /// grid, each computing (BM / 2) x (BN / 2) of the tile with m16n8k16 mmas (m16n8k32 for
 /// fp8, m16n8k8 of tf32 for f32). A K-step is 64 bytes of each row (16 f32, 32 16-bit or 64
 /// fp8 elements); one mma takes 32 of them, so every width shares the copies, the

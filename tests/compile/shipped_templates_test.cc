@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -127,6 +128,44 @@ TEST(ShippedTemplatesTest, GemmFp8AndF32PortableCandidatesCompile) {
         requests.push_back(BuildCompileRequest(*bound.instance));
       }
     }
+  }
+  ExpectAllCompile(compiler.get(), what, std::move(requests), /*no_spills=*/true);
+}
+
+// f32 on the Hopper path (3xTF32 on wgmma, the rests written by the producer warpgroup): one
+// point per kind of kernel it builds (tile, SWAP, cluster, split, TAIL), each at its most
+// stages (the most shared memory and the longest ring), compiles without spilling. The
+// producer warpgroup's 40 registers after setmaxnreg hold its walk and the rests' loop.
+TEST(ShippedTemplatesTest, GemmF32HopperCandidatesCompile) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<TemplateRegistry> registry,
+                       LoadTemplateRegistry(testing::ShippedTemplatesDir()));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> gemm, registry->Get("gemm"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Compiler> compiler, NewTemplateCompiler(*registry, nullptr));
+  ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
+  std::map<std::vector<int64_t>, Config> kinds;  // kind -> the point of most stages
+  for (const Shape& shape : {Shape{{"m", 200}, {"n", 1003}, {"k", 4112}},
+                             Shape{{"m", 1}, {"n", 4096}, {"k", 4096}}}) {
+    ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm, DType::kF32, shape, target));
+    for (const Config& c : space.configs) {
+      const auto p = [&](const char* name) { return c.params.at(name); };
+      if (p("WGMMA") == 0) continue;
+      std::vector<int64_t> kind = {p("BM"),           p("BN"),      p("SWAP"), p("CLUSTER"),
+                                   p("SHARE_W"),      p("SPLIT_K") > 1, p("TAIL"),
+                                   shape.at("m")};
+      auto [it, added] = kinds.emplace(kind, c);
+      if (!added && p("STAGES") > it->second.params.at("STAGES")) it->second = c;
+    }
+  }
+  EXPECT_GE(kinds.size(), 40u);
+  std::vector<std::string> what;
+  std::vector<CompileRequest> requests;
+  for (const auto& [kind, c] : kinds) {
+    const Shape shape = kind.back() == 1 ? Shape{{"m", 1}, {"n", 4096}, {"k", 4096}}
+                                         : Shape{{"m", 200}, {"n", 1003}, {"k", 4112}};
+    ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm, DType::kF32, shape, c, target));
+    ASSERT_TRUE(bound.instance) << ConfigString(c) << ": " << bound.rejected_because;
+    what.push_back(absl::StrCat("f32 ", ConfigString(c)));
+    requests.push_back(BuildCompileRequest(*bound.instance));
   }
   ExpectAllCompile(compiler.get(), what, std::move(requests), /*no_spills=*/true);
 }

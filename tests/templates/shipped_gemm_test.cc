@@ -110,14 +110,25 @@ TEST_F(ShippedGemmTest, DefaultConfigFollowsDeviceAndShape) {
   EXPECT_THAT(DefaultConfigFor(gemm_, DType::kF8E4M3, Mnk(16, 4096, 4096), a100).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no default config fits")));
 
-  // f32 on the portable path everywhere (3xTF32; no Hopper candidate on either target).
-  for (const TargetInfo& t : {h200, a100}) {
+  // f32 (3xTF32) on both paths: Hopper candidates on Hopper's sm_90a only, within the
+  // shared memory their slots and rests take (the default's 128 x 128 x 4 slots do not fit).
+  for (bool on_hopper : {true, false}) {
+    const TargetInfo& t = on_hopper ? h200 : a100;
     ASSERT_OK_AND_ASSIGN(Config f32, DefaultConfigFor(gemm_, DType::kF32, Mnk(16, 4096, 4096), t));
     EXPECT_EQ(f32.params.at("WGMMA"), 0);
     ASSERT_OK_AND_ASSIGN(SearchSpace space,
                          EnumerateSearchSpace(gemm_, DType::kF32, Mnk(1000, 4096, 4096), t));
-    EXPECT_FALSE(space.configs.empty());
-    for (const Config& c : space.configs) EXPECT_EQ(c.params.at("WGMMA"), 0) << ConfigString(c);
+    int hopper = 0;
+    for (const Config& c : space.configs) {
+      if (c.params.at("WGMMA") == 0) continue;
+      ++hopper;
+      EXPECT_EQ(c.knobs.target, "sm_90a") << ConfigString(c);
+      EXPECT_EQ(c.params.at("EPI"), 0) << ConfigString(c);
+      EXPECT_LE(c.params.at("STAGES") * (c.params.at("BM") + c.params.at("BN")) * 256, 232448 - 1024)
+          << ConfigString(c);
+    }
+    EXPECT_EQ(hopper > 0, on_hopper) << hopper;
+    EXPECT_LT(hopper, static_cast<int>(space.configs.size()));
   }
 
   // fp8 from sm_89 (Ada) on the portable path, and on Hopper where TMA cannot read the rows.

@@ -57,7 +57,8 @@ __device__ __forceinline__ void WgmmaFenceOperands(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-/// Bytes of K one wgmma consumes: 16 elements of a 16-bit type, 32 of an 8-bit one.
+/// Bytes of K one wgmma consumes: 16 elements of a 16-bit type, 32 of an 8-bit one, 8 of
+/// tf32 (a float's 32 bits, of which wgmma reads the top 19: it truncates the low 13).
 constexpr int kWgmmaKBytes = 32;
 
 #define KTUNE_WGMMA_TYPED(N)                                                                \
@@ -68,6 +69,9 @@ constexpr int kWgmmaKBytes = 32;
     } else if constexpr (kIsSame<T, __half>) {                                             \
       KTUNE_WGMMA_N##N(d, desc_a, desc_b, scale_d,                                          \
                        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16", ", 0, 0");   \
+    } else if constexpr (kIsSame<T, float>) {                                              \
+      KTUNE_WGMMA_N##N(d, desc_a, desc_b, scale_d,                                          \
+                       "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32", "");       \
     } else if constexpr (kIsSame<T, __nv_fp8_e4m3>) {                                      \
       KTUNE_WGMMA_N##N(d, desc_a, desc_b, scale_d,                                          \
                        "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3", "");      \
@@ -77,20 +81,23 @@ constexpr int kWgmmaKBytes = 32;
     }                                                                                       \
   }
 
-/// True for the element types wgmma multiplies here (both operands the same type).
+/// True for the element types wgmma multiplies here (both operands the same type; float
+/// as tf32).
 template <typename T>
 constexpr bool kIsWgmmaType = kIsSame<T, __nv_bfloat16> || kIsSame<T, __half> ||
-                              kIsSame<T, __nv_fp8_e4m3> || kIsSame<T, __nv_fp8_e5m2>;
+                              kIsSame<T, __nv_fp8_e4m3> || kIsSame<T, __nv_fp8_e5m2> ||
+                              kIsSame<T, float>;
 
 /// d (64 x BN, float) = A (64 x 32 bytes of K) * B (BN x 32 bytes of K)^T + (scale_d ? d : 0),
 /// both operands K-major in shared memory, asynchronously: the result is in d only after
 /// WgmmaCommit and a WgmmaWait that covers it.
-///   T:  __nv_bfloat16, __half, __nv_fp8_e4m3 or __nv_fp8_e5m2.
+///   T:  __nv_bfloat16, __half, __nv_fp8_e4m3, __nv_fp8_e5m2, or float (multiplied as tf32:
+///       each operand's low 13 bits are dropped, not rounded).
 ///   BN: one of KTUNE_WGMMA_NS (a multiple of 8 up to 256).
 template <typename T, int BN>
 __device__ __forceinline__ void Wgmma(float (&d)[BN / 2], unsigned long long desc_a,
                                       unsigned long long desc_b, int scale_d) {
-  static_assert(kIsWgmmaType<T>, "Wgmma: T must be bf16, f16, fp8 e4m3 or fp8 e5m2");
+  static_assert(kIsWgmmaType<T>, "Wgmma: T must be bf16, f16, fp8 e4m3, fp8 e5m2 or float");
   static_assert(BN == 8 || BN == 16 || BN == 24 || BN == 32 || BN == 48 || BN == 64 ||
                     BN == 96 || BN == 128 || BN == 192 || BN == 256,
                 "Wgmma: BN must be one of KTUNE_WGMMA_NS");
