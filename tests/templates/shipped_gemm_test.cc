@@ -111,11 +111,18 @@ TEST_F(ShippedGemmTest, DefaultConfigFollowsDeviceAndShape) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no default config fits")));
 
   // f32 (3xTF32) on both paths: Hopper candidates on Hopper's sm_90a only, within the
-  // shared memory their slots and rests take (the default's 128 x 128 x 4 slots do not fit).
+  // shared memory their slots and rests take (the default's 128 x 128 x 4 slots do not fit,
+  // so its default there has 3 stages); rows TMA cannot read take the portable path.
   for (bool on_hopper : {true, false}) {
     const TargetInfo& t = on_hopper ? h200 : a100;
     ASSERT_OK_AND_ASSIGN(Config f32, DefaultConfigFor(gemm_, DType::kF32, Mnk(16, 4096, 4096), t));
-    EXPECT_EQ(f32.params.at("WGMMA"), 0);
+    EXPECT_EQ(f32.params.at("WGMMA"), on_hopper ? 1 : 0);
+    if (on_hopper) {
+      EXPECT_EQ(f32.params.at("STAGES"), 3);
+      EXPECT_EQ(f32.knobs.target, "sm_90a");
+    }
+    ASSERT_OK_AND_ASSIGN(Config f32_odd_k, DefaultConfigFor(gemm_, DType::kF32, Mnk(16, 4096, 4097), t));
+    EXPECT_EQ(f32_odd_k.params.at("WGMMA"), 0);
     ASSERT_OK_AND_ASSIGN(SearchSpace space,
                          EnumerateSearchSpace(gemm_, DType::kF32, Mnk(1000, 4096, 4096), t));
     int hopper = 0;
