@@ -432,5 +432,25 @@ TEST(CliCompileFailureTest, CompileErrorExitsOneAndPrintsTheLog) {
   EXPECT_THAT(r.out, HasSubstr("template  tiny f32 n=1000")) << r;
 }
 
+// A compile that succeeds with warnings shows them (on stderr): a warning of the front end or
+// of ptxas would otherwise vanish with the log of a successful compile.
+TEST(CliCompileWarningTest, WarningsOfASuccessfulCompileGoToStderr) {
+  const std::string templates = NewTempDir();
+  ASSERT_NO_FATAL_FAILURE(testing::WriteTiny(templates));
+  ASSERT_OK(AtomicWriteFile(templates + "/tiny/tiny.cu",
+                            "template <typename T, int BLOCK, int VEC>\n"
+                            "__global__ void tiny(const T* x, T* out, int n) {\n"
+                            "  int never_read;\n"
+                            "  out[0] = x[0];\n"
+                            "}\n"
+                            "template <typename T>\n"
+                            "__global__ void tiny_ref(const T* x, T* out, int n) {}\n"));
+  const Result r = Ktune({"compile", "tiny", "--dtype", "f32", "--shape", "n=1000", "--templates",
+                          templates, "--cache-dir", NewTempDir()});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("warning"), HasSubstr("never_read"))) << r;
+  EXPECT_THAT(r.out, ContainsRegex("compile   [0-9]+\\.[0-9] ms\n")) << r;
+}
+
 }  // namespace
 }  // namespace ktune
