@@ -55,5 +55,9 @@ if [ "${RETIME:-0}" = 1 ]; then
       ${RETIME_ARGS:-} "${same[@]}" > "$out/retime-$pair.txt" 2>&1
     echo "side by side, $pair against exhaustive${same:+ (A/A)}: $(tail -n 1 "$out/retime-$pair.txt")" \
       | tee -a "$out/compare.txt"
+    # Which keys those are (outside search_retime's 2 %), so that compare.txt alone names
+    # them, key and ratio.
+    awk -v w=0.02 'NF >= 4 && $4 ~ /^[0-9]+\.[0-9]+$/ && $4 > 1 + w {print "  outside: " $1 " " $4}' \
+      "$out/retime-$pair.txt" | tee -a "$out/compare.txt"
   done
 fi
