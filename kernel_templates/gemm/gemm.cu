@@ -467,21 +467,19 @@ struct Hopper {
   static __device__ __forceinline__ void Issue(float (&d)[N / 2], unsigned a, unsigned b,
                                                bool accumulate) {
     constexpr unsigned kRest = kRestBytes >> 4;  // the rests' ring, in descriptor units
+    const auto desc = [](unsigned lo) { return ktune::WgmmaDesc(lo, ktune::kWgmmaDescSw128Hi); };
     ktune::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kRowBytes / ktune::kWgmmaKBytes; ++kk) {
       // + 2 per step: the descriptor counts 16-byte units.
-      const unsigned long long da = ktune::WgmmaDesc(a + 2 * kk, ktune::kWgmmaDescSw128Hi);
-      const unsigned long long db = ktune::WgmmaDesc(b + 2 * kk, ktune::kWgmmaDescSw128Hi);
+      const unsigned ak = a + 2 * kk, bk = b + 2 * kk;
       if constexpr (kTf32x3) {
         // The small products first, into a sum that starts at this slot (kPromote).
-        ktune::Wgmma<T, N>(d, ktune::WgmmaDesc(a + kRest + 2 * kk, ktune::kWgmmaDescSw128Hi),
-                           db, accumulate || kk > 0);
-        ktune::Wgmma<T, N>(d, da, ktune::WgmmaDesc(b + kRest + 2 * kk, ktune::kWgmmaDescSw128Hi),
-                           1);
-        ktune::Wgmma<T, N>(d, da, db, 1);
+        ktune::Wgmma<T, N>(d, desc(ak + kRest), desc(bk), accumulate || kk > 0);
+        ktune::Wgmma<T, N>(d, desc(ak), desc(bk + kRest), 1);
+        ktune::Wgmma<T, N>(d, desc(ak), desc(bk), 1);
       } else {
-        ktune::Wgmma<T, N>(d, da, db, accumulate || kk > 0);
+        ktune::Wgmma<T, N>(d, desc(ak), desc(bk), accumulate || kk > 0);
       }
     }
     ktune::WgmmaCommit();
@@ -494,9 +492,9 @@ struct Hopper {
 
   /// Writes the rests of `bytes` of a landed slot's floats at `big` to big + kRestBytes
   /// (the same offsets, so the same swizzled layout), thread t of kRestThreads.
-  static __device__ __forceinline__ void WriteRests(const unsigned char* big, int bytes, int t) {
+  static __device__ __forceinline__ void WriteRests(unsigned char* big, int bytes, int t) {
     const float4* from = reinterpret_cast<const float4*>(big);
-    float4* to = reinterpret_cast<float4*>(const_cast<unsigned char*>(big) + kRestBytes);
+    float4* to = reinterpret_cast<float4*>(big + kRestBytes);
     for (int i = t; i < bytes / 16; i += kRestThreads) {
       const float4 v = from[i];
       to[i] = make_float4(Rest(v.x), Rest(v.y), Rest(v.z), Rest(v.w));
@@ -507,9 +505,8 @@ struct Hopper {
   /// writing each slot's rests once its copies have landed, then arriving on its `ready`
   /// barrier, which the consumers wait for instead of `full`. A slot is copied into again
   /// only after every consumer released it, so its rests are never overwritten in use.
-  static __device__ __forceinline__ void Rests(const Walk& w, const unsigned char* slots_a,
-                                               const unsigned char* slots_b,
-                                               unsigned long long* full,
+  static __device__ __forceinline__ void Rests(const Walk& w, unsigned char* slots_a,
+                                               unsigned char* slots_b, unsigned long long* full,
                                                unsigned long long* ready, int t) {
     int slot = 0;
     unsigned phase = 0;
@@ -533,14 +530,13 @@ struct Hopper {
   /// fp8: the tensor cores keep fewer mantissa bits than float while they accumulate (a
   /// 4096-long sum drifts by ~1e-3 of its size); f32: their accumulate truncates (the
   /// portable path's MmaTf32x3 says what that did over a long K). So each slot's product is
-  /// summed apart,
-  /// waited for and added to the float accumulators before the next slot is issued (the
-  /// other consumer's wgmmas fill the gap); at BN 256 in two pieces of 128 columns, each
-  /// waited for and added before the next is issued. Whether the next slot has landed is
-  /// asked while a slot's wgmmas run, so that after the adds the next issue follows at once.
-  /// Two partials alternating, so that one slot's wgmmas would run while the one before is
-  /// added, cannot be written: ptxas serializes every wgmma of a kernel that reads
-  /// accumulators while another group is in flight (its warning C7514).
+  /// summed apart, waited for and added to the float accumulators before the next slot is
+  /// issued (the other consumer's wgmmas fill the gap); at BN 256 in two pieces of 128
+  /// columns, each waited for and added before the next is issued. Whether the next slot has
+  /// landed is asked while a slot's wgmmas run, so that after the adds the next issue
+  /// follows at once. Two partials alternating, so that one slot's wgmmas would run while
+  /// the one before is added, cannot be written: ptxas serializes every wgmma of a kernel
+  /// that reads accumulators while another group is in flight (its warning C7514).
   static __device__ __forceinline__ void Mainloop(int kb_begin, int kb_end, const Ring& r,
                                                   int tid, int& slot, unsigned& phase,
                                                   float (&acc)[kAcc]) {
@@ -735,7 +731,7 @@ struct Hopper {
         // Every consumer of every block in the cluster frees a slot: the slot is refilled by
         // copies that land in all of them.
         ktune::MbarrierInit(&empty[s], kConsumers * CLUSTER);
-        if (kTf32x3) ktune::MbarrierInit(&ready[s], kRestThreads);
+        if constexpr (kTf32x3) ktune::MbarrierInit(&ready[s], kRestThreads);
       }
       ktune::FenceMbarrierInit();
     }
@@ -851,12 +847,12 @@ gemm_wgmma_tma_out_kernel(const __grid_constant__ ktune::TensorMap tm_a,
 /// STAGES K-steps ahead: f16/bf16 and f32 from sm_80, fp8 from sm_89 (Ada; Hopper's plain
 /// sm_90 target; Blackwell). Serves GPUs without wgmma, the plain sm_90 target, and rows
 /// whose length is not a multiple of 16 bytes (TMA cannot read those: this kernel then
-/// copies element by element). 4 warps in a 2 x 2
-/// grid, each computing (BM / 2) x (BN / 2) of the tile with m16n8k16 mmas (m16n8k32 for
-/// fp8, m16n8k8 of tf32 for f32). A K-step is 64 bytes of each row (16 f32, 32 16-bit or 64
-/// fp8 elements); one mma takes 32 of them, so every width shares the copies, the
-/// shared-memory layout and ldmatrix's addressing, all in bytes (ldmatrix moves 16-bit lanes,
-/// which for 4-byte elements lands each float where m16n8k8's tf32 fragments want it).
+/// copies element by element). 4 warps in a 2 x 2 grid, each computing (BM / 2) x (BN / 2)
+/// of the tile with m16n8k16 mmas (m16n8k32 for fp8, m16n8k8 of tf32 for f32). A K-step is
+/// 64 bytes of each row (16 f32, 32 16-bit or 64 fp8 elements); one mma takes 32 of them, so
+/// every width shares the copies, the shared-memory layout and ldmatrix's addressing, all in
+/// bytes (ldmatrix moves 16-bit lanes, which for 4-byte elements lands each float where
+/// m16n8k8's tf32 fragments want it).
 ///   T:      float, __nv_bfloat16, __half, __nv_fp8_e4m3 or __nv_fp8_e5m2.
 ///   BM, BN: the block's tile of out (rows of x, rows of w): 64 or 128, and 32, 64 or 128.
 ///   STAGES: K-steps of 64 bytes in flight (2 to 4).
