@@ -142,26 +142,26 @@ TEST(ShippedTemplatesTest, GemmF32HopperCandidatesCompile) {
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> gemm, registry->Get("gemm"));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Compiler> compiler, NewTemplateCompiler(*registry, nullptr));
   ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
-  std::map<std::vector<int64_t>, Config> kinds;  // kind -> the point of most stages
+  // (shape, kind) -> the shape and the kind's point of most stages there.
+  std::map<std::vector<int64_t>, std::pair<Shape, Config>> kinds;
   for (const Shape& shape : {Shape{{"m", 200}, {"n", 1003}, {"k", 4112}},
                              Shape{{"m", 1}, {"n", 4096}, {"k", 4096}}}) {
     ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm, DType::kF32, shape, target));
     for (const Config& c : space.configs) {
       const auto p = [&](const char* name) { return c.params.at(name); };
       if (p("WGMMA") == 0) continue;
-      std::vector<int64_t> kind = {p("BM"),           p("BN"),      p("SWAP"), p("CLUSTER"),
-                                   p("SHARE_W"),      p("SPLIT_K") > 1, p("TAIL"),
-                                   shape.at("m")};
-      auto [it, added] = kinds.emplace(kind, c);
-      if (!added && p("STAGES") > it->second.params.at("STAGES")) it->second = c;
+      const std::vector<int64_t> kind = {shape.at("m"), p("BM"),      p("BN"),
+                                         p("SWAP"),     p("CLUSTER"), p("SHARE_W"),
+                                         p("SPLIT_K") > 1, p("TAIL")};
+      auto [it, added] = kinds.try_emplace(kind, shape, c);
+      if (!added && p("STAGES") > it->second.second.params.at("STAGES")) it->second.second = c;
     }
   }
   EXPECT_GE(kinds.size(), 40u);
   std::vector<std::string> what;
   std::vector<CompileRequest> requests;
-  for (const auto& [kind, c] : kinds) {
-    const Shape shape = kind.back() == 1 ? Shape{{"m", 1}, {"n", 4096}, {"k", 4096}}
-                                         : Shape{{"m", 200}, {"n", 1003}, {"k", 4112}};
+  for (const auto& [kind, point] : kinds) {
+    const auto& [shape, c] = point;
     ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm, DType::kF32, shape, c, target));
     ASSERT_TRUE(bound.instance) << ConfigString(c) << ": " << bound.rejected_because;
     what.push_back(absl::StrCat("f32 ", ConfigString(c)));

@@ -415,16 +415,23 @@ INSTANTIATE_TEST_SUITE_P(
             "MissingTemplateName", {"--dtype", "bf16", "--shape", "n=1"}, "template is required"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
-TEST(CliCompileFailureTest, CompileErrorExitsOneAndPrintsTheLog) {
+// `ktune compile` of the tiny template (f32, n = 1000) with `kernel` as its candidate kernel's
+// body, into a cache of its own.
+Result CompileTinyWithBody(const std::string& kernel) {
   const std::string templates = NewTempDir();
-  ASSERT_NO_FATAL_FAILURE(testing::WriteTiny(templates));
-  ASSERT_OK(AtomicWriteFile(templates + "/tiny/tiny.cu",
+  testing::WriteTiny(templates);
+  EXPECT_OK(AtomicWriteFile(templates + "/tiny/tiny.cu",
                             "template <typename T, int BLOCK, int VEC>\n"
-                            "__global__ void tiny(const T* x, T* out, int n) { out[0] = x[0] +; }\n"
-                            "template <typename T>\n"
-                            "__global__ void tiny_ref(const T* x, T* out, int n) {}\n"));
-  const Result r = Ktune({"compile", "tiny", "--dtype", "f32", "--shape", "n=1000", "--templates",
-                          templates, "--cache-dir", NewTempDir()});
+                            "__global__ void tiny(const T* x, T* out, int n) {\n" + kernel +
+                                "}\n"
+                                "template <typename T>\n"
+                                "__global__ void tiny_ref(const T* x, T* out, int n) {}\n"));
+  return Ktune({"compile", "tiny", "--dtype", "f32", "--shape", "n=1000", "--templates",
+                templates, "--cache-dir", NewTempDir()});
+}
+
+TEST(CliCompileFailureTest, CompileErrorExitsOneAndPrintsTheLog) {
+  const Result r = CompileTinyWithBody("  out[0] = x[0] +;\n");
   EXPECT_EQ(r.exit_code, 1) << r;
   EXPECT_THAT(r.err,
               AllOf(HasSubstr("tiny.cu"), HasSubstr("error"), HasSubstr("ktune: compile failed")))
@@ -435,18 +442,7 @@ TEST(CliCompileFailureTest, CompileErrorExitsOneAndPrintsTheLog) {
 // A compile that succeeds with warnings shows them (on stderr): a warning of the front end or
 // of ptxas would otherwise vanish with the log of a successful compile.
 TEST(CliCompileWarningTest, WarningsOfASuccessfulCompileGoToStderr) {
-  const std::string templates = NewTempDir();
-  ASSERT_NO_FATAL_FAILURE(testing::WriteTiny(templates));
-  ASSERT_OK(AtomicWriteFile(templates + "/tiny/tiny.cu",
-                            "template <typename T, int BLOCK, int VEC>\n"
-                            "__global__ void tiny(const T* x, T* out, int n) {\n"
-                            "  int never_read;\n"
-                            "  out[0] = x[0];\n"
-                            "}\n"
-                            "template <typename T>\n"
-                            "__global__ void tiny_ref(const T* x, T* out, int n) {}\n"));
-  const Result r = Ktune({"compile", "tiny", "--dtype", "f32", "--shape", "n=1000", "--templates",
-                          templates, "--cache-dir", NewTempDir()});
+  const Result r = CompileTinyWithBody("  int never_read;\n  out[0] = x[0];\n");
   EXPECT_EQ(r.exit_code, 0) << r;
   EXPECT_THAT(r.err, AllOf(HasSubstr("warning"), HasSubstr("never_read"))) << r;
   EXPECT_THAT(r.out, ContainsRegex("compile   [0-9]+\\.[0-9] ms\n")) << r;
