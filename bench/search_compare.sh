@@ -56,8 +56,13 @@ if [ "${RETIME:-0}" = 1 ]; then
     echo "side by side, $pair against exhaustive${same:+ (A/A)}: $(tail -n 1 "$out/retime-$pair.txt")" \
       | tee -a "$out/compare.txt"
     # Which keys those are (outside search_retime's 2 %), so that compare.txt alone names
-    # them, key and ratio.
-    awk -v w=0.02 'NF >= 4 && $4 ~ /^[0-9]+\.[0-9]+$/ && $4 > 1 + w {print "  outside: " $1 " " $4}' \
-      "$out/retime-$pair.txt" | tee -a "$out/compare.txt"
+    # them, key and ratio. A key's name has spaces ("rmsnorm f16 hidden=..."): the name is
+    # every field before the two times, the ratio the first field with decimals.
+    awk -v w=0.02 '{
+        for (i = 1; i <= NF; ++i) if ($i ~ /^[0-9]+\.[0-9]+$/) break
+        if (i > NF || i < 4 || $(i - 1) !~ /^[0-9]+$/ || $i + 0 <= 1 + w) next
+        name = $1; for (j = 2; j <= i - 3; ++j) name = name " " $j
+        print "  outside: " name " " $i
+      }' "$out/retime-$pair.txt" | tee -a "$out/compare.txt"
   done
 fi
