@@ -10,9 +10,15 @@
 // (search_retime) also meets, is what --noise stands in for. The roofline stop is a tuning
 // job's: the search ends once the strategy allows (SearchStrategy::EarliestStop) and the best
 // time seen is at --roofline-stop of the problem's bytes over the stored copy ceiling.
+// The replay keeps the cubin cache a run would have (a candidate's program does not depend
+// on the shape: an earlier key of the template compiled it), tells guided which candidates
+// it holds, as a tuning job does, and counts the compiles each key needed against those of
+// an exhaustive run of the same keys: the cost ratio per key prices a compile at 1 and a
+// measurement at --measure-cost.
 //
 //   search_replay --db EXHAUSTIVE.db [--templates DIR] [--strategy guided] [--budget 0]
 //                 [--noise 0] [--seed 1] [--within 0.02] [--no-warm-start]
+//                 [--no-prefer-compiled] [--measure-cost 0.05]
 //                 [--min-gain 0.01] [--batch 32] [--roofline-stop 1.0]
 //
 // A recorded config is matched to today's by its knobs and the params it has (a param the
@@ -21,6 +27,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,7 +56,18 @@ struct Args {
   size_t batch = 32;
   uint64_t seed = 1;
   bool no_warm_start = false;
+  bool no_prefer_compiled = false;
+  double measure_cost = 0.05;
 };
+
+// The cubins a run has compiled so far: a candidate's program does not depend on the
+// shape, so a template's later keys find the earlier keys' candidates in the cache. Keyed
+// by template, dtype and config.
+using CompiledSet = std::set<std::string>;
+
+std::string CompiledKey(const store::Job& job, const Config& c) {
+  return absl::StrCat(job.key.template_id, "/", job.key.dtype, "/", ConfigString(c));
+}
 
 struct Recorded {
   std::map<std::string, double> time_ns;  // matched config text -> ok time
@@ -82,6 +100,9 @@ Recorded RecordedTimes(const std::vector<store::Trial>& trials) {
 
 struct KeyResult {
   int64_t space = 0, measured = 0, unrecorded = 0;
+  // Candidates compiled for this key (not in the cache from the keys before it), by the
+  // strategy and by an exhaustive run of the same keys.
+  int64_t compiled = 0, exhaustive_compiled = 0;
   bool roofline = false;  // the roofline stop ended the search
   double best_ns = 0, winner_ns = 0;
   Config winner;
@@ -117,6 +138,7 @@ void ChooseWinner(const Args& args, std::mt19937_64& rng, std::vector<Screened> 
 
 // One key's replay: the strategy's requests answered from `rec` until it stops.
 absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
+                                    CompiledSet& compiled, CompiledSet& exhaustive_compiled,
                                     const store::Job& job, const TemplateRegistry& registry,
                                     const TargetInfo& target, double copy_gbps,
                                     const Recorded& rec) {
@@ -142,6 +164,11 @@ absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
       r.best_ns = it->second;
     }
   }
+  for (const Config& c : space.configs) {
+    const bool cached = compiled.count(CompiledKey(job, c)) > 0;
+    if (!args.no_prefer_compiled) o.compiled.push_back(cached);
+    r.exhaustive_compiled += exhaustive_compiled.insert(CompiledKey(job, c)).second;
+  }
   if (!args.no_warm_start && o.name == "guided") {
     absl::StatusOr<std::vector<Config>> warm =
         WarmStartConfigs(replayed, job.key.device_model, tmpl->name(), *dtype, shape, {});
@@ -162,6 +189,7 @@ absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
     std::vector<Config> next = strategy->Next(args.batch);
     for (const Config& c : batch) {
       ++r.measured;
+      r.compiled += compiled.insert(CompiledKey(job, c)).second;
       store::Trial t;
       t.config = c;
       auto it = rec.time_ns.find(Match(c, rec.params));
@@ -249,9 +277,10 @@ int Run(const Args& args) {
     }
   }
   int keys = 0, within = 0, failed = 0, roofline = 0;
-  int64_t measured = 0, space = 0, unrecorded = 0;
+  int64_t measured = 0, space = 0, unrecorded = 0, compiles = 0, exhaustive_compiles = 0;
   double worst = 0;
-  std::vector<double> fractions;
+  std::vector<double> fractions, cost_ratios;
+  CompiledSet compiled, exhaustive_compiled;
   std::printf("%-56s %6s %8s %6s %12s %12s %7s\n", "key", "space", "measured", "frac",
               "best ns", "winner ns", "ratio");
   for (const store::Job& job : *jobs) {
@@ -261,7 +290,8 @@ int Run(const Args& args) {
     absl::StatusOr<std::vector<store::Trial>> trials =
         target.ok() ? (*db)->ListTrials(job.id) : target.status();
     absl::StatusOr<KeyResult> r =
-        trials.ok() ? ReplayKey(args, **replayed, job, **registry, *target,
+        trials.ok() ? ReplayKey(args, **replayed, compiled, exhaustive_compiled, job,
+                                **registry, *target,
                                 CopyGbps(**db, job.key.device_model), RecordedTimes(*trials))
                     : trials.status();
     if (!r.ok() || r->best_ns <= 0 || r->winner_ns <= 0) {
@@ -281,6 +311,12 @@ int Run(const Args& args) {
     space += r->space;
     unrecorded += r->unrecorded;
     fractions.push_back(frac);
+    compiles += r->compiled;
+    exhaustive_compiles += r->exhaustive_compiled;
+    // A key's wall time in compiles: each one the cache lacks, and each measurement at
+    // --measure-cost of a compile.
+    cost_ratios.push_back((r->compiled + args.measure_cost * r->measured) /
+                          (r->exhaustive_compiled + args.measure_cost * r->space));
     std::printf("%-56s %6lld %8lld %6.3f %12.0f %12.0f %7.3f%s\n", name.c_str(),
                 static_cast<long long>(r->space), static_cast<long long>(r->measured), frac,
                 r->best_ns, r->winner_ns, ratio, r->roofline ? " roofline" : "");
@@ -291,6 +327,10 @@ int Run(const Args& args) {
               keys, failed, 100 * args.within, within, static_cast<long long>(measured),
               static_cast<long long>(space), space ? 100.0 * measured / space : 0.0,
               100 * Median(fractions), static_cast<long long>(unrecorded), worst, roofline);
+  std::printf("compiled %lld candidates (an exhaustive run %lld); median per-key cost ratio "
+              "%.2f (a compile 1, a measurement %.2f)\n",
+              static_cast<long long>(compiles), static_cast<long long>(exhaustive_compiles),
+              Median(cost_ratios), args.measure_cost);
   return 0;
 }
 
@@ -315,6 +355,12 @@ int main(int argc, char** argv) {
                                         "threads)")->capture_default_str();
   app.add_option("--within", args.within, "Tolerance of 'as fast'")->capture_default_str();
   app.add_flag("--no-warm-start", args.no_warm_start, "Guided without neighbours' winners");
+  app.add_flag("--no-prefer-compiled", args.no_prefer_compiled,
+               "Guided not told which candidates earlier keys compiled");
+  app.add_option("--measure-cost", args.measure_cost,
+                 "A measurement's cost in compiles, for the cost ratio")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--roofline-stop", args.roofline_stop,
                  "End a key's search at this fraction of its roofline bound (0: never)")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));

@@ -64,6 +64,15 @@ class Compiler {
     return absl::OkStatus();
   }
 
+  // Whether a Compile of `request` now would be answered without compiling it: its result
+  // is in the cache, or a Compile of it is under way. A compiler with no cache: never.
+  // Cheap next to a compile (a hash of the request and a file lookup), so a search can ask
+  // it of every candidate to prefer the ones it gets for the cost of a measurement.
+  virtual bool Cached(const CompileRequest& request) {
+    (void)request;
+    return false;
+  }
+
   // Everything about the compiler that changes its output beside the request: its version
   // and build, its own options, the headers it can include. Goes into cache keys.
   virtual std::string Identity() const = 0;

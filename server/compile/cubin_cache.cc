@@ -107,6 +107,14 @@ class CachingCompiler : public Compiler {
     warming_.erase(key);
     return status;
   }
+  bool Cached(const CompileRequest& request) override {
+    const std::string key = CompileCacheKey(request, inner_->Identity());
+    {
+      absl::MutexLock lock(&mu_);
+      if (in_flight_.contains(key)) return true;
+    }
+    return cache_->Contains(key);
+  }
   std::string Identity() const override { return inner_->Identity(); }
   std::string Version() const override { return inner_->Version(); }
 

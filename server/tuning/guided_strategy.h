@@ -7,7 +7,8 @@
 // (neighbouring keys' winners), a space-filling sample (each next point the farthest, over
 // the features' ranks, from those already chosen), then model batches ranked by a lower
 // confidence bound on log time (mean minus one spread of the trees), which both exploits
-// where the model is sure and explores where it is not.
+// where the model is sure and explores where it is not. Among near-equals, candidates an
+// earlier key already compiled go first (StrategyOptions::compiled).
 //
 // Not thread-safe: one job drives one strategy.
 #ifndef KTUNE_SERVER_TUNING_GUIDED_STRATEGY_H_

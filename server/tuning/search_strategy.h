@@ -57,6 +57,11 @@ struct StrategyOptions {
   // Guided: per config of the space, in its order, what the model learns from
   // (candidate_features.h); empty: the configs' params and knobs only.
   std::vector<std::vector<double>> features;
+  // Guided: per config of the space, in its order, whether its cubin is in the compiler's
+  // cache already (an earlier key of the template compiled it: a candidate's program does
+  // not depend on the shape), so measuring it costs a measurement and no compile. Empty:
+  // none known.
+  std::vector<bool> compiled;
   // Guided: stop once the model expects the next batch to improve the best time by less
   // than this fraction (after a minimum of measurements); 0 never stops early.
   double min_gain = 0.01;

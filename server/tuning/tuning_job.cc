@@ -339,6 +339,20 @@ class TuningRun {
 
   // The strategy's inputs; for guided, every candidate's features (bound for this shape)
   // and the warm start from neighbouring keys in the store.
+  // Per config of `configs`, whether the compiler has its cubin already (an earlier key of
+  // the template, or this one's idle compiles, made it); empty without a compiler.
+  std::vector<bool> CompiledFlags(const std::vector<Config>& configs) const {
+    std::vector<bool> out;
+    if (env_.compiler == nullptr) return out;
+    out.reserve(configs.size());
+    for (const Config& c : configs) {
+      absl::StatusOr<BindResult> bound = Bind(tmpl_, request_.dtype, request_.shape, c, target_);
+      out.push_back(bound.ok() && bound->instance &&
+                    env_.compiler->Cached(BuildCompileRequest(*bound->instance)));
+    }
+    return out;
+  }
+
   StrategyOptions StrategyOptionsFor(const SearchSpace& space) const {
     StrategyOptions o;
     o.name = Guided() ? "guided" : request_.search.strategy;
@@ -348,6 +362,7 @@ class TuningRun {
     o.min_gain = request_.search.min_gain;
     if (!Guided()) return o;
     o.features = SpaceFeatures(tmpl_, request_.dtype, request_.shape, space.configs, target_);
+    o.compiled = CompiledFlags(space.configs);
     if (request_.search.warm_start) {
       // A store that cannot be read here fails the job later, where it writes; the search
       // itself does not need the neighbours.

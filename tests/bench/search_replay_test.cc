@@ -70,6 +70,10 @@ TEST_F(SearchReplayTest, ExhaustiveFindsEveryRecordedBest) {
   // tiny has 108 candidates at either n (6 knob choices x 18 param points).
   EXPECT_THAT(r.out, HasSubstr("measured 216 of 216 candidates (100.0 %"));
   EXPECT_THAT(r.out, HasSubstr("0 asked for had no recorded time; worst ratio 1.000"));
+  // The second key's programs are the first's: an exhaustive run compiles them once, and
+  // its cost ratio to itself is 1.
+  EXPECT_THAT(r.out, HasSubstr("compiled 108 candidates (an exhaustive run 108); median "
+                               "per-key cost ratio 1.00"));
 }
 
 TEST_F(SearchReplayTest, GuidedMeasuresPartOfEachSpaceWithNoiseToo) {

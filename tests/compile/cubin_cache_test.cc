@@ -332,6 +332,36 @@ TEST(CompilerWarmTest, ACompilerWithoutACacheWarmsNothing) {
   EXPECT_EQ(compiler.calls.load(), 0);
 }
 
+TEST_F(CubinCacheTest, CachedSaysWhetherACompileWouldBeAnswered) {
+  auto gated = std::make_unique<GatedCompiler>();
+  GatedCompiler* inner = gated.get();
+  std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(gated), cache_.get());
+  ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
+  ASSERT_OK_AND_ASSIGN(CompileRequest other, TinyRequest(*registry_, /*fast_math=*/true));
+  EXPECT_FALSE(compiler->Cached(request));
+  // Under way: a Compile of it now waits for that one's result.
+  absl::StatusOr<CompileResult> first;
+  std::thread compiling([&] { first = compiler->Compile(request); });
+  inner->entered.WaitForNotification();
+  EXPECT_TRUE(compiler->Cached(request));
+  EXPECT_FALSE(compiler->Cached(other));
+  inner->release.Notify();
+  compiling.join();
+  ASSERT_OK(first.status());
+  // Stored: another compiler over the same folder (a later key, another process) sees it.
+  EXPECT_TRUE(compiler->Cached(request));
+  std::unique_ptr<Compiler> later =
+      NewCachingCompiler(std::make_unique<testing::FakeCompiler>(), cache_.get());
+  EXPECT_TRUE(later->Cached(request));
+  EXPECT_FALSE(later->Cached(other));
+  EXPECT_EQ(inner->calls.load(), 1);  // asking compiles nothing
+}
+
+TEST(CompilerCachedTest, ACompilerWithoutACacheHasNothing) {
+  testing::FakeCompiler compiler;
+  EXPECT_FALSE(compiler.Cached(CompileRequest{}));
+}
+
 TEST_F(CubinCacheTest, ErrorsAreNotCached) {
   ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
   request.name_expressions.clear();

@@ -51,6 +51,12 @@ class FakeCompiler : public Compiler {
     }
     return r;
   }
+  // Returns true for the name expressions of programs to report as cached already.
+  std::function<bool(const std::string&)> cached = [](const std::string&) { return false; };
+
+  bool Cached(const CompileRequest& request) override {
+    return !request.name_expressions.empty() && cached(request.name_expressions.front());
+  }
   std::string Identity() const override { return "fake-compiler-1"; }
   std::string Version() const override { return "13.0"; }
 

@@ -179,6 +179,32 @@ TEST(GuidedStrategyTest, FailuresSteerItAwayAndTheSpaceCanRunOut) {
   EXPECT_EQ(s->StopReason(), "space exhausted");
 }
 
+// Candidates an earlier key compiled cost a measurement only: among near-equals they go
+// first, but not at the price of the floor.
+TEST(GuidedStrategyTest, PrefersCompiledCandidatesAmongNearEquals) {
+  const std::vector<Config> space = Grid(40, 25);
+  std::vector<bool> even_y;  // the floor (27, 5) and its row are not compiled
+  for (const Config& c : space) even_y.push_back(c.params.at("Y") % 2 == 0);
+  auto compiled_share = [&](const DriveResult& run) {
+    int n = 0;
+    for (const Config& c : run.measured) n += c.params.at("Y") % 2 == 0;
+    return static_cast<double>(n) / run.measured.size();
+  };
+  auto flat = [](const Config&) { return 500.0; };
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    StrategyOptions o;
+    o.min_gain = 0;
+    o.seed = seed;
+    const double without = compiled_share(Drive(*NewGuidedStrategy(space, o), flat));
+    o.compiled = even_y;
+    const double with = compiled_share(Drive(*NewGuidedStrategy(space, o), flat));
+    EXPECT_GE(with, 0.8) << "seed " << seed;
+    EXPECT_GT(with, without + 0.2) << "seed " << seed;
+    DriveResult bowl = Drive(*NewGuidedStrategy(space, o), Bowl);
+    EXPECT_LE(bowl.best, 1000 * 1.02) << "seed " << seed;
+  }
+}
+
 TEST(GuidedStrategyTest, SameSeedSameOrder) {
   StrategyOptions o;
   o.seed = 5;

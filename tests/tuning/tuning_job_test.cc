@@ -503,6 +503,29 @@ TEST_F(TuningJobTest, GuidedFindsTheBestMeasuringAFractionAndSaysWhyItStopped) {
   EXPECT_EQ(job.strategy, r.strategy);
 }
 
+// The job tells guided which candidates the compiler has already (an earlier key of the
+// template compiled them): on a flat landscape those are what it measures after its seeds.
+TEST_F(TuningJobTest, GuidedMeasuresWhatTheCompilerHasCachedFirst) {
+  request_.search = SearchSettings{};
+  request_.search.min_gain = 0;
+  gpu_.script = [](const std::string& n) {
+    return NameInts(n).size() == 2 ? OkMeasurement(1000) : Landscape(n);
+  };
+  auto vec4 = [](const std::string& name) { return NameInts(name).back() == 4; };
+  auto share = [&](const TuneResult& r) {
+    int n = 0;
+    for (const store::Trial& t : r.trials) n += t.config.params.at("VEC") == 4;
+    return static_cast<double>(n) / r.trials.size();
+  };
+  ASSERT_OK_AND_ASSIGN(TuneResult before, RunTuning(request_, Env()));
+  compiler_.cached = vec4;
+  request_.shape = {{"n", 2000}};  // another key: a job of its own
+  ASSERT_OK_AND_ASSIGN(TuneResult after, RunTuning(request_, Env()));
+  EXPECT_EQ(after.trials.size(), before.trials.size());
+  EXPECT_GE(share(after), 0.75);
+  EXPECT_GT(share(after), share(before) + 0.2);
+}
+
 TEST_F(TuningJobTest, ExhaustiveSaysItExhaustedTheSpace) {
   ASSERT_OK_AND_ASSIGN(TuneResult r, RunTuning(request_, Env()));
   EXPECT_EQ(r.stop_reason, "space exhausted");
