@@ -304,22 +304,25 @@ TEST_F(TuningSpecTest, UnreadableFileIsNotFound) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("--spec: cannot read")));
 }
 
-// Every shipped spec loads and every key it gives is valid for the shipped templates.
+// Every shipped spec (specs/, and the benchmarks' judges in bench/) loads and every key it
+// gives is valid for the shipped templates.
 TEST(ShippedSpecsTest, EveryShippedSpecExpandsAgainstTheShippedTemplates) {
   ASSERT_OK_AND_ASSIGN(auto registry, LoadTemplateRegistry(testing::ShippedTemplatesDir()));
   EXPECT_THAT(registry->errors(), SizeIs(0));
-  const std::string dir = absl::StrCat(testing::SourceDir(), "/specs");
-  ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, ListDir(dir));
-  int specs = 0;
-  for (const std::string& name : names) {
-    if (!absl::EndsWith(name, ".textproto")) continue;
-    ++specs;
-    SCOPED_TRACE(name);
-    ASSERT_OK_AND_ASSIGN(TuningSpec spec, LoadTuningSpec(absl::StrCat(dir, "/", name)));
-    ASSERT_OK_AND_ASSIGN(std::vector<SpecKey> keys, ExpandTuningSpec(spec, *registry));
-    EXPECT_FALSE(keys.empty());
+  for (const char* folder : {"/specs", "/bench"}) {
+    const std::string dir = absl::StrCat(testing::SourceDir(), folder);
+    ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, ListDir(dir));
+    int specs = 0;
+    for (const std::string& name : names) {
+      if (!absl::EndsWith(name, ".textproto")) continue;
+      ++specs;
+      SCOPED_TRACE(name);
+      ASSERT_OK_AND_ASSIGN(TuningSpec spec, LoadTuningSpec(absl::StrCat(dir, "/", name)));
+      ASSERT_OK_AND_ASSIGN(std::vector<SpecKey> keys, ExpandTuningSpec(spec, *registry));
+      EXPECT_FALSE(keys.empty());
+    }
+    EXPECT_GT(specs, 0) << folder;
   }
-  EXPECT_GT(specs, 0);
 }
 
 }  // namespace
