@@ -54,8 +54,8 @@ constexpr double kNewValueReward = 0.3;
 // time (the shared cubin cache favours exhaustive: its first keys compile the whole space
 // for the later ones, while guided's picks differ key to key). So among near-equals it goes
 // first: in the first sample by kCompiledReward on its distance (as kNewValueReward), in the
-// model's ranking by kCompiledBonus off its lower bound (in log time, 2 %: within the
-// noise of the model's own spread floor and a screening sample).
+// model's ranking by kCompiledBonus off its lower bound (in log time: 2 %, about the noise
+// of one screening sample).
 //
 // Replayed (search_replay, H100 exhaustive stores of the 120 bf16 keys and of 122 f16/f32
 // keys, noise 1 and 2 %, seeds 1-7: 14 replays each), keys within 2 % of the best 112.7 and

@@ -337,8 +337,6 @@ class TuningRun {
     return t;
   }
 
-  // The strategy's inputs; for guided, every candidate's features (bound for this shape)
-  // and the warm start from neighbouring keys in the store.
   // Per config of `configs`, whether the compiler has its cubin already (an earlier key of
   // the template, or this one's idle compiles, made it); empty without a compiler.
   std::vector<bool> CompiledFlags(const std::vector<Config>& configs) const {
@@ -353,6 +351,9 @@ class TuningRun {
     return out;
   }
 
+  // The strategy's inputs; for guided, every candidate's features (bound for this shape),
+  // which of them are compiled already, and the warm start from neighbouring keys in the
+  // store.
   StrategyOptions StrategyOptionsFor(const SearchSpace& space) const {
     StrategyOptions o;
     o.name = Guided() ? "guided" : request_.search.strategy;
