@@ -103,6 +103,9 @@ TEST_F(SearchReplayTest, AMissingStoreOrBadFlagIsAnError) {
   r = Run(kReplay, {"--db", db(), "--roofline-stop", "1.5"});
   EXPECT_NE(r.exit_code, 0) << r;
   EXPECT_THAT(r.err, HasSubstr("--roofline-stop"));
+  r = Run(kReplay, {"--db", db(), "--measure-cost", "-1"});
+  EXPECT_NE(r.exit_code, 0) << r;
+  EXPECT_THAT(r.err, HasSubstr("--measure-cost"));
 }
 
 // The same configs on both sides count as equal unmeasured, unless --same times them too;
