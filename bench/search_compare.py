@@ -100,7 +100,7 @@ def main():
           f"worst {summary['worst_same_timer']:.3f}")
     print(f"measured {measured}/{space} candidates ({100 * summary['measured_fraction']:.1f} %), "
           f"median per key {100 * summary['median_measured_fraction']:.1f} %; "
-          f"median wall ratio {summary['median_wall_ratio']:.2f}; "
+          f"median wall ratio {summary['median_wall_ratio']:.3f}; "
           f"tuning seconds {summary['ref_seconds']:.0f} vs {summary['cand_seconds']:.0f}")
     if args.json:
         with open(args.json, "w") as f:
