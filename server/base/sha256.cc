@@ -38,6 +38,13 @@ Sha256Builder::Sha256Builder() : ctx_(EVP_MD_CTX_new()) {
   }
 }
 
+Sha256Builder::Sha256Builder(const Sha256Builder& other) : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr || EVP_MD_CTX_copy_ex(static_cast<EVP_MD_CTX*>(ctx_),
+                                            static_cast<const EVP_MD_CTX*>(other.ctx_)) != 1) {
+    std::abort();
+  }
+}
+
 Sha256Builder::~Sha256Builder() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
 
 Sha256Builder& Sha256Builder::AddField(absl::string_view data) {

@@ -18,7 +18,9 @@ class Sha256Builder {
  public:
   Sha256Builder();
   ~Sha256Builder();
-  Sha256Builder(const Sha256Builder&) = delete;
+  // A builder holding the same fields so far: digests that share a long prefix (many
+  // compiles of one source) hash it once and finish from copies.
+  Sha256Builder(const Sha256Builder& other);
   Sha256Builder& operator=(const Sha256Builder&) = delete;
 
   // Appends `data` preceded by its length, so ("ab","c") and ("a","bc") differ.

@@ -64,12 +64,13 @@ class Compiler {
     return absl::OkStatus();
   }
 
-  // Whether a Compile of `request` now would be answered without compiling it: its result
-  // is in the cache, or a Compile of it is under way. A compiler with no cache: never.
-  // Cheap next to a compile (a hash of the request and a file lookup), so a search can ask
-  // it of every candidate to prefer the ones it gets for the cost of a measurement.
-  virtual bool Cached(const CompileRequest& request) {
-    (void)request;
+  // Whether a Compile of the request whose cache key is `key` (CompileCacheKey with this
+  // compiler's Identity()) would be answered now without compiling it: its result is in the
+  // cache, or a Compile of it is under way. A compiler with no cache: never. A file lookup,
+  // so a search can ask it of every candidate (keyed by a CompileCacheKeyer, the source
+  // hashed once) to prefer the ones it gets for the cost of a measurement.
+  virtual bool Cached(const std::string& key) {
+    (void)key;
     return false;
   }
 

@@ -107,8 +107,7 @@ class CachingCompiler : public Compiler {
     warming_.erase(key);
     return status;
   }
-  bool Cached(const CompileRequest& request) override {
-    const std::string key = CompileCacheKey(request, inner_->Identity());
+  bool Cached(const std::string& key) override {
     {
       absl::MutexLock lock(&mu_);
       if (in_flight_.contains(key)) return true;

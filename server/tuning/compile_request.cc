@@ -5,14 +5,27 @@
 
 namespace ktune {
 
+namespace {
+
+// The file's base name: the program's name in NVRTC (and in device asserts' __FILE__).
+std::string SourceName(const KernelTemplate& tmpl) {
+  const std::string& path = tmpl.source_path();
+  return path.substr(path.find_last_of('/') + 1);
+}
+
+}  // namespace
+
 CompileRequest BuildCompileRequest(const Instance& instance) {
   CompileRequest r;
   r.source = instance.tmpl->source();
-  const std::string& path = instance.tmpl->source_path();
-  r.source_name = path.substr(path.find_last_of('/') + 1);
+  r.source_name = SourceName(*instance.tmpl);
   r.name_expressions = instance.NameExpressions();
   r.options = instance.CompileOptions();
   return r;
+}
+
+CompileCacheKeyer TemplateKeyer(const KernelTemplate& tmpl) {
+  return CompileCacheKeyer(SourceName(tmpl), tmpl.source());
 }
 
 absl::StatusOr<std::unique_ptr<Compiler>> NewTemplateCompiler(const TemplateRegistry& registry,

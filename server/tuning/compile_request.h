@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "server/compile/cache_key.h"
 #include "server/compile/compiler.h"
 #include "server/compile/cubin_cache.h"
 #include "server/templates/instance.h"
@@ -17,6 +18,11 @@ namespace ktune {
 
 // The source, name expressions and candidate options of `instance`.
 CompileRequest BuildCompileRequest(const Instance& instance);
+
+// The keyer of `tmpl`'s candidates: keyer.Key(instance.NameExpressions(),
+// instance.CompileOptions(), identity) is CompileCacheKey(BuildCompileRequest(instance),
+// identity) for each of them, without copying or hashing the source per candidate.
+CompileCacheKeyer TemplateKeyer(const KernelTemplate& tmpl);
 
 // An NVRTC compiler that can include the registry's shared headers, answering from
 // `cache` when it is not null (it must then outlive the compiler), with NVRTC's automatic

@@ -342,11 +342,14 @@ class TuningRun {
   std::vector<bool> CompiledFlags(const std::vector<Config>& configs) const {
     std::vector<bool> out;
     if (env_.compiler == nullptr) return out;
+    const CompileCacheKeyer keyer = TemplateKeyer(*tmpl_);
+    const std::string identity = env_.compiler->Identity();
     out.reserve(configs.size());
     for (const Config& c : configs) {
       absl::StatusOr<BindResult> bound = Bind(tmpl_, request_.dtype, request_.shape, c, target_);
       out.push_back(bound.ok() && bound->instance &&
-                    env_.compiler->Cached(BuildCompileRequest(*bound->instance)));
+                    env_.compiler->Cached(keyer.Key(bound->instance->NameExpressions(),
+                                                    bound->instance->CompileOptions(), identity)));
     }
     return out;
   }

@@ -35,6 +35,24 @@ TEST(CacheKeyTest, Golden) {
       << "the compile key format changed; bump kCompileKeyVersion deliberately";
 }
 
+// One keyer's keys, in any order and repeated, are each request's own: the source's hashed
+// prefix is copied, never consumed.
+TEST(CacheKeyTest, AKeyerGivesEachRequestsKey) {
+  const CompileRequest a = Fixed();
+  CompileRequest b = Fixed();
+  b.name_expressions = {"k<3>"};
+  b.options.pop_back();
+  const CompileCacheKeyer keyer(a.source_name, a.source);
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(keyer.Key(b.name_expressions, b.options, kIdentity), CompileCacheKey(b, kIdentity));
+    EXPECT_EQ(keyer.Key(a.name_expressions, a.options, kIdentity), CompileCacheKey(a, kIdentity));
+  }
+  EXPECT_EQ(keyer.Key(a.name_expressions, a.options, kIdentity),
+            "0bdeb1db262e3f6c7a20cd05ec489d9c7e7ef5406af3c5aa7af05131a58d5a4b");  // Golden's
+  EXPECT_NE(keyer.Key(a.name_expressions, a.options, "another compiler"),
+            CompileCacheKey(a, kIdentity));
+}
+
 TEST(CacheKeyTest, IsLowercaseSha256Hex) {
   EXPECT_THAT(CompileCacheKey(Fixed(), kIdentity), MatchesRegex("[0-9a-f]{64}"));
   EXPECT_EQ(CompileCacheKey(Fixed(), kIdentity), CompileCacheKey(Fixed(), kIdentity));

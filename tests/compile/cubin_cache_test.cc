@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -338,28 +339,52 @@ TEST_F(CubinCacheTest, CachedSaysWhetherACompileWouldBeAnswered) {
   std::unique_ptr<Compiler> compiler = NewCachingCompiler(std::move(gated), cache_.get());
   ASSERT_OK_AND_ASSIGN(CompileRequest request, TinyRequest(*registry_));
   ASSERT_OK_AND_ASSIGN(CompileRequest other, TinyRequest(*registry_, /*fast_math=*/true));
-  EXPECT_FALSE(compiler->Cached(request));
+  const std::string key = CompileCacheKey(request, compiler->Identity());
+  const std::string other_key = CompileCacheKey(other, compiler->Identity());
+  EXPECT_FALSE(compiler->Cached(key));
   // Under way: a Compile of it now waits for that one's result.
   absl::StatusOr<CompileResult> first;
   std::thread compiling([&] { first = compiler->Compile(request); });
   inner->entered.WaitForNotification();
-  EXPECT_TRUE(compiler->Cached(request));
-  EXPECT_FALSE(compiler->Cached(other));
+  EXPECT_TRUE(compiler->Cached(key));
+  EXPECT_FALSE(compiler->Cached(other_key));
   inner->release.Notify();
   compiling.join();
   ASSERT_OK(first.status());
   // Stored: another compiler over the same folder (a later key, another process) sees it.
-  EXPECT_TRUE(compiler->Cached(request));
+  EXPECT_TRUE(compiler->Cached(key));
   std::unique_ptr<Compiler> later =
       NewCachingCompiler(std::make_unique<testing::FakeCompiler>(), cache_.get());
-  EXPECT_TRUE(later->Cached(request));
-  EXPECT_FALSE(later->Cached(other));
+  EXPECT_TRUE(later->Cached(key));
+  EXPECT_FALSE(later->Cached(other_key));
   EXPECT_EQ(inner->calls.load(), 1);  // asking compiles nothing
+}
+
+// A template's keyer (its source hashed once) gives every candidate the key its compile
+// request has.
+TEST_F(CubinCacheTest, TemplateKeyerGivesEachCandidatesRequestKey) {
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get("tiny"));
+  const TargetInfo target = *TargetFromArch("sm_90");
+  const Shape shape = {{"n", 1000}};
+  ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(tmpl, DType::kF32, shape, target));
+  const CompileCacheKeyer keyer = TemplateKeyer(*tmpl);
+  const std::string identity = compiler_->Identity();
+  std::set<std::string> keys;
+  for (const Config& c : space.configs) {
+    ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(tmpl, DType::kF32, shape, c, target));
+    ASSERT_TRUE(bound.instance) << bound.rejected_because;
+    const std::string key = keyer.Key(bound.instance->NameExpressions(),
+                                      bound.instance->CompileOptions(), identity);
+    EXPECT_EQ(key, CompileCacheKey(BuildCompileRequest(*bound.instance), identity))
+        << ConfigString(c);
+    keys.insert(key);
+  }
+  EXPECT_EQ(keys.size(), space.configs.size());  // one program per candidate
 }
 
 TEST(CompilerCachedTest, ACompilerWithoutACacheHasNothing) {
   testing::FakeCompiler compiler;
-  EXPECT_FALSE(compiler.Cached(CompileRequest{}));
+  EXPECT_FALSE(compiler.Cached(CompileCacheKey(CompileRequest{}, compiler.Identity())));
 }
 
 TEST_F(CubinCacheTest, ErrorsAreNotCached) {

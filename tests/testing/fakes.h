@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -49,18 +50,28 @@ class FakeCompiler : public Compiler {
       k.resources.registers = 32;
       r.kernels.push_back(k);
     }
+    if (remember) {
+      absl::MutexLock lock(&mu_);
+      compiled_.insert(r.key);
+    }
     return r;
   }
-  // Returns true for the name expressions of programs to report as cached already.
-  std::function<bool(const std::string&)> cached = [](const std::string&) { return false; };
+  // When set, the keys of the programs compiled so far are what Cached reports, as a cubin
+  // cache would.
+  bool remember = false;
 
-  bool Cached(const CompileRequest& request) override {
-    return !request.name_expressions.empty() && cached(request.name_expressions.front());
+  bool Cached(const std::string& key) override {
+    absl::MutexLock lock(&mu_);
+    return compiled_.contains(key);
   }
   std::string Identity() const override { return "fake-compiler-1"; }
   std::string Version() const override { return "13.0"; }
 
   std::atomic<int> calls{0};
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_set<std::string> compiled_ ABSL_GUARDED_BY(mu_);
 };
 
 // The integers in a name expression, in order: "tiny<float, 128, 4>" -> {128, 4}.
