@@ -68,34 +68,45 @@ TEST(ShippedTemplatesTest, SecondTargetIsSampledOnlyWhereTheProgramCannotDiffer)
   EXPECT_TRUE(SameOnBothTargets(*rmsnorm, headers));
 }
 
+// The gemm template's candidates beyond the covering sample, compiled by NVRTC with no cache.
+class ShippedGemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(registry_, LoadTemplateRegistry(testing::ShippedTemplatesDir()));
+    ASSERT_OK_AND_ASSIGN(gemm_, registry_->Get("gemm"));
+    ASSERT_OK_AND_ASSIGN(compiler_, NewTemplateCompiler(*registry_, nullptr));
+  }
+
+  std::unique_ptr<TemplateRegistry> registry_;
+  std::shared_ptr<const KernelTemplate> gemm_;
+  std::unique_ptr<Compiler> compiler_;
+};
+
 // gemm's TAIL (the last wave's tiles split along K) binds only at shapes of more tiles than
 // one wave, which the example shape is not: one candidate of each epilogue and cluster
 // choice with TAIL 1, every dtype of the Hopper path, at the GPU check's m 1100 x n 2056 x
 // k 272, compiles.
-TEST(ShippedTemplatesTest, GemmTailCandidatesCompile) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<TemplateRegistry> registry,
-                       LoadTemplateRegistry(testing::ShippedTemplatesDir()));
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> gemm, registry->Get("gemm"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Compiler> compiler, NewTemplateCompiler(*registry, nullptr));
+TEST_F(ShippedGemmTest, GemmTailCandidatesCompile) {
   ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90a"));
   const Shape shape = {{"m", 1100}, {"n", 2056}, {"k", 272}};
   std::vector<std::string> what;
   std::vector<CompileRequest> requests;
-  for (DType dtype : gemm->dtypes()) {
-    if (dtype == DType::kF32) continue;  // the portable path alone: no TAIL
-    ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm, dtype, shape, target));
+  for (DType dtype : gemm_->dtypes()) {
+    // f32's TAIL kernels (no EPI 1) are among GemmF32HopperCandidatesCompile's kinds.
+    if (dtype == DType::kF32) continue;
+    ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, dtype, shape, target));
     std::set<std::pair<int64_t, int64_t>> kinds;  // (EPI, CLUSTER) taken
     for (const Config& c : space.configs) {
       if (c.params.at("TAIL") != 1) continue;
       if (!kinds.insert({c.params.at("EPI"), c.params.at("CLUSTER")}).second) continue;
-      ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm, dtype, shape, c, target));
+      ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, dtype, shape, c, target));
       ASSERT_TRUE(bound.instance) << ConfigString(c) << ": " << bound.rejected_because;
       what.push_back(absl::StrCat(DTypeName(dtype), " ", ConfigString(c)));
       requests.push_back(BuildCompileRequest(*bound.instance));
     }
     EXPECT_EQ(kinds.size(), 4u) << DTypeName(dtype) << ": EPI 0/1 x CLUSTER 1/2 with TAIL 1";
   }
-  ExpectAllCompile(compiler.get(), what, std::move(requests), /*no_spills=*/false);
+  ExpectAllCompile(compiler_.get(), what, std::move(requests), /*no_spills=*/false);
 }
 
 
@@ -103,11 +114,7 @@ TEST(ShippedTemplatesTest, GemmTailCandidatesCompile) {
 // sm_80): every point of an Ada GPU's fp8 space and of an Ampere GPU's f32 space (rows
 // copied 16 bytes at a time), and of the plain sm_90 target's at rows TMA cannot read (k not
 // a multiple of 16: copied element by element), compile without spilling.
-TEST(ShippedTemplatesTest, GemmFp8AndF32PortableCandidatesCompile) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<TemplateRegistry> registry,
-                       LoadTemplateRegistry(testing::ShippedTemplatesDir()));
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> gemm, registry->Get("gemm"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Compiler> compiler, NewTemplateCompiler(*registry, nullptr));
+TEST_F(ShippedGemmTest, GemmFp8AndF32PortableCandidatesCompile) {
   std::vector<std::string> what;
   std::vector<CompileRequest> requests;
   for (const auto& [arch, shape, dtypes] :
@@ -118,35 +125,31 @@ TEST(ShippedTemplatesTest, GemmFp8AndF32PortableCandidatesCompile) {
             {DType::kF8E4M3, DType::kF8E5M2, DType::kF32}}}) {
     ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch(arch));
     for (DType dtype : dtypes) {
-      ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm, dtype, shape, target));
+      ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, dtype, shape, target));
       EXPECT_FALSE(space.configs.empty()) << arch << " " << DTypeName(dtype);
       for (const Config& c : space.configs) {
         EXPECT_EQ(c.params.at("WGMMA"), 0) << arch << " " << ConfigString(c);
-        ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm, dtype, shape, c, target));
+        ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, dtype, shape, c, target));
         ASSERT_TRUE(bound.instance) << ConfigString(c) << ": " << bound.rejected_because;
         what.push_back(absl::StrCat(arch, " ", DTypeName(dtype), " ", ConfigString(c)));
         requests.push_back(BuildCompileRequest(*bound.instance));
       }
     }
   }
-  ExpectAllCompile(compiler.get(), what, std::move(requests), /*no_spills=*/true);
+  ExpectAllCompile(compiler_.get(), what, std::move(requests), /*no_spills=*/true);
 }
 
 // f32 on the Hopper path (3xTF32 on wgmma, the rests written by the producer warpgroup): one
 // point per kind of kernel it builds (tile, SWAP, cluster, split, TAIL), each at its most
 // stages (the most shared memory and the longest ring), compiles without spilling. The
 // producer warpgroup's 40 registers after setmaxnreg hold its walk and the rests' loop.
-TEST(ShippedTemplatesTest, GemmF32HopperCandidatesCompile) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<TemplateRegistry> registry,
-                       LoadTemplateRegistry(testing::ShippedTemplatesDir()));
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> gemm, registry->Get("gemm"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Compiler> compiler, NewTemplateCompiler(*registry, nullptr));
+TEST_F(ShippedGemmTest, GemmF32HopperCandidatesCompile) {
   ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_90"));
   // (shape, kind) -> the shape and the kind's point of most stages there.
   std::map<std::vector<int64_t>, std::pair<Shape, Config>> kinds;
   for (const Shape& shape : {Shape{{"m", 200}, {"n", 1003}, {"k", 4112}},
                              Shape{{"m", 1}, {"n", 4096}, {"k", 4096}}}) {
-    ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm, DType::kF32, shape, target));
+    ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, DType::kF32, shape, target));
     for (const Config& c : space.configs) {
       const auto p = [&](const char* name) { return c.params.at(name); };
       if (p("WGMMA") == 0) continue;
@@ -162,12 +165,12 @@ TEST(ShippedTemplatesTest, GemmF32HopperCandidatesCompile) {
   std::vector<CompileRequest> requests;
   for (const auto& [kind, point] : kinds) {
     const auto& [shape, c] = point;
-    ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm, DType::kF32, shape, c, target));
+    ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, DType::kF32, shape, c, target));
     ASSERT_TRUE(bound.instance) << ConfigString(c) << ": " << bound.rejected_because;
     what.push_back(absl::StrCat("f32 ", ConfigString(c)));
     requests.push_back(BuildCompileRequest(*bound.instance));
   }
-  ExpectAllCompile(compiler.get(), what, std::move(requests), /*no_spills=*/true);
+  ExpectAllCompile(compiler_.get(), what, std::move(requests), /*no_spills=*/true);
 }
 
 }  // namespace
