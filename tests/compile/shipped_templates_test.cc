@@ -149,7 +149,8 @@ TEST_F(ShippedGemmTest, GemmF32HopperCandidatesCompile) {
   std::map<std::vector<int64_t>, std::pair<Shape, Config>> kinds;
   for (const Shape& shape : {Shape{{"m", 200}, {"n", 1003}, {"k", 4112}},
                              Shape{{"m", 1}, {"n", 4096}, {"k", 4096}}}) {
-    ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, DType::kF32, shape, target));
+    ASSERT_OK_AND_ASSIGN(SearchSpace space,
+                         EnumerateSearchSpace(gemm_, DType::kF32, shape, target));
     for (const Config& c : space.configs) {
       const auto p = [&](const char* name) { return c.params.at(name); };
       if (p("WGMMA") == 0) continue;
