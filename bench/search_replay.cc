@@ -27,8 +27,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
-#include <set>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -165,9 +165,9 @@ absl::StatusOr<KeyResult> ReplayKey(const Args& args, store::Store& replayed,
     }
   }
   for (const Config& c : space.configs) {
-    const bool cached = compiled.count(CompiledKey(job, c)) > 0;
-    if (!args.no_prefer_compiled) o.compiled.push_back(cached);
-    r.exhaustive_compiled += exhaustive_compiled.insert(CompiledKey(job, c)).second;
+    const std::string key = CompiledKey(job, c);
+    if (!args.no_prefer_compiled) o.compiled.push_back(compiled.count(key) > 0);
+    r.exhaustive_compiled += exhaustive_compiled.insert(key).second;
   }
   if (!args.no_warm_start && o.name == "guided") {
     absl::StatusOr<std::vector<Config>> warm =
