@@ -47,6 +47,10 @@
 // it would leave idle, as split-K's are, and reduced the same way. The whole waves pay
 // nothing for it; the last wave takes 1 / (splits) of a tile's time plus the reduction
 // instead of a whole tile's.
+//
+// Below the Hopper path: gemm_mma_kernel, the portable tensor-core path, and
+// gemm_rows_kernel, the few-rows path for decode steps (CUDA cores streaming w once; no
+// tensor-core tile to pad, no 3xTF32 for f32).
 #include <cuda_fp8.h>
 
 #include "ktune/common.cuh"
@@ -124,6 +128,25 @@ __device__ __forceinline__ void ConsumerSync() {
 /// Two values of C at (pi, qi) and (pi, qi + 1) in an [m, n] row-major array (SWAP: C is
 /// out transposed, so C[pi, qi] is at qi * n + pi). Skips what lies outside rows_p x rows_q;
 /// one 2-element store where both are inside, adjacent and aligned (SWAP 0, n even).
+/// Whether this block is the last of the `splits` blocks of its tile to get here, each
+/// having written its partials first (the portable and few-rows paths' split-K; called by
+/// every thread of the block). Counts arrivals in counters[tile] and sets it back to 0 for
+/// the next run; the last block may read every block's partials once this returns.
+__device__ __forceinline__ bool LastOfTile(int* counters, int tile, int splits) {
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int before = atomicAdd(&counters[tile], 1);
+    last = before == splits - 1;
+    if (last) counters[tile] = 0;  // zero again for the next run
+  }
+  __syncthreads();
+  const bool is_last = last;
+  if (is_last) __threadfence();
+  return is_last;
+}
+
 template <typename V>
 __device__ __forceinline__ void StoreTwo(V* p, float a, float b);
 template <>
@@ -1007,17 +1030,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
             make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
       }
     }
-    __shared__ int last_of_tile;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      const int before = atomicAdd(&counters[tile], 1);
-      last_of_tile = before == SPLIT_K - 1;
-      if (last_of_tile) counters[tile] = 0;  // zero again for the next run
-    }
-    __syncthreads();
-    if (!last_of_tile) return;
-    __threadfence();
+    if (!gemm::LastOfTile(counters, tile, SPLIT_K)) return;
 #pragma unroll
     for (int i = 0; i < kMI; ++i) {
       if (!live(i)) continue;
@@ -1049,6 +1062,225 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
       gemm::StorePair<0>(out, row, col, m, n, n, acc[i][j][0] * scale, acc[i][j][1] * scale);
       gemm::StorePair<0>(out, row + 8, col, m, n, n, acc[i][j][2] * scale,
                          acc[i][j][3] * scale);
+    }
+  }
+}
+
+namespace gemm {
+
+/// The elements of one 16-byte word group as floats: 4 f32, 8 f16/bf16 or 16 fp8.
+template <typename T>
+__device__ __forceinline__ void Widen(const uint4& v, float (&f)[16 / sizeof(T)]) {
+  const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      f[i] = __uint_as_float(words[i]);
+    } else if constexpr (ktune::kIsSame<T, __nv_bfloat16>) {
+      // A bf16 is the high half of the float with the same value.
+      f[2 * i] = __uint_as_float(words[i] << 16);
+      f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    } else if constexpr (ktune::kIsSame<T, __half>) {
+      __half2_raw raw;
+      raw.x = static_cast<unsigned short>(words[i] & 0xffffu);
+      raw.y = static_cast<unsigned short>(words[i] >> 16);
+      const float2 h = __half22float2(__half2(raw));
+      f[2 * i] = h.x;
+      f[2 * i + 1] = h.y;
+    } else {
+      // fp8: two at a time through f16 (cvt.rn.f16x2.e4m3x2 / e5m2x2 on sm_89+), exact.
+      constexpr __nv_fp8_interpretation_t kKind =
+          ktune::kIsSame<T, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * h)), kKind);
+        const float2 p = __half22float2(__half2(raw));
+        f[4 * i + 2 * h] = p.x;
+        f[4 * i + 2 * h + 1] = p.y;
+      }
+    }
+  }
+}
+
+/// 16 bytes of w, read once: no L1 allocation, so the streamed weight does not evict x,
+/// which every warp of the SM reads again. Not volatile, so the compiler may hoist a step's
+/// loads above the previous step's FMAs.
+__device__ __forceinline__ uint4 LoadOnce(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+/// Sums each of a warp's V values (a power of two) over its 32 lanes. V >= 32: lane L is
+/// left the sums of values [L c, (L + 1) c) in vals[0 .. c), c = V / 32, after five halving
+/// exchanges (each lane sends the half it gives up and adds the half it keeps: V - c
+/// shuffles in all, where a butterfly per value takes 5 V). V < 32: the halving runs until
+/// one value is left, then butterflies; lane L then holds the sum of value L / (32 / V).
+template <int V, int S = 0>
+__device__ __forceinline__ void WarpReduceScatter(float (&vals)[V], int lane) {
+  static_assert(V >= 1 && (V & (V - 1)) == 0, "V: a power of two");
+  if constexpr (S < 5) {
+    constexpr int kOffset = 16 >> S;
+    constexpr int kCount = V >> S;  // values still held
+    if constexpr (kCount >= 2) {
+      constexpr int kHalf = kCount / 2;
+      const bool upper = (lane & kOffset) != 0;
+#pragma unroll
+      for (int j = 0; j < kHalf; ++j) {
+        const float send = upper ? vals[j] : vals[j + kHalf];
+        const float keep = upper ? vals[j + kHalf] : vals[j];
+        vals[j] = keep + __shfl_xor_sync(0xffffffffu, send, kOffset);
+      }
+    } else {
+      vals[0] += __shfl_xor_sync(0xffffffffu, vals[0], kOffset);
+    }
+    WarpReduceScatter<V, S + 1>(vals, lane);
+  }
+}
+
+}  // namespace gemm
+
+/// The few-rows path: CUDA-core FMAs in float, for the m of a decode step (any GPU). The
+/// product is bound by reading w once, so each warp streams RW rows of w with 16-byte loads
+/// (its 32 lanes side by side along K, several loads in flight per lane) and multiplies
+/// every element by RX rows of x, read through L1, where the block's other warps and the
+/// SM's other blocks find them; then each warp sums its lanes' RW x RX partial sums. A
+/// block is 4 warps, 4 RW rows of w; blocks walk x's rows in chunks of RX with the chunk
+/// index fastest, so the blocks that read the same rows of w run together and all but the
+/// first find them in L2. No tensor cores, so f32 keeps a float's precision (cuBLAS's fp32
+/// GEMM and 3xTF32 are both slower than streaming w at m = 1..16 on the H100) and fp8 runs
+/// on sm_89 and later.
+///   T:       float, __half, __nv_bfloat16, __nv_fp8_e4m3 or __nv_fp8_e5m2.
+///   RX:      rows of x per block (1, 2, 4, 8, 16 or 32): a thread keeps RW x RX float sums.
+///   RW:      rows of w per warp (1, 2, 4 or 8).
+///   SPLIT_K: blocks per output tile (blockIdx.y), each a contiguous 1 / SPLIT_K of K's
+///            16-byte vectors; reduced as the other paths' (the last block of a tile adds the
+///            slices in slice order), the partials as [tile][split][warp][RW x RX] floats.
+/// REQUIRES: k * sizeof(T) % 16 == 0 (every row 16-byte aligned); grid.x = ceil(m / RX) x
+/// ceil(n / (4 RW)), block 128; SPLIT_K > 1: grid.x <= 4096 counters, zero at entry.
+template <typename T, int RX, int RW, int SPLIT_K>
+__global__ void KTUNE_LAUNCH_BOUNDS gemm_rows_kernel(const T* __restrict__ x,
+                                                     const T* __restrict__ w,
+                                                     typename gemm::Out<T>::type* __restrict__ out,
+                                                     float* __restrict__ partial,
+                                                     int* __restrict__ counters,
+                                                     const float* __restrict__ scale_x,
+                                                     const float* __restrict__ scale_w, int m,
+                                                     int n, int k) {
+  static_assert(RX >= 1 && RX <= 32 && (RX & (RX - 1)) == 0,
+                "gemm_rows_kernel: RX 1, 2, 4, 8, 16 or 32");
+  static_assert(RW == 1 || RW == 2 || RW == 4 || RW == 8, "gemm_rows_kernel: RW 1, 2, 4 or 8");
+  static_assert(SPLIT_K >= 1, "gemm_rows_kernel: SPLIT_K at least 1");
+  constexpr int kWarps = 4;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte load
+  // Vectors of K per lane per step: 4 loads of w (64 bytes) in flight whatever RW, but at
+  // most 32 of x, whose loads the compiler hoists too (f32 with 32 rows of x and 4 steps
+  // spilled 80 bytes).
+  constexpr int kWSteps = RW >= 4 ? 1 : 4 / RW;
+  constexpr int kSteps = kWSteps < 32 / RX ? kWSteps : 32 / RX;
+  constexpr int kVals = RW * RX;  // sums per thread, and per warp after the reduction
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int chunks = (m + RX - 1) / RX;
+  const int x0 = (blockIdx.x % chunks) * RX;
+  const int rows_x = min(RX, m - x0);  // rows of x this block has (uniform)
+  const int w0 = (blockIdx.x / chunks * kWarps + warp) * RW;
+  const int kv = k / kVec;  // 16-byte vectors per row
+  const int per_split = (kv + SPLIT_K - 1) / SPLIT_K;
+  const int v_begin = SPLIT_K == 1 ? 0 : min(static_cast<int>(blockIdx.y) * per_split, kv);
+  const int v_end = SPLIT_K == 1 ? kv : min(v_begin + per_split, kv);
+
+  // Rows of w past n read row n - 1 (valid memory, sums dropped): no branch in the loop.
+  const uint4* wr[RW];
+#pragma unroll
+  for (int r = 0; r < RW; ++r) {
+    wr[r] = reinterpret_cast<const uint4*>(w) + static_cast<long long>(min(w0 + r, n - 1)) * kv;
+  }
+  const uint4* xr = reinterpret_cast<const uint4*>(x) + static_cast<long long>(x0) * kv;
+
+  float acc[kVals];
+#pragma unroll
+  for (int i = 0; i < kVals; ++i) acc[i] = 0.f;
+
+  // acc[i RW + r] += x row i . w row r over one 16-byte vector at v of each (by x's row
+  // first, so a warp's sums of one row of out lie side by side for the stores).
+  const auto multiply = [&](const uint4 (&wv)[RW], int v) {
+    float wf[RW][kVec];
+#pragma unroll
+    for (int r = 0; r < RW; ++r) gemm::Widen<T>(wv[r], wf[r]);
+#pragma unroll
+    for (int i = 0; i < RX; ++i) {
+      if (i < rows_x) {
+        float xf[kVec];
+        gemm::Widen<T>(__ldg(xr + static_cast<long long>(i) * kv + v), xf);
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) acc[i * RW + r] = fmaf(wf[r][e], xf[e], acc[i * RW + r]);
+        }
+      }
+    }
+  };
+
+  int v = v_begin + lane;
+#pragma unroll 1
+  for (; v + (kSteps - 1) * 32 < v_end; v += kSteps * 32) {
+    uint4 wv[kSteps][RW];
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+#pragma unroll
+      for (int r = 0; r < RW; ++r) wv[s][r] = gemm::LoadOnce(wr[r] + v + 32 * s);
+    }
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) multiply(wv[s], v + 32 * s);
+  }
+#pragma unroll 1
+  for (; v < v_end; v += 32) {
+    uint4 wv[RW];
+#pragma unroll
+    for (int r = 0; r < RW; ++r) wv[r] = gemm::LoadOnce(wr[r] + v);
+    multiply(wv, v);
+  }
+
+  gemm::WarpReduceScatter<kVals>(acc, lane);
+  // Lane `lane` now holds the sums of values [lane c, lane c + c) (c = kVals / 32), or with
+  // fewer than 32 values that of value lane / (32 / kVals), kept by the first lane of each.
+  constexpr int kHeld = kVals >= 32 ? kVals / 32 : 1;
+  constexpr int kSpread = kVals >= 32 ? 1 : 32 / kVals;  // lanes per value held
+  const int first = kVals >= 32 ? lane * kHeld : lane / kSpread;
+  const bool holder = lane % kSpread == 0;
+
+  if constexpr (SPLIT_K > 1) {
+    const int tile = blockIdx.x;
+    const auto region = [&](int split) {
+      return partial + ((static_cast<long long>(tile) * SPLIT_K + split) * kWarps + warp) * kVals;
+    };
+    if (holder) {
+#pragma unroll
+      for (int j = 0; j < kHeld; ++j) region(blockIdx.y)[first + j] = acc[j];
+    }
+    if (!gemm::LastOfTile(counters, tile, SPLIT_K)) return;
+    if (holder) {
+#pragma unroll
+      for (int j = 0; j < kHeld; ++j) {
+        float sum = 0.f;
+        for (int sp = 0; sp < SPLIT_K; ++sp) sum += __ldcg(region(sp) + first + j);
+        acc[j] = sum;
+      }
+    }
+  }
+
+  if (!holder) return;
+  const float scale = scale_x[0] * scale_w[0];
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j) {
+    const int idx = first + j;  // x row idx / RW, w row idx % RW
+    const int row = x0 + idx / RW, col = w0 + idx % RW;
+    if (row < m && col < n) {
+      out[static_cast<long long>(row) * n + col] =
+          ktune::FromFloat<typename gemm::Out<T>::type>(acc[j] * scale);
     }
   }
 }

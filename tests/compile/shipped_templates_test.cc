@@ -110,6 +110,35 @@ TEST_F(ShippedGemmTest, GemmTailCandidatesCompile) {
 }
 
 
+// The few-rows path (CUDA cores): every point at the decode rows that take each chunking
+// of x (f32: 1, 3 and 32 rows; the others 1 and 8), every dtype on an Ada GPU (fp8 from
+// sm_89), compiles without spilling: its sums (up to 64 floats a thread) and a step's loads
+// of w stay in registers.
+TEST_F(ShippedGemmTest, GemmFewRowsCandidatesCompile) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch("sm_89"));
+  std::vector<std::string> what;
+  std::vector<CompileRequest> requests;
+  for (DType dtype : gemm_->dtypes()) {
+    const std::vector<int64_t> ms =
+        dtype == DType::kF32 ? std::vector<int64_t>{1, 3, 32} : std::vector<int64_t>{1, 8};
+    for (int64_t m : ms) {
+      const Shape shape = {{"m", m}, {"n", 1003}, {"k", 4096}};
+      ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, dtype, shape, target));
+      int found = 0;
+      for (const Config& c : space.configs) {
+        if (c.params.at("ROWS_X") == 0) continue;
+        ++found;
+        ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, dtype, shape, c, target));
+        ASSERT_TRUE(bound.instance) << ConfigString(c) << ": " << bound.rejected_because;
+        what.push_back(absl::StrCat(DTypeName(dtype), " m=", m, " ", ConfigString(c)));
+        requests.push_back(BuildCompileRequest(*bound.instance));
+      }
+      EXPECT_GT(found, 0) << DTypeName(dtype) << " m=" << m;
+    }
+  }
+  ExpectAllCompile(compiler_.get(), what, std::move(requests), /*no_spills=*/true);
+}
+
 // fp8 and f32 on the portable path (mma.sync m16n8k32 from sm_89; 3xTF32 m16n8k8 from
 // sm_80): every point of an Ada GPU's fp8 space and of an Ampere GPU's f32 space (rows
 // copied 16 bytes at a time), and of the plain sm_90 target's at rows TMA cannot read (k not

@@ -1,15 +1,18 @@
 // The shipped gemm template: its Hopper path exists on sm_90a only and is excluded from
 // every other target by the manifest (before compiling, not failed at run time), its
-// portable path serves other GPUs and rows TMA cannot read, its default config follows the
-// device and the shape (default_alternatives), and its tensor maps follow the tile params.
+// portable path serves other GPUs and rows TMA cannot read, its few-rows path decode steps
+// only, its default config follows the device and the shape (default_alternatives), and
+// its tensor maps follow the tile params.
 // No GPU, no compiling.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -18,6 +21,7 @@
 #include "server/templates/instance.h"
 #include "server/templates/registry.h"
 #include "server/templates/search_space.h"
+#include "server/templates/shape.h"
 #include "tests/templates/shipped_registry.h"
 #include "tests/testing/status_matchers.h"
 
@@ -293,7 +297,8 @@ TEST_F(ShippedGemmTest, SplitKPartialsFitTheirBuffer) {
       ASSERT_OK_AND_ASSIGN(SearchSpace space, EnumerateSearchSpace(gemm_, dtype, shape, h200));
       for (const Config& c : space.configs) {
         const int64_t split_k = c.params.at("SPLIT_K");
-        if (split_k == 1) continue;
+        // The few-rows path's partials: FewRowsPathOnlyForDecodeRows.
+        if (split_k == 1 || c.params.at("ROWS_X") > 0) continue;
         ++split;
         ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, dtype, shape, c, h200));
         ASSERT_TRUE(bound.instance) << bound.rejected_because;
@@ -323,7 +328,7 @@ TEST_F(ShippedGemmTest, PortableSplitKOnlyWhereTilesLeaveSmsIdle) {
   int split = 0;
   for (const Config& c : decode.configs) {
     const int64_t split_k = c.params.at("SPLIT_K");
-    if (split_k == 1) continue;
+    if (split_k == 1 || c.params.at("ROWS_X") > 0) continue;
     ++split;
     EXPECT_EQ(c.params.at("WGMMA"), 0) << ConfigString(c);
     ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, DType::kF32, Mnk(1, 6144, 4096), c, a100));
@@ -340,6 +345,88 @@ TEST_F(ShippedGemmTest, PortableSplitKOnlyWhereTilesLeaveSmsIdle) {
   ASSERT_OK_AND_ASSIGN(SearchSpace prefill,
                        EnumerateSearchSpace(gemm_, DType::kF32, Mnk(4096, 6144, 4096), a100));
   for (const Config& c : prefill.configs) EXPECT_EQ(c.params.at("SPLIT_K"), 1) << ConfigString(c);
+}
+
+// The few-rows path (CUDA cores) is in the race at decode rows only, f32 up to 32 and the
+// other dtypes up to 8, on every GPU (the plain target: the program is the same on sm_90a),
+// fp8 from Ada; its unused params take one value each, so it adds no duplicate candidates.
+// Its grid is the chunks of x's rows times the blocks of 4 ROWS_W rows of w, its splits
+// along y, and their partials and counters fit the buffers the shape sizes.
+TEST_F(ShippedGemmTest, FewRowsPathOnlyForDecodeRows) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h100, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(TargetInfo a100, TargetFromArch("sm_80"));
+  ASSERT_OK_AND_ASSIGN(TargetInfo l40s, TargetFromArch("sm_89"));
+  const auto few_rows = [&](DType dtype, const Shape& shape, const TargetInfo& target) {
+    std::vector<Config> found;
+    absl::StatusOr<SearchSpace> space = EnumerateSearchSpace(gemm_, dtype, shape, target);
+    EXPECT_TRUE(space.ok()) << space.status();
+    if (!space.ok()) return found;
+    for (const Config& c : space->configs) {
+      if (c.params.at("ROWS_X") > 0) found.push_back(c);
+    }
+    return found;
+  };
+  struct Case {
+    DType dtype;
+    Shape shape;
+    const TargetInfo* target;
+    bool has;
+  };
+  const std::vector<Case> cases = {
+      {DType::kF32, Mnk(1, 6144, 4096), &h100, true},
+      {DType::kF32, Mnk(32, 1003, 4096), &h100, true},
+      {DType::kF32, Mnk(33, 6144, 4096), &h100, false},
+      {DType::kF32, Mnk(16, 6144, 4096), &a100, true},
+      {DType::kBF16, Mnk(8, 4096, 4096), &h100, true},
+      {DType::kBF16, Mnk(9, 4096, 4096), &h100, false},
+      {DType::kF16, Mnk(3, 1003, 144), &a100, true},
+      {DType::kF8E4M3, Mnk(1, 4096, 4096), &l40s, true},
+      {DType::kF8E5M2, Mnk(8, 4096, 4096), &h100, true},
+      {DType::kF8E4M3, Mnk(1, 4096, 4096), &a100, false},  // fp8 from sm_89
+      {DType::kBF16, Mnk(1, 4096, 4100), &h100, false},    // rows not 16-byte aligned
+  };
+  for (const Case& t : cases) {
+    const std::string what =
+        absl::StrCat(DTypeName(t.dtype), " ", ShapeString(t.shape), " on ", t.target->PortableTarget());
+    const std::vector<Config> found = few_rows(t.dtype, t.shape, *t.target);
+    EXPECT_EQ(!found.empty(), t.has) << what << ": " << found.size();
+    std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
+    int split = 0;
+    for (const Config& c : found) {
+      EXPECT_EQ(c.knobs.target, t.target->PortableTarget()) << ConfigString(c);
+      for (const auto& [param, value] : std::vector<std::pair<std::string, int64_t>>{
+               {"WGMMA", 0}, {"BM", 64}, {"BN", 64}, {"STAGES", 4}, {"GROUP", 8},
+               {"CLUSTER", 1}, {"SWAP", 0}, {"SHARE_W", 0}, {"EPI", 0}, {"TAIL", 0}}) {
+        EXPECT_EQ(c.params.at(param), value) << param << " of " << ConfigString(c);
+      }
+      const int64_t rx = c.params.at("ROWS_X"), rw = c.params.at("ROWS_W");
+      const int64_t split_k = c.params.at("SPLIT_K");
+      EXPECT_TRUE(seen.insert({rx, rw, split_k}).second) << "twice: " << ConfigString(c);
+      EXPECT_LE(rx * rw, 64) << ConfigString(c);
+      const int64_t m = t.shape.at("m"), n = t.shape.at("n");
+      EXPECT_TRUE(rx == 1 || rx < 2 * m) << ConfigString(c);
+      ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(gemm_, t.dtype, t.shape, c, *t.target));
+      ASSERT_TRUE(bound.instance) << ConfigString(c) << ": " << bound.rejected_because;
+      ASSERT_EQ(bound.instance->launches.size(), 1u);
+      const BoundLaunch& l = bound.instance->launches[0];
+      EXPECT_THAT(l.name_expression, HasSubstr(absl::StrCat("gemm_rows_kernel<", DTypeCudaName(t.dtype),
+                                                            ", ", rx, ", ", rw, ", ", split_k, ">")));
+      const int64_t tiles = (m + rx - 1) / rx * ((n + 4 * rw - 1) / (4 * rw));
+      EXPECT_EQ(l.grid[0], tiles) << ConfigString(c);
+      EXPECT_EQ(l.grid[1], split_k) << ConfigString(c);
+      EXPECT_EQ(l.block[0], 128) << ConfigString(c);
+      if (split_k == 1) continue;
+      ++split;
+      // Splits only while the blocks fit 4 to an SM; one counter per tile; 4 warps of rx x rw
+      // partial sums per split of each tile.
+      EXPECT_LE(tiles * split_k, 4 * t.target->sm_count) << ConfigString(c);
+      for (const BoundArg& a : bound.instance->args) {
+        if (a.name == "counters") EXPECT_LE(tiles, a.count) << ConfigString(c);
+        if (a.name == "partial") EXPECT_LE(tiles * split_k * 4 * rx * rw, a.count) << ConfigString(c);
+      }
+    }
+    if (t.has && t.shape.at("n") < 2000) EXPECT_GT(split, 0) << what << ": no split-K candidate";
+  }
 }
 
 // TAIL splits the last wave's tiles along K: it binds only where the tiles (units of CLUSTER)
