@@ -125,9 +125,6 @@ __device__ __forceinline__ void ConsumerSync() {
   asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory");
 }
 
-/// Two values of C at (pi, qi) and (pi, qi + 1) in an [m, n] row-major array (SWAP: C is
-/// out transposed, so C[pi, qi] is at qi * n + pi). Skips what lies outside rows_p x rows_q;
-/// one 2-element store where both are inside, adjacent and aligned (SWAP 0, n even).
 /// Whether this block is the last of the `splits` blocks of its tile to get here, each
 /// having written its partials first (the portable and few-rows paths' split-K; called by
 /// every thread of the block). Counts arrivals in counters[tile] and sets it back to 0 for
@@ -147,6 +144,9 @@ __device__ __forceinline__ bool LastOfTile(int* counters, int tile, int splits) 
   return is_last;
 }
 
+/// Two values of C at (pi, qi) and (pi, qi + 1) in an [m, n] row-major array (SWAP: C is
+/// out transposed, so C[pi, qi] is at qi * n + pi). Skips what lies outside rows_p x rows_q;
+/// one 2-element store where both are inside, adjacent and aligned (SWAP 0, n even).
 template <typename V>
 __device__ __forceinline__ void StoreTwo(V* p, float a, float b);
 template <>
@@ -1068,38 +1068,30 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
 
 namespace gemm {
 
-/// The elements of one 16-byte word group as floats: 4 f32, 8 f16/bf16 or 16 fp8.
+/// The elements of 16 loaded bytes as floats: 4 f32, 8 f16/bf16 (ktune::VectorToFloat) or
+/// 16 fp8 (which ktune's vectors do not hold), exactly.
 template <typename T>
 __device__ __forceinline__ void Widen(const uint4& v, float (&f)[16 / sizeof(T)]) {
-  const unsigned words[4] = {v.x, v.y, v.z, v.w};
+  if constexpr (sizeof(T) == 1) {
+    // Two at a time through f16 (cvt.rn.f16x2.e4m3x2 / e5m2x2 on sm_89+).
+    constexpr __nv_fp8_interpretation_t kKind =
+        ktune::kIsSame<T, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
+    const unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (sizeof(T) == 4) {
-      f[i] = __uint_as_float(words[i]);
-    } else if constexpr (ktune::kIsSame<T, __nv_bfloat16>) {
-      // A bf16 is the high half of the float with the same value.
-      f[2 * i] = __uint_as_float(words[i] << 16);
-      f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-    } else if constexpr (ktune::kIsSame<T, __half>) {
-      __half2_raw raw;
-      raw.x = static_cast<unsigned short>(words[i] & 0xffffu);
-      raw.y = static_cast<unsigned short>(words[i] >> 16);
-      const float2 h = __half22float2(__half2(raw));
-      f[2 * i] = h.x;
-      f[2 * i + 1] = h.y;
-    } else {
-      // fp8: two at a time through f16 (cvt.rn.f16x2.e4m3x2 / e5m2x2 on sm_89+), exact.
-      constexpr __nv_fp8_interpretation_t kKind =
-          ktune::kIsSame<T, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(
-            static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * h)), kKind);
-        const float2 p = __half22float2(__half2(raw));
-        f[4 * i + 2 * h] = p.x;
-        f[4 * i + 2 * h + 1] = p.y;
-      }
+    for (int i = 0; i < 8; ++i) {
+      const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(words[i / 2] >> (16 * (i % 2))), kKind);
+      const float2 p = __half22float2(__half2(raw));
+      f[2 * i] = p.x;
+      f[2 * i + 1] = p.y;
     }
+  } else {
+    ktune::AlignedVector<T, 16 / sizeof(T)> a;
+    a.words[0] = v.x;
+    a.words[1] = v.y;
+    a.words[2] = v.z;
+    a.words[3] = v.w;
+    ktune::VectorToFloat(a, f);
   }
 }
 
