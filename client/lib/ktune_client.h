@@ -97,6 +97,9 @@ struct KernelArg {
   int64_t count = 0;
   BufferRole role = BufferRole::kUnspecified;
   FillKind scratch_fill = FillKind::kUnspecified;
+  // Buffers: the byte alignment the kernels need of the device address (a power of two;
+  // LoadedKernel::Launch refuses a pointer off it). 0 from a daemon that predates it.
+  int alignment = 0;
   // Scalars: "i32", "i64" or "f32"; int_value for integers, number for f32.
   std::string scalar_type;
   int64_t int_value = 0;

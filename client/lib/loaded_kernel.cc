@@ -236,7 +236,15 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Prepare(
     for (int32_t a : l.args) launched[static_cast<size_t>(a)] = true;
   }
   for (size_t i = 0; i < artifact.args.size(); ++i) {
-    if (artifact.args[i].is_buffer) continue;
+    if (artifact.args[i].is_buffer) {
+      const int align = artifact.args[i].alignment;
+      if (align < 0 || align > 256 || (align & (align - 1)) != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "args[", i, "] ('", artifact.args[i].name, "').alignment: ", align,
+            " is not a power of two in 1..256 (0: unchecked)"));
+      }
+      continue;
+    }
     if (artifact.args[i].scalar_type == "tensor_map") {
       if (!launched[i]) continue;
       KTUNE_RETURN_IF_ERROR(CheckTensorMapArg(artifact, i));
@@ -298,6 +306,14 @@ absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffer
           absl::StrCat("buffers: '", args_[i].name, "' (arg ", i, ") is null"));
     }
     addresses[i] = reinterpret_cast<CuDevicePtr>(buffers[i]);
+    // A kernel's vector access at a misaligned address faults, and the fault ends the
+    // whole context: refuse the call instead (a view at an odd element offset, say).
+    const int align = args_[i].alignment;
+    if (align > 1 && addresses[i] % static_cast<CuDevicePtr>(align) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffers: '", args_[i].name, "' (arg ", i, ") at 0x", absl::Hex(addresses[i]),
+          " is not ", align, "-byte aligned, as the kernel needs"));
+    }
   }
   const CudaApi* api = module_->api;
   CuContext current = nullptr;

@@ -50,6 +50,7 @@ KernelArtifact ArtifactFromProto(const v1::KernelArtifact& p) {
     arg.count = g.count();
     arg.role = static_cast<BufferRole>(g.role());
     arg.scratch_fill = static_cast<FillKind>(g.scratch_fill());
+    arg.alignment = g.alignment();
     arg.scalar_type = g.scalar_type();
     arg.int_value = g.int_value();
     arg.number = g.number();

@@ -53,6 +53,7 @@ v1::KernelArg ToProto(const BoundArg& arg) {
     a.set_count(arg.count);
     a.set_role(arg.role);
     if (arg.role == v1::Buffer::SCRATCH) a.set_scratch_fill(arg.fill.kind());
+    a.set_alignment(arg.alignment);
   } else {
     a.set_scalar_type(arg.scalar_type);
     a.set_int_value(arg.int_value);

@@ -110,6 +110,7 @@ absl::StatusOr<std::string> BindArgs(const KernelTemplate& t, DType dtype, const
       if (arg.count < 1) return absl::StrCat("buffer ", a.name(), " of ", arg.count, " elements");
       arg.role = a.buffer().role();
       arg.fill = a.buffer().fill();
+      arg.alignment = BufferAlignment(a.buffer());
     } else {
       arg.scalar_type = a.scalar().type();
       if (a.scalar().has_expr()) {

@@ -32,6 +32,7 @@ struct BoundArg {
   int64_t count = 0;  // elements
   v1::Buffer::Role role = v1::Buffer::ROLE_UNSPECIFIED;
   v1::Fill fill;
+  int alignment = kDefaultBufferAlignment;  // bytes the kernels need of the address
   // Scalars: type "i32", "i64" or "f32", and the value. Tensor maps: "tensor_map".
   std::string scalar_type;
   int64_t int_value = 0;

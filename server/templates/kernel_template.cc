@@ -502,6 +502,13 @@ absl::Status Validator::CheckBufferArg(int i) {
     return Fail({{"args", i}, {"buffer"}}, field + ".buffer.role",
                 "missing: INPUT, OUTPUT, INOUT or SCRATCH");
   }
+  if (b.alignment() < 0 || b.alignment() > kMaxBufferAlignment ||
+      (b.alignment() & (b.alignment() - 1)) != 0) {
+    return Fail({{"args", i}, {"buffer"}, {"alignment"}}, field + ".buffer.alignment",
+                absl::StrCat(b.alignment(), " is not a power of two in 1..",
+                             kMaxBufferAlignment, " (or 0 for the default, ",
+                             kDefaultBufferAlignment, ")"));
+  }
   return CheckFill(i);
 }
 

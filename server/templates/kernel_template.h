@@ -31,6 +31,17 @@ inline constexpr const char* kPerKnobIdentifiers[] = {
     "KTUNE_MAXRREG", "KTUNE_MIN_BLOCKS", "KTUNE_FAST_MATH", "KTUNE_ARCH_SPECIFIC",
     "KTUNE_MAX_THREADS"};
 
+// A buffer's device-address alignment in bytes when its manifest leaves it unset (0): the
+// widest vector access of any template (16-byte loads, TMA's global address); and the most
+// a manifest may ask.
+inline constexpr int kDefaultBufferAlignment = 16;
+inline constexpr int kMaxBufferAlignment = 256;
+
+// The alignment the kernels need of `buffer`'s address. REQUIRES: a validated manifest's.
+inline int BufferAlignment(const v1::Buffer& buffer) {
+  return buffer.alignment() > 0 ? buffer.alignment() : kDefaultBufferAlignment;
+}
+
 // A buffer's element type for request dtype `request`: its dtype_for entry, else its
 // `dtype` ("dtype" meaning `request`). REQUIRES: a validated manifest's buffer.
 DType BufferDType(const v1::Buffer& buffer, DType request);

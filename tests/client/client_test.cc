@@ -67,6 +67,7 @@ v1::KernelArtifact FullArtifact() {
   x->set_dtype("bf16");
   x->set_count(4096 * 8192);
   x->set_role(v1::Buffer::INPUT);
+  x->set_alignment(16);
   v1::KernelArg* w = a.add_args();
   w->set_name("scratch");
   w->set_is_buffer(true);
@@ -203,6 +204,8 @@ TEST_F(ClientTest, GetKernelRoundTripsEveryField) {
   EXPECT_EQ(a.args[0].dtype, "bf16");
   EXPECT_EQ(a.args[0].count, 4096 * 8192);
   EXPECT_EQ(a.args[0].role, BufferRole::kInput);
+  EXPECT_EQ(a.args[0].alignment, 16);
+  EXPECT_EQ(a.args[1].alignment, 0);  // unset: a daemon that predates it
   EXPECT_EQ(a.args[1].role, BufferRole::kScratch);
   EXPECT_EQ(a.args[1].scratch_fill, FillKind::kZero);
   EXPECT_EQ(a.args[2].role, BufferRole::kOutput);
@@ -688,6 +691,13 @@ TEST(LoadedKernelTest, MalformedLaunchesAreInvalidArgument) {
   a.args[3].scalar_type = "f64";
   EXPECT_THAT(LoadedKernel::Load(a),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'eps'")));
+  for (int bad : {3, -16, 512}) {
+    a = ArtifactFromProto(FullArtifact());
+    a.args[2].alignment = bad;
+    EXPECT_THAT(LoadedKernel::Load(a), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("args[2] ('out').alignment")))
+        << bad;
+  }
 }
 
 TEST(LoadedKernelTest, TensorMapsAreCheckedBeforeAnyDriverCall) {

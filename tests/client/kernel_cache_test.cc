@@ -167,6 +167,40 @@ TEST_F(KernelCacheTest, FirstCallAsksFallbackLaterCallsAreHits) {
   EXPECT_EQ(asks_, 2);
 }
 
+TEST_F(KernelCacheTest, ABufferOffItsAlignmentIsRefusedBeforeTheDriver) {
+  // A kernel's vector load at a misaligned address would fault and end the context; the
+  // launch is refused, naming the buffer, and the kernel stays usable.
+  daemon_.service().get_kernel = [](grpc::ServerContext*, const v1::GetKernelRequest& r,
+                                    v1::GetKernelResponse* response) {
+    v1::KernelArtifact a = Artifact("k_aligned", v1::DEFAULT, r.shape().at("n"));
+    a.mutable_args(0)->set_alignment(16);
+    a.mutable_args(1)->set_alignment(4);
+    *response->mutable_artifact() = a;
+    return grpc::Status::OK;
+  };
+  ASSERT_TRUE(daemon_.Start());
+  auto client = Connect(daemon_.target(), {});
+  ASSERT_TRUE(client.ok()) << client.status();
+  client_ = std::shared_ptr<KtuneClient>(*std::move(client));
+  auto cache = Cache();
+  void* x = reinterpret_cast<void*>(0x1000);
+  void* out = reinterpret_cast<void*>(0x2000);
+  auto at = [](uintptr_t address) { return reinterpret_cast<void*>(address); };
+  EXPECT_THAT(cache->Launch(Key(1000), nullptr, {at(0x1002), out, nullptr}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'x' (arg 0) at 0x1002 is not 16-byte aligned")));
+  EXPECT_THAT(cache->Launch(Key(1000), nullptr, {at(0x1008), out, nullptr}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'x'")));
+  EXPECT_THAT(cache->Launch(Key(1000), nullptr, {x, at(0x2002), nullptr}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'out' (arg 1) at 0x2002 is not 4-byte aligned")));
+  EXPECT_TRUE(Launched().empty());
+  // Within each buffer's alignment: launched.
+  ASSERT_TRUE(cache->Launch(Key(1000), nullptr, {x, at(0x2004), nullptr}).ok());
+  EXPECT_THAT(Launched(), ElementsAre("k_aligned"));
+  EXPECT_EQ(Driver().params.back()[1], 0x2004u);
+}
+
 TEST_F(KernelCacheTest, ManyThreadsAskingOneNewKeyAskOnce) {
   Serve();
   auto cache = Cache();

@@ -67,6 +67,9 @@ TEST(ConvertTest, ArtifactTensorMapsFollowTheEntrysConfig) {
   EXPECT_THAT(a.launches(0).args(), ElementsAre(1, 2, 3, 4));
   EXPECT_TRUE(a.args(0).is_buffer());
   EXPECT_EQ(a.args(0).dtype(), "bf16");
+  // The manifest leaves it unset: the default, for the launchers to check.
+  EXPECT_EQ(a.args(0).alignment(), 16);
+  EXPECT_EQ(m.alignment(), 0);  // not a buffer
 }
 
 TEST(ConvertTest, EntryWhoseConfigNoLongerBindsIsRefused) {

@@ -15,7 +15,7 @@ from ktune import _fastlaunch
 from ktune._cache import CachedKernel
 from ktune._loaded import launch_plan
 
-from test_loaded_kernel import LAUNCH_FAILED, POINTERS, FakeDriver, artifact
+from test_loaded_kernel import LAUNCH_FAILED, POINTERS, FakeDriver, aligned_artifact, artifact
 from test_tensor_map import FakeTmaDriver, tma_artifact
 
 LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7),
@@ -183,6 +183,19 @@ class LaunchWithTest(unittest.TestCase):
             _fastlaunch.launch_with(self.plan, 0, p, self.layout)
         self.assertEqual(self.rec.calls, [])
 
+    def test_a_u64_kind_with_an_alignment_refuses_a_value_off_it(self):
+        p = ctypes.addressof(self.array)
+        layout = entry_layout((self.u64, 0 | 16 << 8, 0))
+        with self.assertRaisesRegex(ValueError, r"values\[0\] = 0x1008 is not 16-byte aligned"):
+            _fastlaunch.launch_with(self.plan, 0, p, layout, (0x1008,))
+        self.assertEqual(self.rec.calls, [])
+        self.assertEqual(self.u64.value, 0)  # not written either
+        self.assertEqual(_fastlaunch.launch_with(self.plan, 0, p, layout, (0x1010,)), 0)
+        self.assertEqual(self.rec.calls[0][5], 0x1010)
+        # Alignment 1 (or none) takes any address.
+        _fastlaunch.launch_with(self.plan, 0, p, entry_layout((self.u64, 1 << 8, 0)), (0x1001,))
+        self.assertEqual(self.rec.calls[1][5], 0x1001)
+
 
 class LaunchWithTensorMapTest(unittest.TestCase):
     """Layout kind 4: the storage is an encoded tensor map, re-pointed at the value."""
@@ -344,6 +357,28 @@ class CachedKernelFastPathTest(unittest.TestCase):
         self.assertAlmostEqual(self.rec.first_f32[-1], 1e-6)
         self.assertEqual(self.rec.calls[-2][5], 1)
 
+    def test_a_misaligned_buffer_is_named_before_any_launch_of_the_run(self):
+        a = aligned_artifact()
+        e = CachedKernel(a, ktune.LoadedKernel(a, driver=FakeDriver({"_Z14rmsnorm_kernelI",
+                                                                     "_Z6second"})), None)
+        e.fast = _fastlaunch.launch
+        e._plans = [launch_plan(0x7000 + i, launch) for i, launch in enumerate(a.launches)]
+        self.rec = Recorder()
+        self.rec.install()
+        run = e.launcher(("x", "weight", "out"))
+        # out is the second launch's only: the first is not enqueued either.
+        with self.assertRaisesRegex(ValueError, "buffer 'out' at 0x3002 is not 4-byte aligned"):
+            run(0, 0x1000, 0x2000, 0x3002)
+        with self.assertRaisesRegex(ValueError, "buffer 'x' at 0x1008 is not 16-byte aligned"):
+            run(0, 0x1008, 0x2000, 0x3000)
+        with self.assertRaisesRegex(ValueError, "buffer 'out' at 0x3001"):
+            e.launch(dict(POINTERS, out=0x3001), 0)
+        self.assertEqual(self.rec.calls, [])
+        run(0, 0x1010, 0x2000, 0x3004)
+        e.launch(POINTERS, 0)
+        self.assertEqual(len(self.rec.calls), 2 * len(a.launches))
+        self.assertEqual(self.rec.calls[0][5], 0x1010)
+
     def test_a_launcher_refuses_unknown_args_and_missing_buffers(self):
         e, _ = self.entry()
         with self.assertRaisesRegex(ValueError, "no arg 'bias'"):
@@ -366,6 +401,17 @@ class CachedKernelLauncherTest(unittest.TestCase):
         self.assertEqual([(c[1], c[5], c[6]) for c in launches], [
             ("fn:_Z14rmsnorm_kernelI", "stream-7", 0x1000),
             ("fn:_Z6second", "stream-7", ctypes.c_uint32.from_buffer(ctypes.c_float(0.5)).value)])
+
+    def test_a_misaligned_buffer_is_named_before_any_launch(self):
+        a = aligned_artifact()
+        cu = FakeDriver({"_Z14rmsnorm_kernelI", "_Z6second"})
+        run = CachedKernel(a, ktune.LoadedKernel(a, driver=cu), None).launcher(
+            ("x", "weight", "out"))
+        with self.assertRaisesRegex(ValueError, "buffer 'out' at 0x3002 is not 4-byte aligned"):
+            run(0, 0x1000, 0x2000, 0x3002)
+        self.assertEqual([c for c in cu.calls if c[0] == "launch"], [])
+        run(0, 0x1000, 0x2000, 0x3004)
+        self.assertEqual(len([c for c in cu.calls if c[0] == "launch"]), 2)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,19 @@ def artifact(shared_bytes=1024):
 POINTERS = {"x": 0x1000, "weight": 0x2000, "out": 0x3000}
 
 
+def aligned_artifact():
+    """The canned artifact with alignments as a daemon sends them (x and weight 16 bytes, out
+    4), and `out` taken by the second launch only: a refused address must stop the first
+    launch too."""
+    m = canned_artifact()
+    m.args[0].alignment = 16
+    m.args[1].alignment = 16
+    m.args[2].alignment = 4
+    del m.launches[0].args[:]
+    m.launches[0].args.extend([0, 1, 3, 4, 5])
+    return artifact_from_proto(m)
+
+
 class LoadedKernelTest(unittest.TestCase):
     def test_loads_the_cubin_and_one_function_per_launch(self):
         cu = FakeDriver({"_Z14rmsnorm_kernelI", "_Z6second"})
@@ -127,6 +140,34 @@ class LoadedKernelTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError,
                                     r"cuLaunchKernel\(_Z14rmsnorm_kernelI\).*LAUNCH_FAILED"):
             kernel(POINTERS, 0)
+
+    def test_a_buffer_off_its_alignment_is_named_and_nothing_launches(self):
+        a = aligned_artifact()
+        self.assertEqual([arg.alignment for arg in a.args], [16, 16, 4, 0, 0, 0])
+        cu = FakeDriver({"_Z14rmsnorm_kernelI", "_Z6second"})
+        kernel = ktune.LoadedKernel(a, driver=cu)
+        for pointers, text in [
+                (dict(POINTERS, x=0x1002), "buffer 'x' at 0x1002 is not 16-byte aligned"),
+                (dict(POINTERS, weight=0x2008), "buffer 'weight' at 0x2008 is not 16-byte"),
+                (dict(POINTERS, out=0x3006), "buffer 'out' at 0x3006 is not 4-byte aligned")]:
+            with self.subTest(text=text):
+                with self.assertRaisesRegex(ValueError, text):
+                    kernel(pointers, 0)
+                with self.assertRaisesRegex(ValueError, text):
+                    kernel.bind(pointers)
+        self.assertNotIn("launch", [c[0] for c in cu.calls])
+        kernel(dict(POINTERS, out=0x3004), 0)  # within out's 4 bytes
+        self.assertEqual(len([c for c in cu.calls if c[0] == "launch"]), 2)
+        # An artifact of a daemon that predates alignments (0) is not checked.
+        ktune.LoadedKernel(artifact(), driver=cu)(dict(POINTERS, x=0x1001), 0)
+
+    def test_an_alignment_that_is_not_a_power_of_two_is_refused_at_load(self):
+        m = canned_artifact()
+        m.args[1].alignment = 12
+        cu = FakeDriver({"_Z14rmsnorm_kernelI", "_Z6second"})
+        with self.assertRaisesRegex(ValueError, "arg 'weight': alignment 12 is not a power"):
+            ktune.LoadedKernel(artifact_from_proto(m), driver=cu)
+        self.assertEqual(cu.calls, [])  # refused before the driver is asked anything
 
     def test_close_unloads_once(self):
         cu = FakeDriver({"_Z14rmsnorm_kernelI", "_Z6second"})

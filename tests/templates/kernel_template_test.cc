@@ -98,6 +98,12 @@ const BrokenCase kBrokenCases[] = {
      "dtype: \"double\" count: \"n\" role: OUTPUT",
      ":10: args[1].buffer.dtype: unknown dtype 'double'; expected dtype, f32, f16, bf16, f8e4m3, f8e5m2 or i32"},
     {"buffer_role", "role: OUTPUT", "", ":10: args[1].buffer.role: missing: INPUT, OUTPUT, INOUT or SCRATCH"},
+    {"buffer_alignment", "role: OUTPUT", "role: OUTPUT alignment: 24",
+     ":10: args[1].buffer.alignment: 24 is not a power of two in 1..256 (or 0 for the "
+     "default, 16)"},
+    {"buffer_alignment_negative", "role: OUTPUT", "role: OUTPUT alignment: -4",
+     ":10: args[1].buffer.alignment: -4 is not a power of two in 1..256 (or 0 for the "
+     "default, 16)"},
     {"duplicate_arg", "name: \"count\"", "name: \"out\"", ":11: args[2].name: 'out' declared twice"},
     {"scalar_type", "type: \"i32\"", "type: \"u8\"",
      ":11: args[2].scalar.type: unknown type 'u8'; expected i32, i64 or f32"},

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -174,6 +175,26 @@ TEST_F(ShippedGemmTest, PortablePathIgnoresMapsItDoesNotTake) {
   }
   // The reference takes no map either, so it binds at such a shape too.
   EXPECT_OK(BindReference(gemm_, DType::kBF16, Mnk(33, 70, 77), h200).status());
+}
+
+// What the launchers check of each buffer's address: 16 bytes where the kernels load
+// vectors (or TMA reads), 4 for the scales and counters, read one element at a time (a
+// scale may be any element of a caller's array of scales).
+TEST_F(ShippedGemmTest, BuffersCarryTheAlignmentTheKernelsNeed) {
+  ASSERT_OK_AND_ASSIGN(TargetInfo h200, TargetFromArch("sm_90"));
+  ASSERT_OK_AND_ASSIGN(Instance ref, BindReference(gemm_, DType::kF8E4M3, Mnk(16, 4096, 4096),
+                                                   h200));
+  std::map<std::string, int> alignment;
+  for (const BoundArg& a : ref.args) {
+    if (a.is_buffer) alignment[a.name] = a.alignment;
+  }
+  EXPECT_EQ(alignment, (std::map<std::string, int>{{"x", 16},
+                                                   {"w", 16},
+                                                   {"out", 16},
+                                                   {"scale_x", 4},
+                                                   {"scale_w", 4},
+                                                   {"partial", 16},
+                                                   {"counters", 4}}));
 }
 
 // The maps of a Hopper candidate follow its tiles: x's box is BM rows (SWAP 0), split

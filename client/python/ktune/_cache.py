@@ -32,7 +32,7 @@ import threading
 import time
 
 from ktune import _errors
-from ktune._launch import PackedParams, _SCALAR_CTYPES
+from ktune._launch import PackedParams, _SCALAR_CTYPES, check_alignment
 from ktune._loaded import LoadedKernel, check_launch, cuda_check, cuda_driver
 
 _MAX_BOUND = 32  # address sets a tensor-map kernel keeps bound (see CachedKernel)
@@ -82,6 +82,8 @@ class CachedKernel:
         self.provenance = artifact.provenance
         self.provisional = artifact.provenance != "exact" or artifact.stale
         self.buffers = tuple(a.name for a in artifact.args if a.is_buffer)
+        # The buffer args whose address the launches check (alignment > 1), by name.
+        self._aligned = {a.name: a for a in artifact.args if a.is_buffer and a.alignment > 1}
         # Tensor maps are encoded from the buffers' addresses (cuTensorMapEncodeTiled, tens
         # of us from Python). With the C launch and cuTensorMapReplaceAddress (fast_maps),
         # a launcher encodes its maps once and points them at each call's buffers from C;
@@ -146,7 +148,8 @@ class CachedKernel:
         launch writes the values into this launcher's own kernelParams and enqueues (where
         `fast` is set), instead of a dict walk and a ctypes assignment per value. Kept per
         thread and names tuple, so the first call of each makes it. Raises ValueError naming
-        an arg the artifact does not have."""
+        an arg the artifact does not have; run raises ValueError naming a buffer whose
+        address is off its alignment, before any launch of the run is enqueued."""
         try:
             return self._local.launchers[names]
         except (AttributeError, KeyError):  # this thread's first call, or these names'
@@ -170,31 +173,45 @@ class CachedKernel:
             return self._map_launcher(names)
         index = {name: i for i, name in enumerate(names)}
         packed = [self._pack(launch) for launch in self.artifact.launches]
-        # Per launch: the storage each named value goes into, with its index in values.
-        slots = [[(slot, index[name]) for name, targets in buffers.items() for slot in targets]
-                 + [(slot, index[name]) for name, slot in scalars.items() if name in index]
+        # Per launch: the storage each named value goes into, with its index in values and
+        # launch_with's kind (a buffer's carries its alignment, checked in C).
+        slots = [[(slot, index[name], _KINDS[ctypes.c_uint64] | self._alignment_bits(name))
+                  for name, targets in buffers.items() for slot in targets]
+                 + [(slot, index[name], _KINDS[type(slot)])
+                    for name, slot in scalars.items() if name in index]
                  for _, buffers, scalars in packed]
         cu = self.kernel.driver
         launches = self.artifact.launches
         with_values = fast_with(self.fast)
         if with_values is not None:
-            # launch_with's layout per launch: (storage address, kind, value index) entries.
-            steps = [(self._plans[i], params.address,
-                      b"".join(struct.pack("=QII", ctypes.addressof(slot), _KINDS[type(slot)],
-                                           at) for slot, at in slots[i]), launch)
+            # launch_with's layout: (storage address, kind, value index) entries, every
+            # launch's in the first one's, so that every value is written and checked
+            # before anything is enqueued (a refused address must not leave half a run).
+            layout = b"".join(struct.pack("=QII", ctypes.addressof(slot), kind, at)
+                              for launch_slots in slots for slot, at, kind in launch_slots)
+            steps = [(self._plans[i], params.address, layout if i == 0 else b"", launch)
                      for i, ((params, _, _), launch) in enumerate(zip(packed, launches))]
 
             def run(stream, *values, keep=packed):
                 for plan, address, layout, launch in steps:
-                    err = with_values(plan, stream, address, layout, values)
+                    try:
+                        err = with_values(plan, stream, address, layout, values)
+                    except ValueError:
+                        self._name_misaligned(names, values)
+                        raise
                     if err != 0:
                         check_launch(cu, err, launch)
             return run
 
-        steps = [(self.kernel.functions[i], params.address, slots[i], launch)
+        steps = [(self.kernel.functions[i], params.address,
+                  [(slot, at) for slot, at, _ in slots[i]], launch)
                  for i, ((params, _, _), launch) in enumerate(zip(packed, launches))]
+        aligned = [(at, self._aligned[name]) for name, at in index.items()
+                   if name in self._aligned]
 
         def run_through_driver(stream, *values, keep=packed):
+            for at, arg in aligned:
+                check_alignment(arg, values[at])
             for function, address, launch_slots, launch in steps:
                 for slot, at in launch_slots:
                     slot.value = values[at]
@@ -203,6 +220,19 @@ class CachedKernel:
                 if err != 0:
                     check_launch(cu, err, launch)
         return run_through_driver
+
+    def _alignment_bits(self, name):
+        """A buffer's alignment in launch_with's kind (bits 8 and up), 0 when unchecked."""
+        arg = self._aligned.get(name)
+        return arg.alignment << 8 if arg is not None else 0
+
+    def _name_misaligned(self, names, values):
+        """Raises ValueError naming the buffer among `values` (named by `names`) that is off
+        its alignment, if one is: launch_with's own message knows only an index."""
+        for name, value in zip(names, values):
+            arg = self._aligned.get(name)
+            if arg is not None:
+                check_alignment(arg, int(value))
 
     def _map_launcher(self, names):
         """launcher() for a kernel that takes tensor maps (the scalars are the artifact's: a
@@ -243,19 +273,24 @@ class CachedKernel:
         def prepare(values):
             bound = self.kernel.bind({b: values[index[b]] for b in self.buffers})
             steps = []
-            for i, (params, launch) in enumerate(zip(bound.params, self.artifact.launches)):
-                layout = []
+            # Every launch's entries go in the first launch's layout: all values are written
+            # and checked before anything is enqueued.
+            layout = []
+            for params, launch in zip(bound.params, self.artifact.launches):
                 for j, a in enumerate(launch.args):
                     arg = args[a]
                     if arg.is_buffer:
-                        kind, at = _KINDS[ctypes.c_uint64], index[arg.name]
+                        kind = _KINDS[ctypes.c_uint64] | self._alignment_bits(arg.name)
+                        at = index[arg.name]
                     elif arg.scalar_type == "tensor_map":
                         kind = _KIND_MAP_ADDRESS
                         at = index[args[arg.tensor_map.buffer_arg].name]
                     else:
                         continue  # the artifact's scalar, packed once
                     layout.append(struct.pack("=QII", params.address_of(j), kind, at))
-                steps.append((self._plans[i], params.address, b"".join(layout), launch))
+            for i, (params, launch) in enumerate(zip(bound.params, self.artifact.launches)):
+                steps.append((self._plans[i], params.address,
+                              b"".join(layout) if i == 0 else b"", launch))
             state.append((bound, steps))
 
         def run(stream, *values):
@@ -276,13 +311,17 @@ class CachedKernel:
         is set, or what the driver takes) with the
         device addresses `pointers` (buffer name -> int) and, for this call only, scalar
         values from `scalars` (name -> value, e.g. {"eps": 1e-5}) instead of the artifact's.
-        Raises KeyError naming a buffer missing from `pointers`, RuntimeError when the driver
-        refuses a launch."""
+        Raises KeyError naming a buffer missing from `pointers`, ValueError naming one off
+        its alignment (nothing launched), RuntimeError when the driver refuses a launch."""
         if self._per_call:
             if scalars:
                 raise ValueError("this kernel takes tensor maps; its scalars are the artifact's")
             self._bound_kernel(pointers).launch(stream)
             return
+        # Every address checked before the first launch is enqueued (none of a run, or all).
+        for name, arg in self._aligned.items():
+            if name in pointers:
+                check_alignment(arg, int(pointers[name]))
         cu = self.kernel.driver
         fast = self.fast
         if fast is not None and type(stream) is not int:

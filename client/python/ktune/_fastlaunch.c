@@ -25,7 +25,12 @@
 //                                          cuTensorMapReplaceAddress (the map's shape,
 //                                          box and swizzle stay as encoded), so a kernel
 //                                          that takes tensor maps launches on any buffers
-//                                          without encoding its maps again.
+//                                          without encoding its maps again. A u64 kind may
+//                                          carry an alignment in its upper 24 bits (kind |
+//                                          A << 8, A a power of two): a value off it raises
+//                                          ValueError before anything is launched (a
+//                                          buffer's address that the kernel's vector loads
+//                                          would fault on).
 //   set_replace_address(address)           the cuTensorMapReplaceAddress kind 4 calls (the
 //                                          driver's, or a test's stand-in)
 //
@@ -139,10 +144,19 @@ enum { kU64 = 0, kI32 = 1, kI64 = 2, kF32 = 3, kMapAddress = 4 };
 // value's index) when the value does not convert or fit.
 static int WriteSlot(const Slot* slot, PyObject* value) {
   void* at = (void*)(uintptr_t)slot->address;
-  switch (slot->kind) {
+  const uint32_t kind = slot->kind & 0xFFu;
+  switch (kind) {
     case kU64: {
       const unsigned long long v = PyLong_AsUnsignedLongLong(value);
       if (PyErr_Occurred()) break;
+      const uint32_t alignment = slot->kind >> 8;
+      if (alignment > 1 && v % alignment != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "launch_with: values[%u] = %p is not %u-byte aligned, as the kernel "
+                     "needs",
+                     slot->index, (void*)(uintptr_t)v, (unsigned)alignment);
+        return 0;
+      }
       *(uint64_t*)at = (uint64_t)v;
       return 1;
     }
@@ -197,7 +211,7 @@ static int WriteSlot(const Slot* slot, PyObject* value) {
       return 1;
     }
     default:
-      PyErr_Format(PyExc_ValueError, "launch_with: layout kind %u is none of 0..4", slot->kind);
+      PyErr_Format(PyExc_ValueError, "launch_with: layout kind %u is none of 0..4", kind);
       return 0;
   }
   // Keep the conversion's own exception type, with the index in front.

@@ -66,6 +66,15 @@ def check_tensor_map(artifact, index):
                          f"'{buffer.name}' of {buffer.count} {buffer.dtype}")
 
 
+def check_alignment(arg, address):
+    """Raises ValueError naming buffer arg `arg` when `address` is off the alignment its
+    kernels need: their vector loads would fault there, and a fault ends the CUDA context
+    (a view at an odd element offset is the usual cause)."""
+    if arg.alignment > 1 and address % arg.alignment:
+        raise ValueError(f"buffer '{arg.name}' at {address:#x} is not {arg.alignment}-byte "
+                         f"aligned, as the kernel needs")
+
+
 def _aligned_map(data):
     """A ctypes array of the 128 map bytes at a 128-byte aligned address (cuLaunchKernel
     copies the value, but keep the alignment CUtensorMap has)."""
@@ -134,7 +143,9 @@ def pack_kernel_params(artifact, launch, pointers, encode_tensor_map=None):
         if arg.is_buffer:
             if arg.name not in pointers:
                 raise KeyError(f"no device pointer for buffer '{arg.name}'")
-            values.append(ctypes.c_uint64(int(pointers[arg.name])))
+            address = int(pointers[arg.name])
+            check_alignment(arg, address)
+            values.append(ctypes.c_uint64(address))
         else:
             ctype = _SCALAR_CTYPES.get(arg.scalar_type)
             if ctype is None:

@@ -183,6 +183,10 @@ class LoadedKernel:
         launched = {a for launch in artifact.launches for a in launch.args}
         for i, arg in enumerate(artifact.args):
             if arg.is_buffer:
+                a = arg.alignment
+                if a < 0 or a > 256 or a & (a - 1):
+                    raise ValueError(f"arg '{arg.name}': alignment {a} is not a power of two "
+                                     f"in 1..256 (0: unchecked)")
                 continue
             if arg.scalar_type == "tensor_map":
                 if i not in launched:

@@ -67,6 +67,9 @@ class KernelArg:
     # scratch: "zero" means zero it before each run, "zero_once" once when allocated (the
     # kernels leave it zeroed after every complete run)
     scratch_fill: str = ""
+    # buffers: the byte alignment the kernels need of the device address (a power of two);
+    # launches refuse a pointer off it. 0 from a daemon that predates it: not checked.
+    alignment: int = 0
     scalar_type: str = ""   # scalars: "i32", "i64", "f32"; or "tensor_map"
     int_value: int = 0
     number: float = 0.0
@@ -288,6 +291,7 @@ def artifact_from_proto(m, tuning_job_id=0):
         KernelArg(name=a.name, is_buffer=a.is_buffer, dtype=a.dtype, count=a.count,
                   role=_enum_name(manifest_pb2.Buffer.Role, a.role),
                   scratch_fill=_enum_name(manifest_pb2.Fill.Kind, a.scratch_fill),
+                  alignment=a.alignment,
                   scalar_type=a.scalar_type, int_value=a.int_value, number=a.number,
                   tensor_map=_tensor_map(a.tensor_map) if a.HasField("tensor_map") else None)
         for a in m.args]
