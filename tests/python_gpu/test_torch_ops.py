@@ -115,6 +115,69 @@ class TorchOpsTest(unittest.TestCase):
             self.assertClose(torch.ops.ktune.linear(xs, w, b), ref, 1e-3, 1e-4,
                              f"f32 linear, {rows} rows")
 
+    def test_inputs_off_16_byte_boundaries_fall_back_to_torch(self):
+        """A contiguous view at an odd element offset is a valid tensor the templates' vector
+        loads cannot take: each op computes it with torch (right values, in-place updates
+        included) and warns once per op, not per call."""
+        def shifted(t):  # t's values in a contiguous view 2 bytes off torch's alignment
+            buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+            v = buf[1:].view(t.shape)
+            v.copy_(t)
+            self.assertTrue(v.is_contiguous() and v.data_ptr() % 16)
+            return v
+
+        bf = torch.bfloat16
+        x = torch.rand(4, 1024, device="cuda", dtype=bf) - 0.5
+        w = torch.rand(1024, device="cuda", dtype=bf) + 0.5
+        r = torch.rand(4, 1024, device="cuda", dtype=bf) - 0.5
+        lw = torch.rand(256, 1024, device="cuda", dtype=bf) - 0.5
+        F = torch.nn.functional
+        kt = self.kt
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                self.assertClose(kt.rms_norm(shifted(x), w, 1e-6),
+                                 F.rms_norm(x.float(), (1024,), w.float(), 1e-6), 1e-5, 1.6e-2,
+                                 "rms_norm, x shifted")
+                self.assertClose(torch.ops.ktune.rms_norm(x, shifted(w), 1e-6),
+                                 F.rms_norm(x.float(), (1024,), w.float(), 1e-6), 1e-5, 1.6e-2,
+                                 "rms_norm op, weight shifted")
+                rs = shifted(r)
+                out = kt.fused_add_rms_norm(x, rs, w, 1e-6)
+                self.assertClose(rs, x.float() + r.float(), 1e-2, 1.6e-2, "residual, shifted")
+                self.assertClose(out, F.rms_norm(rs.float(), (1024,), w.float(), 1e-6), 1e-5,
+                                 1.6e-2, "fused_add_rms_norm, residual shifted")
+                self.assertClose(kt.layer_norm(x, w, shifted(w), 1e-5),
+                                 F.layer_norm(x.float(), (1024,), w.float(), w.float(), 1e-5),
+                                 1e-2, 1.6e-2, "layer_norm, bias shifted")
+                self.assertClose(kt.softmax(shifted(x)), torch.softmax(x.float(), -1), 1e-6,
+                                 1.6e-2, "softmax, x shifted")
+                self.assertClose(kt.silu_and_mul(shifted(x)),
+                                 F.silu(x[:, :512].float()) * x[:, 512:].float(), 1e-2, 1.6e-2,
+                                 "silu_and_mul, x shifted")
+                self.assertClose(kt.linear(x, shifted(lw)), x.float() @ lw.float().T, 0.5, 2e-2,
+                                 "linear, weight shifted")
+                xf, lwf = x.float(), lw.float()
+                self.assertClose(kt.linear(shifted(xf[:3].contiguous()), lwf),
+                                 (xf[:3].double() @ lwf.double().T).float(), 1e-3, 1e-4,
+                                 "f32 linear (gemv rows), x shifted")
+                pos = torch.arange(4, device="cuda")
+                half = torch.arange(64, device="cuda").float()[None, :] * 1e-3
+                cos_sin = torch.cat(((pos[:, None] * half).cos(), (pos[:, None] * half).sin()),
+                                    -1).contiguous()
+                q, k = x[:, :512].contiguous(), x[:, 512:].contiguous()
+                q_ref, k_ref = q.clone(), k.clone()
+                kt._rope_torch(pos, q_ref, k_ref, 128, cos_sin, False)
+                qs = shifted(q)
+                kt.rotary_embedding(pos, qs, k, 128, cos_sin, False)
+                self.assertClose(qs, q_ref, 1e-2, 1.6e-2, "rope q, shifted")
+                self.assertClose(k, k_ref, 1e-2, 1.6e-2, "rope k")
+        said = sorted(str(c.message).split(":")[0] for c in caught
+                      if "not 16-byte aligned" in str(c.message))
+        self.assertEqual(said, ["ktune.fused_add_rms_norm", "ktune.layer_norm", "ktune.linear",
+                                "ktune.rms_norm", "ktune.rotary_embedding", "ktune.silu_and_mul",
+                                "ktune.softmax"])
+
     def test_prefetch_loads_every_key_in_one_call(self):
         out = self.kt.prefetch([("rmsnorm", torch.bfloat16, {"tokens": 3, "hidden": 1024}),
                                 ("no_such_template", torch.bfloat16, {"n": 1})])

@@ -255,6 +255,21 @@ def _entry(op, key):
     return None
 
 
+def _misaligned(op, address):
+    """Whether `address` (the or of a call's input addresses) is off a 16-byte boundary, said
+    once per op. The templates' vector loads and tensor maps assume 16-byte aligned buffers,
+    which torch's allocations and contiguous slices of rows whose bytes are a multiple of 16
+    always are; a view at an odd offset (x.view(-1)[1:]) is not, and falls back to torch."""
+    if not address & 15:
+        return False
+    if (op, "aligned") not in _warned:
+        _warned.add((op, "aligned"))
+        warnings.warn(f"ktune.{op}: an input is not 16-byte aligned (a view at an odd offset); "
+                      f"such calls fall back to torch's own implementation (warned once)",
+                      RuntimeWarning, stacklevel=4)
+    return True
+
+
 _one_gpu = None  # whether torch sees one GPU (then the current device needs no check)
 
 
@@ -324,11 +339,11 @@ def _rms_norm(x, weight, eps):
     tokens, hidden = _rows("rms_norm", x, weight.shape[0])
     entry = _entry("rms_norm", ("rmsnorm", _DTYPES[x.dtype],
                                 (("hidden", hidden), ("tokens", tokens)), dev))
-    if entry is None or tokens == 0:
+    xp, wp = x.data_ptr(), weight.data_ptr()
+    if entry is None or tokens == 0 or _misaligned("rms_norm", xp | wp):
         return F.rms_norm(x, (hidden,), weight, eps)
     out = torch.empty_like(x)
-    _launch(entry, dev, None, _RMS_NORM_ARGS, x.data_ptr(), weight.data_ptr(), out.data_ptr(),
-            eps)
+    _launch(entry, dev, None, _RMS_NORM_ARGS, xp, wp, out.data_ptr(), eps)
     return out
 
 
@@ -361,12 +376,12 @@ def _fused_add_rms_norm(x, residual, weight, eps):
     tokens, hidden = _rows(op, x, weight.shape[0])
     entry = _entry(op, ("add_rmsnorm", _DTYPES[x.dtype],
                         (("hidden", hidden), ("tokens", tokens)), dev))
-    if entry is None or tokens == 0:
+    xp, rp, wp = x.data_ptr(), residual.data_ptr(), weight.data_ptr()
+    if entry is None or tokens == 0 or _misaligned(op, xp | rp | wp):
         residual.add_(x)
         return F.rms_norm(residual, (hidden,), weight, eps)
     out = torch.empty_like(x)
-    _launch(entry, dev, None, _ADD_RMS_NORM_ARGS, x.data_ptr(), residual.data_ptr(),
-            weight.data_ptr(), out.data_ptr(), eps)
+    _launch(entry, dev, None, _ADD_RMS_NORM_ARGS, xp, rp, wp, out.data_ptr(), eps)
     return out
 
 
@@ -401,13 +416,12 @@ def _layer_norm(x, weight, bias, eps):
     entry = _entry("layer_norm", ("layernorm", _DTYPES[x.dtype],
                                   (("hidden", hidden), ("tokens", tokens),
                                    ("with_bias", int(bias is not None))), dev))
-    if entry is None or tokens == 0:
+    # Without a bias the kernel reads none; its pointer must still be a valid address.
+    xp, wp, bp = x.data_ptr(), weight.data_ptr(), (bias if bias is not None else weight).data_ptr()
+    if entry is None or tokens == 0 or _misaligned("layer_norm", xp | wp | bp):
         return F.layer_norm(x, (hidden,), weight, bias, eps)
     out = torch.empty_like(x)
-    # Without a bias the kernel reads none; its pointer must still be a valid address.
-    b = bias if bias is not None else weight
-    _launch(entry, dev, None, _LAYER_NORM_ARGS, x.data_ptr(), weight.data_ptr(), b.data_ptr(),
-            out.data_ptr(), eps)
+    _launch(entry, dev, None, _LAYER_NORM_ARGS, xp, wp, bp, out.data_ptr(), eps)
     return out
 
 
@@ -436,14 +450,15 @@ def _softmax(x):
     entry = _entry("softmax", ("softmax", _DTYPES[x.dtype],
                                (("cols", cols), ("out_bytes", x.element_size()),
                                 ("rows", rows)), dev))
-    if entry is None or rows == 0:
+    xp = x.data_ptr()
+    if entry is None or rows == 0 or _misaligned("softmax", xp):
         return torch.softmax(x, dim=-1)
     out = torch.empty_like(x)
     handle = _stream_handle(dev)
     partial = _scratch(entry, "partial", dev, handle)
     # out_f32 is written only for f32 output of a narrower dtype (out_bytes 4): not here,
     # but its pointer must be a valid address.
-    _launch(entry, dev, handle, _SOFTMAX_ARGS, x.data_ptr(), out.data_ptr(), partial.data_ptr(),
+    _launch(entry, dev, handle, _SOFTMAX_ARGS, xp, out.data_ptr(), partial.data_ptr(),
             partial.data_ptr())
     return out
 
@@ -475,10 +490,11 @@ def _silu_and_mul(x):
     dev = x.get_device()
     entry = _entry("silu_and_mul", ("silu_and_mul", _DTYPES[x.dtype],
                                     (("inter", inter), ("tokens", rows)), dev))
-    if entry is None or rows == 0:
+    xp = x.data_ptr()
+    if entry is None or rows == 0 or _misaligned("silu_and_mul", xp):
         return F.silu(x[..., :inter]) * x[..., inter:]
     out = x.new_empty((*x.shape[:-1], inter))  # x's dtype and device, less host time
-    _launch(entry, dev, None, _SILU_AND_MUL_ARGS, x.data_ptr(), out.data_ptr())
+    _launch(entry, dev, None, _SILU_AND_MUL_ARGS, xp, out.data_ptr())
     return out
 
 
@@ -543,13 +559,13 @@ def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved):
                         (("head_dim", head_dim), ("heads", heads),
                          ("interleaved", int(interleaved)), ("kv_heads", kv_heads),
                          ("tokens", tokens)), dev))
-    if entry is None:
+    qp, kp, cp = q.data_ptr(), k.data_ptr(), cos_sin.data_ptr()
+    if entry is None or _misaligned(op, qp | kp | cp):
         _rope_torch(positions, q, k, head_dim, cos_sin, interleaved)
         return
     # The kernel reads int32 positions (vLLM passes int64): one small conversion kernel.
     pos = positions if positions.dtype == torch.int32 else positions.to(torch.int32)
-    _launch(entry, dev, None, _ROPE_ARGS, q.data_ptr(), k.data_ptr(), cos_sin.data_ptr(),
-            pos.data_ptr())
+    _launch(entry, dev, None, _ROPE_ARGS, qp, kp, cp, pos.data_ptr())
 
 
 @torch.library.custom_op("ktune::rotary_embedding", mutates_args=("q", "k"))
@@ -617,18 +633,18 @@ def _linear(x, weight, bias):
     else:
         key = ("gemm", _DTYPES[x.dtype], (("k", k), ("m", m), ("n", n)), dev)
     entry = _entry(op, key)
-    if entry is None or m == 0:
+    xp, wp = x.data_ptr(), weight.data_ptr()
+    if entry is None or m == 0 or _misaligned(op, xp | wp):
         return F.linear(x, weight, bias)
     out = x.new_empty((*x.shape[:-1], n))  # x's dtype and device, less host time
     handle = _stream_handle(dev)
     if gemv:
         partial = _scratch(entry, "partial", dev, handle)
-        _launch(entry, dev, handle, _GEMV_ARGS, x.data_ptr(), weight.data_ptr(), out.data_ptr(),
-                partial.data_ptr())
+        _launch(entry, dev, handle, _GEMV_ARGS, xp, wp, out.data_ptr(), partial.data_ptr())
     else:
         one, partial, counters = _gemm_buffers(entry, dev, handle)
-        _launch(entry, dev, handle, _LINEAR_ARGS, x.data_ptr(), weight.data_ptr(),
-                out.data_ptr(), one, one, partial, counters)
+        _launch(entry, dev, handle, _LINEAR_ARGS, xp, wp, out.data_ptr(), one, one, partial,
+                counters)
     if bias is not None:
         out.add_(bias)
     return out
