@@ -178,6 +178,53 @@ class TorchOpsTest(unittest.TestCase):
                                 "ktune.rms_norm", "ktune.rotary_embedding", "ktune.silu_and_mul",
                                 "ktune.softmax"])
 
+    def test_fp8_linear(self):
+        """fp8 e4m3 and e5m2 inputs with per-tensor scales, bf16 out: the gemm template's fp8
+        keys (sm_89 and later), at decode and odd sizes, against float math; the torch
+        fallback (misaligned x) agrees; bad arguments are named."""
+        if torch.cuda.get_device_capability() < (8, 9) or not hasattr(torch, "float8_e4m3fn"):
+            self.skipTest("fp8 needs sm_89 or later and torch's float8 types")
+        kt = self.kt
+        sx = torch.tensor([1.5], device="cuda")
+        sw = torch.tensor([0.75], device="cuda")
+        for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            for m, n, k in ((1, 1024, 4096), (16, 1024, 4096), (77, 1000, 1024)):
+                x = (torch.rand(m, k, device="cuda") * 2 - 1).to(dtype)
+                w = (torch.rand(n, k, device="cuda") * 2 - 1).to(dtype)
+                b = torch.rand(n, device="cuda", dtype=torch.bfloat16)
+                ref = (x.double() @ w.double().T * (1.5 * 0.75)).float()
+                # The manifest's fp8 tolerance: atol 1.2e-3 * sqrt(k), rtol 1.6e-2.
+                atol = 1.2e-3 * k ** 0.5
+                what = f"fp8_linear {dtype} m={m} n={n} k={k}"
+                out = kt.fp8_linear(x, w, sx, sw)
+                self.assertEqual((out.dtype, tuple(out.shape)), (torch.bfloat16, (m, n)))
+                self.assertClose(out, ref, atol, 1.6e-2, what)
+                self.assertClose(torch.ops.ktune.fp8_linear(x, w, sx, sw, b), ref + b.float(),
+                                 atol, 1.6e-2, what + " + bias (op)")
+                x3 = x.reshape(1, m, k)
+                self.assertEqual(tuple(kt.fp8_linear(x3, w, sx, sw).shape), (1, m, n))
+        x = (torch.rand(16, 1024, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+        w = (torch.rand(512, 1024, device="cuda") * 2 - 1).to(torch.float8_e4m3fn)
+        buf = torch.empty(16 * 1024 + 1, device="cuda", dtype=torch.float8_e4m3fn)
+        shifted = buf[1:].view(16, 1024)
+        shifted.copy_(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.assertClose(kt.fp8_linear(shifted, w, sx, sw),
+                             (x.double() @ w.double().T * 1.125).float(), 1.2e-3 * 32, 1.6e-2,
+                             "fp8_linear fallback (x shifted)")
+        for call, message in [
+                (lambda: kt.fp8_linear(x.to(torch.bfloat16), w, sx, sw), "x is torch.bfloat16"),
+                (lambda: kt.fp8_linear(x, w.to(torch.float8_e5m2), sx, sw), "weight is"),
+                (lambda: kt.fp8_linear(x, w, torch.ones(2, device="cuda"), sw),
+                 "scale_x has 2 elements"),
+                (lambda: kt.fp8_linear(x, w, sx, sw.double()), "scale_w is torch.float64"),
+                (lambda: kt.fp8_linear(x, w[:, :512].contiguous(), sx, sw),
+                 "x's last dim is 1024")]:
+            with self.assertRaises((ValueError, TypeError)) as e:
+                call()
+            self.assertIn(message, str(e.exception))
+
     def test_prefetch_loads_every_key_in_one_call(self):
         out = self.kt.prefetch([("rmsnorm", torch.bfloat16, {"tokens": 3, "hidden": 1024}),
                                 ("no_such_template", torch.bfloat16, {"n": 1})])

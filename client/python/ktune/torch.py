@@ -16,6 +16,8 @@ fake kernel, so torch.compile traces through it:
     rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved) -> None
                                                          rope; q and k rotated in place
     linear(x, weight, bias) -> out                       gemm: x @ weight.T (+ bias)
+    fp8_linear(x, weight, scale_x, scale_w, bias) -> out gemm in fp8 (e4m3 or e5m2) with
+                                                         per-tensor scales, bf16 out
 
 fused_add_rms_norm returns the normalized rows instead of overwriting x (vLLM's does): the
 kernel's parameters are __restrict__, so out may not alias x.
@@ -55,6 +57,9 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
                       f"{torch.__version__}")
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+# fp8 inputs of fp8_linear (torch >= 2.1 has both types).
+_FP8_DTYPES = {getattr(torch, name): ktune_name for name, ktune_name in
+               (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")) if hasattr(torch, name)}
 _TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
                  "i32": torch.int32}
 
@@ -117,7 +122,7 @@ def prefetch(keys):
     template's dims. Call it with the device current, before capturing CUDA graphs. Returns one
     item per key: None when it is loaded, else the ktune.Error (the ops fall back to torch for
     that key); warns once when ktuned cannot be reached."""
-    normal = [(k[0], _DTYPES.get(k[1], k[1]), k[2], k[3] if len(k) > 3 else
+    normal = [(k[0], _DTYPES.get(k[1], _FP8_DTYPES.get(k[1], k[1])), k[2], k[3] if len(k) > 3 else
                torch.cuda.current_device()) for k in keys]
     out = [None] * len(normal)
     for index in sorted({k[3] for k in normal}):  # each device's keys in its context
@@ -667,3 +672,78 @@ def linear(x, weight, bias=None):
     if _eager(x, weight) and (bias is None or _eager(bias)):
         return _linear(x, weight, bias)
     return _linear_op(x, weight, bias)
+
+
+def _fp8_linear_torch(x2, weight, scale_x, scale_w):
+    """fp8_linear in torch (the fallback), x2 [m, k]: cuBLAS's fp8 GEMM where it takes the
+    operands (e4m3, k and n multiples of 16, 16-byte aligned, sm_89 or later), else in
+    float."""
+    if (x2.dtype == getattr(torch, "float8_e4m3fn", None) and x2.shape[0] > 0
+            and not (x2.data_ptr() | weight.data_ptr()) & 15 and x2.shape[1] % 16 == 0
+            and weight.shape[0] % 16 == 0 and hasattr(torch, "_scaled_mm")
+            and torch.cuda.get_device_capability(x2.device) >= (8, 9)):
+        # weight.t() of the row-major [n, k] weight is the column-major operand it wants.
+        out = torch._scaled_mm(x2, weight.t(), scale_a=scale_x.reshape(()),
+                               scale_b=scale_w.reshape(()), out_dtype=torch.bfloat16)
+        return out[0] if isinstance(out, tuple) else out  # torch < 2.5: (out, amax)
+    return ((x2.float() @ weight.float().t()) * (scale_x.float() * scale_w.float())).to(
+        torch.bfloat16)
+
+
+def _fp8_linear(x, weight, scale_x, scale_w, bias):
+    op = "fp8_linear"
+    if isinstance(x, torch.Tensor) and x.dtype not in _FP8_DTYPES:
+        raise ValueError(f"ktune.{op}: x is {x.dtype}; expected torch.float8_e4m3fn or "
+                         f"torch.float8_e5m2 (16-bit and float32 layers: ktune.linear)")
+    _tensor(op, "x", x, dtype=getattr(x, "dtype", None))
+    dev = x.get_device()
+    _tensor(op, "weight", weight, dev, x.dtype, dim=2)
+    for name, s in (("scale_x", scale_x), ("scale_w", scale_w)):
+        _tensor(op, name, s, dev, torch.float32)
+        if s.numel() != 1:
+            raise ValueError(f"ktune.{op}: {name} has {s.numel()} elements; expected 1 (a "
+                             f"per-tensor scale)")
+    if bias is not None:
+        _tensor(op, "bias", bias, dev, torch.bfloat16, dim=1)
+        if bias.shape[0] != weight.shape[0]:
+            raise ValueError(f"ktune.{op}: bias has {bias.shape[0]} elements; weight has "
+                             f"{weight.shape[0]} rows")
+    m, k = _rows(op, x, None)
+    n = weight.shape[0]
+    if weight.shape[1] != k:
+        raise ValueError(f"ktune.{op}: weight is {tuple(weight.shape)}; x's last dim is {k}")
+    entry = _entry(op, ("gemm", _FP8_DTYPES[x.dtype], (("k", k), ("m", m), ("n", n)), dev))
+    xp, wp = x.data_ptr(), weight.data_ptr()
+    if entry is None or m == 0 or _misaligned(op, xp | wp):
+        out = _fp8_linear_torch(x.reshape(m, k), weight, scale_x, scale_w).reshape(
+            *x.shape[:-1], n)
+    else:
+        out = x.new_empty((*x.shape[:-1], n), dtype=torch.bfloat16)
+        handle = _stream_handle(dev)
+        _, partial, counters = _gemm_buffers(entry, dev, handle)
+        _launch(entry, dev, handle, _LINEAR_ARGS, xp, wp, out.data_ptr(), scale_x.data_ptr(),
+                scale_w.data_ptr(), partial, counters)
+    if bias is not None:
+        out.add_(bias)
+    return out
+
+
+@torch.library.custom_op("ktune::fp8_linear", mutates_args=())
+def _fp8_linear_op(x: torch.Tensor, weight: torch.Tensor, scale_x: torch.Tensor,
+                   scale_w: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    return _fp8_linear(x, weight, scale_x, scale_w, bias)
+
+
+@_fp8_linear_op.register_fake
+def _(x, weight, scale_x, scale_w, bias=None):
+    return x.new_empty(*x.shape[:-1], weight.shape[0], dtype=torch.bfloat16)
+
+
+def fp8_linear(x, weight, scale_x, scale_w, bias=None):
+    """(x @ weight.T) * scale_x * scale_w (+ bias), in bf16: x [..., k] and weight [n, k]
+    (nn.Linear's layout) of one fp8 type (float8_e4m3fn or float8_e5m2), scale_x and scale_w
+    float32 tensors of one element (per-tensor scales, as torch._scaled_mm takes), bias bf16
+    [n] or None (template gemm; sm_89 or later)."""
+    if _eager(x, weight, scale_x, scale_w) and (bias is None or _eager(bias)):
+        return _fp8_linear(x, weight, scale_x, scale_w, bias)
+    return _fp8_linear_op(x, weight, scale_x, scale_w, bias)
