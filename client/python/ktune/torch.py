@@ -618,20 +618,26 @@ def _constant(device, name, value, dtype):
     return t
 
 
-def _linear(x, weight, bias):
-    op = "linear"
-    _tensor(op, "x", x)
-    dev = x.get_device()
+def _linear_dims(op, x, weight, bias, dev, bias_dtype):
+    """(m, k, n) of a linear layer x [..., k] . weight [n, k]^T (+ bias [n]), after checking
+    weight and bias against x (which is checked already, on device index `dev`)."""
     _tensor(op, "weight", weight, dev, x.dtype, dim=2)
     if bias is not None:
-        _tensor(op, "bias", bias, dev, x.dtype, dim=1)
+        _tensor(op, "bias", bias, dev, bias_dtype, dim=1)
         if bias.shape[0] != weight.shape[0]:
             raise ValueError(f"ktune.{op}: bias has {bias.shape[0]} elements; weight has "
                              f"{weight.shape[0]} rows")
     m, k = _rows(op, x, None)
-    n = weight.shape[0]
     if weight.shape[1] != k:
         raise ValueError(f"ktune.{op}: weight is {tuple(weight.shape)}; x's last dim is {k}")
+    return m, k, weight.shape[0]
+
+
+def _linear(x, weight, bias):
+    op = "linear"
+    _tensor(op, "x", x)
+    dev = x.get_device()
+    m, k, n = _linear_dims(op, x, weight, bias, dev, x.dtype)
     gemv = x.dtype == torch.float32 and 0 < m <= _GEMV_MAX_ROWS
     if gemv:
         key = ("gemv", "f32", (("batch", m), ("k", k), ("n", n)), dev)
@@ -697,21 +703,12 @@ def _fp8_linear(x, weight, scale_x, scale_w, bias):
                          f"torch.float8_e5m2 (16-bit and float32 layers: ktune.linear)")
     _tensor(op, "x", x, dtype=getattr(x, "dtype", None))
     dev = x.get_device()
-    _tensor(op, "weight", weight, dev, x.dtype, dim=2)
+    m, k, n = _linear_dims(op, x, weight, bias, dev, torch.bfloat16)
     for name, s in (("scale_x", scale_x), ("scale_w", scale_w)):
         _tensor(op, name, s, dev, torch.float32)
         if s.numel() != 1:
             raise ValueError(f"ktune.{op}: {name} has {s.numel()} elements; expected 1 (a "
                              f"per-tensor scale)")
-    if bias is not None:
-        _tensor(op, "bias", bias, dev, torch.bfloat16, dim=1)
-        if bias.shape[0] != weight.shape[0]:
-            raise ValueError(f"ktune.{op}: bias has {bias.shape[0]} elements; weight has "
-                             f"{weight.shape[0]} rows")
-    m, k = _rows(op, x, None)
-    n = weight.shape[0]
-    if weight.shape[1] != k:
-        raise ValueError(f"ktune.{op}: weight is {tuple(weight.shape)}; x's last dim is {k}")
     entry = _entry(op, ("gemm", _FP8_DTYPES[x.dtype], (("k", k), ("m", m), ("n", n)), dev))
     xp, wp = x.data_ptr(), weight.data_ptr()
     if entry is None or m == 0 or _misaligned(op, xp | wp):
