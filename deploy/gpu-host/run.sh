@@ -4,7 +4,9 @@
 #   run.sh [STAGE...]   stages: tests rmsnorm elementwise repeat compile daemon spec torch
 #                       (default: all)
 #                       and, not in the default: gemm (tunes GEMM keys, repeatability, NVRTC
-#                       time; $GEMM_KEYS), peers (fills a 10-minute call; flags in $PEERS_ARGS),
+#                       time; $GEMM_KEYS), decode (gemm at a decode step's rows in every
+#                       dtype, and gemv f32, beside cuBLAS; $DECODE_DEADLINE_S), peers (fills
+#                       a 10-minute call; flags in $PEERS_ARGS),
 #                       llama (bench/llama_layer.py: the Llama-3-8B layer eager / torch.compile /
 #                       ktune; flags in $LLAMA_ARGS), overhead (bench/torch_overhead.py: a
 #                       ktune.torch op's host time per call beyond a bare cuLaunchKernel)
@@ -161,6 +163,33 @@ if want peers; then
   kill -TERM "$daemon"; wait "$daemon"
   echo "peers: exit $rc (0: every goal met) | ktuned exit $? after SIGTERM" >> "$summary"
   if [ -s "$out/peers.md" ]; then cat "$out/peers.md" >> "$summary"; else tail -n 20 "$out/peers.log" >> "$summary"; fi
+fi
+if want decode; then
+  # The gemm template at a decode step's rows in every dtype: its GPU check (each path's
+  # variants, the few-rows path's among them), then bench/peers.py tuning each key
+  # exhaustively beside cuBLAS (f32 at 1, 16 and 32 rows, bf16 and fp8 e4m3 at 1 and 8, on
+  # qkv and o), and gemv f32 at its shapes: ktune.torch's linear takes gemv for f32 rows
+  # 1-8, which these figures confirm or overturn. $DECODE_DEADLINE_S (default 120) stops
+  # starting keys in each of the three runs; one ktuned serves them all.
+  "$here/bin/kernels_gpu_test" --gtest_filter='*gemm*' --gtest_brief=1 \
+    > "$out/decode-gpu-test.log" 2>&1
+  echo "decode: kernels_gpu_test gemm: exit $? | $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/decode-gpu-test.log" | tr '\n' ' ')" >> "$summary"
+  start_ktuned ktuned-decode.sock decode.db ktuned-decode.log
+  for run in "f32|--ops gemm --gemm-dtypes f32 --gemm-proj qkv,o --gemm-m 1,16,32" \
+             "lowp|--ops gemm --gemm-dtypes bf16,f8e4m3 --gemm-proj qkv,o --gemm-m 1,8" \
+             "gemv|--ops gemv --dtype f32"; do
+    name="${run%%|*}"
+    mkdir -p "$out/decode-$name"
+    # shellcheck disable=SC2086  # the run's flags are a list
+    PYTHONPATH="$here/python" python3 "$here/bench/peers.py" --target "unix://$sock" \
+      --out "$out/decode-$name" ${run#*|} --strategy exhaustive \
+      --deadline-s "${DECODE_DEADLINE_S:-120}" > "$out/decode-$name/peers.log" 2>&1
+    echo "decode $name: exit $? (0: every goal met)" >> "$summary"
+    if [ -s "$out/decode-$name/peers.md" ]; then cat "$out/decode-$name/peers.md" >> "$summary"
+    else tail -n 20 "$out/decode-$name/peers.log" >> "$summary"; fi
+  done
+  kill -TERM "$daemon"; wait "$daemon"
+  echo "ktuned (decode): exit $? after SIGTERM" >> "$summary"
 fi
 if want llama; then
   # bench/llama_layer.py: the decoder layer three ways, through a ktuned of its own; the
