@@ -196,9 +196,9 @@ class CachedKernel:
                 for plan, address, layout, launch in steps:
                     try:
                         err = with_values(plan, stream, address, layout, values)
-                    except ValueError:
-                        self._name_misaligned(names, values)
-                        raise
+                    except ValueError as e:
+                        raise ValueError(self._misaligned_message(names, values) or
+                                         str(e)) from None
                     if err != 0:
                         check_launch(cu, err, launch)
             return run
@@ -226,13 +226,17 @@ class CachedKernel:
         arg = self._aligned.get(name)
         return arg.alignment << 8 if arg is not None else 0
 
-    def _name_misaligned(self, names, values):
-        """Raises ValueError naming the buffer among `values` (named by `names`) that is off
-        its alignment, if one is: launch_with's own message knows only an index."""
+    def _misaligned_message(self, names, values):
+        """The message naming the buffer among `values` (named by `names`) that is off its
+        alignment, or None: launch_with's own message knows only an index."""
         for name, value in zip(names, values):
             arg = self._aligned.get(name)
-            if arg is not None:
-                check_alignment(arg, int(value))
+            if arg is not None and isinstance(value, int):
+                try:
+                    check_alignment(arg, value)
+                except ValueError as e:
+                    return str(e)
+        return None
 
     def _map_launcher(self, names):
         """launcher() for a kernel that takes tensor maps (the scalars are the artifact's: a
