@@ -8,6 +8,7 @@ import ctypes
 import struct
 import subprocess
 import sys
+import threading
 import unittest
 
 import ktune
@@ -300,6 +301,18 @@ class CachedTensorMapKernelFastPathTest(unittest.TestCase):
         self.assertEqual(len(self.cu.launched), 2)  # the BoundKernel's (the fake driver's)
 
 
+def fast_entry(a):
+    """(entry, recorder): a CachedKernel of artifact `a` over the fake driver whose launches
+    go through C into a new Recorder, installed."""
+    e = CachedKernel(a, ktune.LoadedKernel(a, driver=FakeDriver({"_Z14rmsnorm_kernelI",
+                                                                 "_Z6second"})), None)
+    e.fast = _fastlaunch.launch
+    e._plans = [launch_plan(0x7000 + i, launch) for i, launch in enumerate(a.launches)]
+    rec = Recorder()
+    rec.install()
+    return e, rec
+
+
 class CachedKernelFastPathTest(unittest.TestCase):
     """An entry whose `fast` is set launches through it, from the plans made once."""
 
@@ -359,12 +372,7 @@ class CachedKernelFastPathTest(unittest.TestCase):
 
     def test_a_misaligned_buffer_is_named_before_any_launch_of_the_run(self):
         a = aligned_artifact()
-        e = CachedKernel(a, ktune.LoadedKernel(a, driver=FakeDriver({"_Z14rmsnorm_kernelI",
-                                                                     "_Z6second"})), None)
-        e.fast = _fastlaunch.launch
-        e._plans = [launch_plan(0x7000 + i, launch) for i, launch in enumerate(a.launches)]
-        self.rec = Recorder()
-        self.rec.install()
+        e, self.rec = fast_entry(a)
         run = e.launcher(("x", "weight", "out"))
         # out is the second launch's only: the first is not enqueued either.
         with self.assertRaisesRegex(ValueError, "buffer 'out' at 0x3002 is not 4-byte aligned"):
@@ -412,6 +420,156 @@ class CachedKernelLauncherTest(unittest.TestCase):
         self.assertEqual([c for c in cu.calls if c[0] == "launch"], [])
         run(0, 0x1000, 0x2000, 0x3004)
         self.assertEqual(len([c for c in cu.calls if c[0] == "launch"]), 2)
+
+
+class FakeTensor:
+    """What hot_call reads of a torch tensor, with the values a test sets."""
+
+    def __init__(self, shape, dtype="bf16", device=0, address=0x10000, contiguous=True,
+                 requires_grad=False):
+        self.shape, self.dtype, self.requires_grad = tuple(shape), dtype, requires_grad
+        self._device, self._address, self._contiguous = device, address, contiguous
+
+    def get_device(self):
+        return self._device
+
+    def is_contiguous(self):
+        return self._contiguous
+
+    def data_ptr(self):
+        return self._address
+
+    def new_empty(self, shape, dtype=None):
+        return FakeTensor(shape, dtype or self.dtype, self._device, 0x90000)
+
+
+class FakeSubclass(FakeTensor):
+    pass
+
+
+class HotCallTest(unittest.TestCase):
+    """hot_call (ktune.torch's hot path) against fake tensors: a plan replays its launches
+    with this call's addresses and scalars only where every check holds; else None."""
+
+    def setUp(self):
+        e, self.rec = fast_entry(artifact())
+        self.names = ("x", "weight", "out", "eps")
+        self.run = e.launcher(self.names)
+        self.grad, self.device, self.streams = [False], [0], {0: 0x5000, 1: 0x5000}
+        self.errors = []
+        _fastlaunch.hot_setup(FakeTensor, None, lambda: self.grad[0], lambda: self.device[0],
+                              lambda d: self.streams[d],
+                              lambda t: FakeTensor(t.shape, t.dtype, t.get_device(), 0x80000))
+        self.generation, self.epoch = [3], [7]
+        self.x, self.w = FakeTensor((8, 4096), address=0x10000), FakeTensor((4096,),
+                                                                           address=0x20000)
+        self.table = {self.signature(self.x, self.w, 0.5): self.plan()}
+
+    def tearDown(self):
+        _fastlaunch.hot_setup(None, None, None, None, None, None)
+
+    @staticmethod
+    def signature(*args):
+        return (threading.get_ident(), 0, 0x5000) + tuple(
+            (a.shape, a.dtype, a.get_device()) if type(a) is FakeTensor else a for a in args)
+
+    def plan(self, out_kind=0, out_shape=None, sources=(0, 1, 1 << 8, 2 << 8 | 2)):
+        def on_error(i, err):
+            self.errors.append((i, err))
+            raise RuntimeError(f"launch {i}: CUresult {err}")
+        return (self.generation, 3, self.epoch, 7, tuple(self.run.steps_ref[0][1]), sources,
+                (15, 15, 0), (0xC0000,), out_kind, 0, out_shape, on_error)
+
+    def test_a_repeated_call_launches_with_its_own_addresses_and_scalars(self):
+        out = _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
+        self.assertIsInstance(out, FakeTensor)
+        self.assertEqual((out.shape, out.data_ptr()), ((8, 4096), 0x80000))
+        self.assertEqual(len(self.rec.calls), 2)  # both launches of the artifact
+        self.assertEqual(self.rec.calls[0][:5], (0x7000, (4096, 1, 1), (256, 1, 1), 1024,
+                                                 0x5000))
+        self.assertEqual(self.rec.calls[0][5], 0x10000)  # launch 0's first arg: x
+        self.assertEqual(self.rec.first_f32[1], 0.5)     # launch 1's first arg: eps
+        x2 = FakeTensor((8, 4096), address=0x30000)
+        _fastlaunch.hot_call(self.table, x2, self.w, 0.5)
+        self.assertEqual(self.rec.calls[2][5], 0x30000)
+
+    def test_anything_that_changed_takes_the_python_path(self):
+        hot = _fastlaunch.hot_call
+        t = self.table
+        self.assertIsNone(hot({}, self.x, self.w, 0.5))
+        self.assertIsNone(hot(t, FakeTensor((9, 4096)), self.w, 0.5))           # shape
+        self.assertIsNone(hot(t, FakeTensor((8, 4096), "f16"), self.w, 0.5))    # dtype
+        self.assertIsNone(hot(t, FakeTensor((8, 4096), device=1), self.w, 0.5))  # device
+        self.assertIsNone(hot(t, self.x, self.w, 0.25))                         # a scalar
+        self.assertIsNone(hot(t, FakeTensor((8, 4096), contiguous=False), self.w, 0.5))
+        self.assertIsNone(hot(t, FakeSubclass((8, 4096)), self.w, 0.5))         # a subclass
+        self.assertIsNone(hot(t, FakeTensor((8, 4096), address=0x10008), self.w, 0.5))
+        self.assertIsNone(hot(t, self.x, self.w, [0.5]))                        # unhashable
+        grad_x = FakeTensor((8, 4096), requires_grad=True)
+        self.assertIsNotNone(hot(t, grad_x, self.w, 0.5))  # autograd off: nothing recorded
+        self.grad[0] = True
+        self.assertIsNone(hot(t, grad_x, self.w, 0.5))
+        self.assertIsNotNone(hot(t, self.x, self.w, 0.5))
+        self.device[0] = 1
+        self.assertIsNone(hot(t, self.x, self.w, 0.5))  # another current device
+        self.device[0] = 0
+        self.streams[0] = 0x6000
+        self.assertIsNone(hot(t, self.x, self.w, 0.5))  # another stream
+        self.streams[0] = 0x5000
+        self.generation[0] += 1
+        self.assertIsNone(hot(t, self.x, self.w, 0.5))  # the kernel was replaced
+        self.generation[0] -= 1
+        self.epoch[0] += 1
+        self.assertIsNone(hot(t, self.x, self.w, 0.5))  # a scratch buffer was replaced
+        self.epoch[0] -= 1
+        result = []
+        thread = threading.Thread(target=lambda: result.append(hot(t, self.x, self.w, 0.5)))
+        thread.start()
+        thread.join()
+        self.assertEqual(result, [None])  # another thread: its own launcher and plans
+        self.assertEqual(len(self.rec.calls), 2 * 2)  # only the two hits launched
+
+    def test_outputs_of_a_shape_with_a_dtype_or_none(self):
+        self.table[self.signature(self.x, self.w, 0.5)] = self.plan(1, (8, 2048))
+        out = _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
+        self.assertEqual((out.shape, out.dtype, out.data_ptr()), ((8, 2048), "bf16", 0x90000))
+        self.table[self.signature(self.x, self.w, 0.5)] = self.plan(2, ((8, 16), {"dtype": "x"}))
+        out = _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
+        self.assertEqual((out.shape, out.dtype), ((8, 16), "x"))
+        self.table[self.signature(self.x, self.w, 0.5)] = self.plan(3)
+        self.assertIs(_fastlaunch.hot_call(self.table, self.x, self.w, 0.5), True)
+        # A constant as a value: launch 0's first arg (x's slot) from the plan's consts.
+        self.table[self.signature(self.x, self.w, 0.5)] = self.plan(
+            sources=(3 << 8, 1, 1 << 8, 2 << 8 | 2))
+        _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
+        self.assertEqual(self.rec.calls[-2][5], 0xC0000)
+        self.assertEqual(len(self.rec.calls), 4 * 2)
+
+    def test_a_failed_launch_is_raised_by_the_plan(self):
+        self.rec.result = LAUNCH_FAILED
+        with self.assertRaisesRegex(RuntimeError, f"launch 0: CUresult {LAUNCH_FAILED}"):
+            _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
+        self.assertEqual(self.errors, [(0, LAUNCH_FAILED)])
+        self.assertEqual(len(self.rec.calls), 1)  # the second launch was not tried
+
+    def test_no_current_device_takes_the_python_path(self):
+        def no_driver():
+            raise RuntimeError("Found no NVIDIA driver on your system")
+        _fastlaunch.hot_setup(FakeTensor, None, lambda: False, no_driver, lambda d: 0x5000,
+                              lambda t: t)
+        self.assertIsNone(_fastlaunch.hot_call(self.table, self.x, self.w, 0.5))
+        self.assertEqual(self.rec.calls, [])
+
+    def test_without_setup_or_with_a_bad_table_it_refuses(self):
+        _fastlaunch.hot_setup(None, None, None, None, None, None)
+        with self.assertRaisesRegex(TypeError, "table must be a dict"):
+            _fastlaunch.hot_call([], self.x)
+        self.table[self.signature(self.x, self.w, 0.5)] = ("not", "a", "plan")
+        _fastlaunch.hot_setup(FakeTensor, None, lambda: False, lambda: 0, lambda d: 0x5000,
+                              lambda t: t)
+        with self.assertRaisesRegex(TypeError, "a plan must be a tuple of its fields"):
+            _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
+        self.assertEqual(self.rec.calls, [])
 
 
 if __name__ == "__main__":

@@ -225,6 +225,94 @@ class TorchOpsTest(unittest.TestCase):
                 call()
             self.assertIn(message, str(e.exception))
 
+    def test_a_repeated_call_takes_the_hot_path_and_agrees(self):
+        """The first call of a signature takes the Python path and records a plan; the next
+        with new tensors of the same shapes launches from C (no Python path: nothing is
+        recorded again) and computes the same as torch. In-place results included."""
+        kt = self.kt
+        if kt._hot_call is None:
+            self.skipTest("no C hot path (KTUNE_FASTLAUNCH=0, KTUNE_TORCH_HOT=0 or no "
+                          "extension)")
+        F = torch.nn.functional
+        bf = torch.bfloat16
+
+        def rand(*shape, dtype=bf, lo=-1.0, hi=1.0):
+            return (torch.rand(*shape, device="cuda") * (hi - lo) + lo).to(dtype)
+
+        w = rand(2048, lo=0.5, hi=1.5)
+        b = rand(2048, lo=-0.5, hi=0.5)
+        lw = rand(512, 2048, lo=-0.5, hi=0.5)
+        pos = torch.arange(8, device="cuda", dtype=torch.int32)
+        half = torch.arange(32, device="cuda").float()[None, :] * 1e-2
+        cos_sin = torch.cat(((pos[:, None] * half).cos(), (pos[:, None] * half).sin()),
+                            -1).contiguous()
+
+        def rope(q, k):
+            q, k = q.clone(), k.clone()
+            kt._rope_torch(pos, q, k, 64, cos_sin, False)
+            return q, k
+
+        def fused(x, r):
+            r2 = r.float() + x.float()
+            return F.rms_norm(r2, (2048,), w.float(), 1e-6), r2
+
+        cases = [
+            ("rms_norm", lambda x: kt.rms_norm(x, w, 1e-6),
+             lambda x: F.rms_norm(x.float(), (2048,), w.float(), 1e-6), 1e-5),
+            ("layer_norm", lambda x: kt.layer_norm(x, w, b, 1e-5),
+             lambda x: F.layer_norm(x.float(), (2048,), w.float(), b.float(), 1e-5), 1e-2),
+            ("layer_norm", lambda x: kt.layer_norm(x, w, None, 1e-5),
+             lambda x: F.layer_norm(x.float(), (2048,), w.float(), None, 1e-5), 1e-2),
+            ("softmax", kt.softmax, lambda x: torch.softmax(x.float(), -1), 1e-6),
+            ("silu_and_mul", kt.silu_and_mul,
+             lambda x: F.silu(x[:, :1024].float()) * x[:, 1024:].float(), 1e-2),
+            ("linear", lambda x: kt.linear(x, lw), lambda x: x.float() @ lw.float().T, 0.5),
+        ]
+        recorded = []
+        remember = kt._remember
+
+        def counting(op, *args, **kwargs):
+            recorded.append(op)
+            return remember(op, *args, **kwargs)
+
+        kt._remember = counting
+        try:
+            for op, call, ref, atol in cases:
+                recorded.clear()
+                call(rand(8, 2048))
+                self.assertEqual(recorded, [op], f"{op}: the first call records its plan")
+                x = rand(8, 2048)
+                self.assertClose(call(x), ref(x), atol, 1.6e-2, f"{op}, the hot path")
+                self.assertEqual(recorded, [op], f"{op}: the second call took the hot path")
+            # In place: fused_add_rms_norm's residual, rope's q and k.
+            recorded.clear()
+            kt.fused_add_rms_norm(rand(8, 2048), rand(8, 2048), w, 1e-6)
+            x, r = rand(8, 2048), rand(8, 2048)
+            want, new_r = fused(x, r)
+            out = kt.fused_add_rms_norm(x, r, w, 1e-6)
+            self.assertClose(r, new_r, 1e-2, 1.6e-2, "residual, the hot path")
+            self.assertClose(out, want, 1e-5, 1.6e-2, "fused_add_rms_norm, the hot path")
+            q, k = rand(8, 4 * 64), rand(8, 2 * 64)
+            kt.rotary_embedding(pos, q, k, 64, cos_sin, False)
+            q, k = rand(8, 4 * 64), rand(8, 2 * 64)
+            q_ref, k_ref = rope(q, k)
+            self.assertIsNone(kt.rotary_embedding(pos, q, k, 64, cos_sin, False))
+            self.assertClose(q, q_ref, 1e-2, 1.6e-2, "rope q, the hot path")
+            self.assertClose(k, k_ref, 1e-2, 1.6e-2, "rope k, the hot path")
+            self.assertEqual(recorded, ["fused_add_rms_norm", "rotary_embedding"])
+            # Another stream: its own plan (scratch buffers are per stream), then hot there.
+            recorded.clear()
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                kt.softmax(rand(8, 2048))
+                x = rand(8, 2048)
+                self.assertClose(kt.softmax(x), torch.softmax(x.float(), -1), 1e-6, 1.6e-2,
+                                 "softmax on another stream")
+            torch.cuda.synchronize()
+            self.assertEqual(recorded, ["softmax"])
+        finally:
+            kt._remember = remember
+
     def test_prefetch_loads_every_key_in_one_call(self):
         out = self.kt.prefetch([("rmsnorm", torch.bfloat16, {"tokens": 3, "hidden": 1024}),
                                 ("no_such_template", torch.bfloat16, {"n": 1})])

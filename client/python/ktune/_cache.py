@@ -201,6 +201,8 @@ class CachedKernel:
                                          str(e)) from None
                     if err != 0:
                         check_launch(cu, err, launch)
+            # What a caller may replay from C (ktune.torch's hot path): [(owner, steps)].
+            run.steps_ref = [(packed, steps)]
             return run
 
         steps = [(self.kernel.functions[i], params.address,
@@ -308,6 +310,7 @@ class CachedKernel:
                                   f"{', '.join(names)}): {e}") from None
                 if err != 0:
                     check_launch(cu, err, launch)
+        run.steps_ref = state  # as _make_launcher's: filled at the first call
         return run
 
     def launch(self, pointers, stream, scalars=None):
@@ -382,6 +385,9 @@ class KernelCache:
         self._driver = driver
         self._loader = loader or (lambda artifact, cu: LoadedKernel(artifact, driver=cu))
         self._entries = {}   # key -> CachedKernel; read without the lock (a dict get)
+        # [n], n counting the changes to _entries: whoever keeps something of an entry
+        # outside the cache (ktune.torch's hot path) knows it is still the one held.
+        self.generation = [0]
         self._errors = {}    # key -> (ktune.Error, monotonic time it may be asked again)
         self._fetching = {}  # key -> threading.Event set when that fetch ends
         self._lock = threading.Lock()
@@ -478,6 +484,7 @@ class KernelCache:
                     continue  # the provisional kernel keeps serving
             with self._lock:
                 self._entries[key] = entry
+                self.generation[0] += 1
             replaced += 1
         return replaced
 
@@ -546,6 +553,7 @@ class KernelCache:
         with self._lock:
             if entry is not None:
                 self._entries[key] = entry
+                self.generation[0] += 1
                 self._errors.pop(key, None)
             else:
                 self._errors[key] = (error, time.monotonic() + self._retry_after_s)

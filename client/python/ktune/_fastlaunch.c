@@ -38,6 +38,7 @@
 // loads in any CPython from 3.11 on, the GPU host's included. No libcuda link: the driver is
 // whatever set_launch was given.
 #include <Python.h>
+#include <pythread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -227,38 +228,433 @@ static int WriteSlot(const Slot* slot, PyObject* value) {
   return 0;
 }
 
+// Writes `values` (a tuple) into the storage `layout` (bytes of Slots) names. Returns 0 with
+// an exception set when the layout or a value is bad.
+static int WriteLayout(PyObject* layout_bytes, PyObject* values) {
+  if (!PyBytes_Check(layout_bytes) ||
+      PyBytes_Size(layout_bytes) % (Py_ssize_t)sizeof(Slot) != 0) {
+    PyErr_SetString(PyExc_TypeError, "launch_with: layout must be bytes of 16-byte entries");
+    return 0;
+  }
+  if (!PyTuple_Check(values)) {
+    PyErr_SetString(PyExc_TypeError, "launch_with: values must be a tuple");
+    return 0;
+  }
+  const Py_ssize_t count = PyBytes_Size(layout_bytes) / (Py_ssize_t)sizeof(Slot);
+  const Py_ssize_t nvalues = PyTuple_Size(values);
+  const char* layout = PyBytes_AsString(layout_bytes);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    Slot slot;
+    memcpy(&slot, layout + i * (Py_ssize_t)sizeof(Slot), sizeof(Slot));  // bytes: unaligned
+    if (slot.address == 0) {
+      PyErr_SetString(PyExc_ValueError, "launch_with: a layout address is 0");
+      return 0;
+    }
+    if ((Py_ssize_t)slot.index >= nvalues) {
+      PyErr_Format(PyExc_IndexError, "launch_with: layout wants values[%u]; %zd given",
+                   slot.index, nvalues);
+      return 0;
+    }
+    if (!WriteSlot(&slot, PyTuple_GetItem(values, slot.index))) return 0;
+  }
+  return 1;
+}
+
 static PyObject* LaunchWith(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 5) {
     PyErr_SetString(PyExc_TypeError,
                     "launch_with(plan, stream, params, layout, values) takes 5 arguments");
     return NULL;
   }
-  if (!PyBytes_Check(args[3]) || PyBytes_Size(args[3]) % (Py_ssize_t)sizeof(Slot) != 0) {
-    PyErr_SetString(PyExc_TypeError, "launch_with: layout must be bytes of 16-byte entries");
-    return NULL;
-  }
-  if (!PyTuple_Check(args[4])) {
-    PyErr_SetString(PyExc_TypeError, "launch_with: values must be a tuple");
-    return NULL;
-  }
-  const Py_ssize_t count = PyBytes_Size(args[3]) / (Py_ssize_t)sizeof(Slot);
-  const Py_ssize_t nvalues = PyTuple_Size(args[4]);
-  const char* layout = PyBytes_AsString(args[3]);
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    Slot slot;
-    memcpy(&slot, layout + i * (Py_ssize_t)sizeof(Slot), sizeof(Slot));  // bytes: unaligned
-    if (slot.address == 0) {
-      PyErr_SetString(PyExc_ValueError, "launch_with: a layout address is 0");
-      return NULL;
-    }
-    if ((Py_ssize_t)slot.index >= nvalues) {
-      PyErr_Format(PyExc_IndexError, "launch_with: layout wants values[%u]; %zd given",
-                   slot.index, nvalues);
-      return NULL;
-    }
-    if (!WriteSlot(&slot, PyTuple_GetItem(args[4], slot.index))) return NULL;
-  }
+  if (!WriteLayout(args[3], args[4])) return NULL;
   return Launch(self, args, 3);
+}
+
+// ---- ktune.torch's hot path: hot_setup, hot_call ----
+//
+// A ktune.torch op called again with what it was called with before (the same shapes,
+// dtypes and device, on the same thread and stream, scalars equal) redoes none of its Python:
+// hot_call checks what could differ (exact torch.Tensor types, contiguity, autograd, not
+// under torch.compile, the current device and stream, 16-byte alignment, that neither the
+// kernel nor a scratch buffer was replaced), allocates the output, writes the call's values
+// into the kernel's parameters and launches, all in C. Anything else returns None and the op
+// takes its Python path, which checks and names every error, falls back to torch where it
+// must, and records a plan for the next such call.
+//
+//   hot_setup(tensor_type, is_compiling, is_grad_enabled, current_device, raw_stream,
+//             empty_like)           torch's objects hot_call uses (until called, or with
+//                                   tensor_type None: None always); is_compiling None: the
+//                                   caller tests it, as
+//                                   ktune.torch does (torch.compile's dynamo must not trace
+//                                   into a C call)
+//   hot_call(table, *args) -> out, True (an op without output), or None
+//       table: {signature: plan}, signature = (thread ident, current device, its current
+//       raw stream, per arg: (shape, dtype, get_device()) for a tensor, else the arg
+//       itself); plan: the tuple of the kPlan* fields.
+
+static PyObject* g_tensor_type = NULL;
+static PyObject* g_is_compiling = NULL;
+static PyObject* g_grad_enabled = NULL;
+static PyObject* g_current_device = NULL;
+static PyObject* g_raw_stream = NULL;
+static PyObject* g_empty_like = NULL;
+static PyObject* g_names[7];  // interned attribute names, see kName*
+
+enum { kNameShape, kNameDtype, kNameGetDevice, kNameIsContiguous, kNameRequiresGrad,
+       kNameDataPtr, kNameNewEmpty };
+static const char* const kNames[7] = {"shape", "dtype", "get_device", "is_contiguous",
+                                      "requires_grad", "data_ptr", "new_empty"};
+
+// A plan's fields, by index (ktune/torch.py builds the tuple).
+enum {
+  kPlanGenCell,      // a list whose [0] must equal kPlanGen (the kernel cache's generation)
+  kPlanGen,
+  kPlanScratchCell,  // the same for the scratch buffers' epoch
+  kPlanScratch,
+  kPlanSteps,        // tuple of (launch plan, params address, layout bytes, ...) per launch
+  kPlanSources,      // tuple of ints, one per launch value: kind << 8 | index
+  kPlanMasks,        // tuple of ints, one per arg: address bits that must be 0 (tensors)
+  kPlanConsts,       // tuple of values the sources of kind 3 name
+  kPlanOutKind,      // 0 empty_like(args[out arg]), 1 args[out arg].new_empty(shape),
+                     // 2 .new_empty(*kPlanOutShape) (shape, then a kwargs dict), 3 none
+  kPlanOutArg,
+  kPlanOutShape,
+  kPlanOnError,      // on_error(launch index, CUresult): raises the named error
+  kPlanFields
+};
+enum { kSourcePointer = 0, kSourceOut = 1, kSourceArg = 2, kSourceConst = 3 };
+#define KTUNE_HOT_MAX_ARGS 8
+
+static void SetGlobal(PyObject** slot, PyObject* value) {
+  PyObject* old = *slot;
+  Py_INCREF(value);
+  *slot = value;
+  Py_XDECREF(old);
+}
+
+static PyObject* HotSetup(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError,
+                    "hot_setup(tensor_type, is_compiling, is_grad_enabled, current_device, "
+                    "raw_stream, empty_like) takes 6 arguments");
+    return NULL;
+  }
+  if (args[0] != Py_None) {  // None turns the hot path off
+    for (int i = 2; i < 6; ++i) {
+      if (!PyCallable_Check(args[i])) {
+        PyErr_Format(PyExc_TypeError, "hot_setup: argument %d must be callable", i + 1);
+        return NULL;
+      }
+    }
+    if (args[1] != Py_None && !PyCallable_Check(args[1])) {
+      PyErr_SetString(PyExc_TypeError, "hot_setup: is_compiling must be callable or None");
+      return NULL;
+    }
+  }
+  for (int i = 0; i < 7; ++i) {
+    if (g_names[i] == NULL && (g_names[i] = PyUnicode_InternFromString(kNames[i])) == NULL) {
+      return NULL;
+    }
+  }
+  SetGlobal(&g_is_compiling, args[1]);
+  SetGlobal(&g_grad_enabled, args[2]);
+  SetGlobal(&g_current_device, args[3]);
+  SetGlobal(&g_raw_stream, args[4]);
+  SetGlobal(&g_empty_like, args[5]);
+  SetGlobal(&g_tensor_type, args[0]);  // last: hot_call is live once it is set
+  Py_RETURN_NONE;
+}
+
+// PyObject_IsTrue of fn(), -1 with an exception set on error.
+static int CallTruth(PyObject* fn) {
+  PyObject* r = PyObject_CallNoArgs(fn);
+  if (r == NULL) return -1;
+  const int t = PyObject_IsTrue(r);
+  Py_DECREF(r);
+  return t;
+}
+
+// fn(arg) (PyObject_CallOneArg is not in the 3.11 stable ABI).
+static PyObject* CallOne(PyObject* fn, PyObject* arg) {
+  return PyObject_CallFunctionObjArgs(fn, arg, NULL);
+}
+
+static PyObject* CallMethod0(PyObject* obj, int name) {
+  return PyObject_CallMethodObjArgs(obj, g_names[name], NULL);
+}
+
+// Whether cell[0] == value (-1: error).
+static int CellHolds(PyObject* cell, PyObject* value) {
+  if (!PyList_Check(cell) || PyList_Size(cell) < 1) return 0;
+  return PyObject_RichCompareBool(PyList_GetItem(cell, 0), value, Py_EQ);
+}
+
+// The signature of a call (see the header), or NULL with no exception set when the call is
+// not for the hot path (a tensor subclass, not contiguous, recorded by autograd), or NULL
+// with one set on error.
+static PyObject* Signature(PyObject* const* args, Py_ssize_t n, int grad, PyObject* device,
+                           PyObject* stream) {
+  PyObject* sig = PyTuple_New(n + 3);
+  if (sig == NULL) return NULL;
+  PyObject* ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+  if (ident == NULL || PyTuple_SetItem(sig, 0, ident) != 0) goto fail;
+  Py_INCREF(device);
+  PyTuple_SetItem(sig, 1, device);
+  Py_INCREF(stream);
+  PyTuple_SetItem(sig, 2, stream);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* a = args[i];
+    if ((PyObject*)Py_TYPE(a) != g_tensor_type) {
+      const int sub = PyObject_IsInstance(a, g_tensor_type);
+      if (sub != 0) goto not_hot_or_error;  // a subclass (fake tensors...), or an error
+      Py_INCREF(a);
+      PyTuple_SetItem(sig, i + 3, a);
+      continue;
+    }
+    PyObject* r = CallMethod0(a, kNameIsContiguous);
+    if (r == NULL) goto fail;
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (t != 1) goto not_hot_or_error;
+    if (grad) {
+      r = PyObject_GetAttr(a, g_names[kNameRequiresGrad]);
+      if (r == NULL) goto fail;
+      t = PyObject_IsTrue(r);
+      Py_DECREF(r);
+      if (t != 0) goto not_hot_or_error;
+    }
+    PyObject* shape = PyObject_GetAttr(a, g_names[kNameShape]);
+    PyObject* dtype = shape ? PyObject_GetAttr(a, g_names[kNameDtype]) : NULL;
+    PyObject* where = dtype ? CallMethod0(a, kNameGetDevice) : NULL;
+    PyObject* item = where ? PyTuple_Pack(3, shape, dtype, where) : NULL;
+    Py_XDECREF(shape);
+    Py_XDECREF(dtype);
+    Py_XDECREF(where);
+    if (item == NULL || PyTuple_SetItem(sig, i + 3, item) != 0) goto fail;
+  }
+  return sig;
+not_hot_or_error:
+  Py_DECREF(sig);
+  return NULL;  // an exception is set only if IsInstance / IsTrue failed
+fail:
+  Py_DECREF(sig);
+  return NULL;
+}
+
+// The launch values of `plan` for this call: pointers[i] of the tensor args, the output's
+// address, the args themselves, the plan's constants.
+static PyObject* Values(PyObject* plan, PyObject* const* args, Py_ssize_t n,
+                        const unsigned long long* pointers, unsigned long long out_address) {
+  PyObject* sources = PyTuple_GetItem(plan, kPlanSources);
+  PyObject* consts = PyTuple_GetItem(plan, kPlanConsts);
+  if (sources == NULL || consts == NULL || !PyTuple_Check(sources) || !PyTuple_Check(consts)) {
+    PyErr_SetString(PyExc_TypeError, "hot_call: a plan's sources and consts must be tuples");
+    return NULL;
+  }
+  const Py_ssize_t count = PyTuple_Size(sources);
+  PyObject* values = PyTuple_New(count);
+  if (values == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    const long code = PyLong_AsLong(PyTuple_GetItem(sources, i));
+    if (code == -1 && PyErr_Occurred()) goto fail;
+    const long kind = code >> 8, index = code & 0xFF;
+    PyObject* v = NULL;
+    if (kind == kSourcePointer && index < n) {
+      v = PyLong_FromUnsignedLongLong(pointers[index]);
+    } else if (kind == kSourceOut) {
+      v = PyLong_FromUnsignedLongLong(out_address);
+    } else if (kind == kSourceArg && index < n) {
+      v = args[index];
+      Py_INCREF(v);
+    } else if (kind == kSourceConst && index < PyTuple_Size(consts)) {
+      v = PyTuple_GetItem(consts, index);
+      Py_INCREF(v);
+    } else {
+      PyErr_Format(PyExc_ValueError, "hot_call: source %ld names nothing", code);
+      goto fail;
+    }
+    if (v == NULL || PyTuple_SetItem(values, i, v) != 0) goto fail;
+  }
+  return values;
+fail:
+  Py_DECREF(values);
+  return NULL;
+}
+
+// The output for `plan` (a new reference; Py_True for an op without one).
+static PyObject* MakeOut(PyObject* plan, PyObject* const* args, Py_ssize_t n) {
+  const long kind = PyLong_AsLong(PyTuple_GetItem(plan, kPlanOutKind));
+  const long at = PyLong_AsLong(PyTuple_GetItem(plan, kPlanOutArg));
+  if (PyErr_Occurred()) return NULL;
+  if (kind == 3) Py_RETURN_TRUE;
+  if (at < 0 || at >= n) {
+    PyErr_SetString(PyExc_ValueError, "hot_call: a plan's output arg is out of range");
+    return NULL;
+  }
+  if (kind == 0) return CallOne(g_empty_like, args[at]);
+  PyObject* shape = PyTuple_GetItem(plan, kPlanOutShape);
+  PyObject* new_empty = PyObject_GetAttr(args[at], g_names[kNameNewEmpty]);
+  if (new_empty == NULL) return NULL;
+  PyObject* out = NULL;
+  if (kind == 1) {
+    out = CallOne(new_empty, shape);
+  } else if (kind == 2 && PyTuple_Check(shape) && PyTuple_Size(shape) == 2 &&
+             PyDict_Check(PyTuple_GetItem(shape, 1))) {
+    PyObject* call_args = PyTuple_Pack(1, PyTuple_GetItem(shape, 0));
+    if (call_args != NULL) {
+      out = PyObject_Call(new_empty, call_args, PyTuple_GetItem(shape, 1));
+      Py_DECREF(call_args);
+    }
+  } else {
+    PyErr_Format(PyExc_ValueError,
+                 "hot_call: output kind %ld is none of 0..3 (2: with (shape, kwargs dict))",
+                 kind);
+  }
+  Py_DECREF(new_empty);
+  return out;
+}
+
+// Runs the plan's launches with `values` on `stream`: 0 when all were enqueued, -1 with an
+// exception set (a launch's CUresult raised by the plan's on_error).
+static int RunSteps(PyObject* plan, PyObject* stream, PyObject* values) {
+  PyObject* steps = PyTuple_GetItem(plan, kPlanSteps);
+  if (steps == NULL || !PyTuple_Check(steps)) {
+    PyErr_SetString(PyExc_TypeError, "hot_call: a plan's steps must be a tuple");
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_Size(steps); ++i) {
+    PyObject* step = PyTuple_GetItem(steps, i);
+    if (!PyTuple_Check(step) || PyTuple_Size(step) < 3) {
+      PyErr_SetString(PyExc_TypeError, "hot_call: a step is (plan, params, layout, ...)");
+      return -1;
+    }
+    if (!WriteLayout(PyTuple_GetItem(step, 2), values)) return -1;
+    PyObject* launch_args[3] = {PyTuple_GetItem(step, 0), stream, PyTuple_GetItem(step, 1)};
+    PyObject* result = Launch(NULL, launch_args, 3);
+    if (result == NULL) return -1;
+    const long err = PyLong_AsLong(result);
+    Py_DECREF(result);
+    if (err != 0) {
+      PyObject* r = PyObject_CallFunction(PyTuple_GetItem(plan, kPlanOnError), "nl", i, err);
+      Py_XDECREF(r);
+      if (r != NULL) {
+        PyErr_Format(PyExc_RuntimeError, "hot_call: launch %zd failed: CUresult %ld", i, err);
+      }
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static PyObject* HotCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs < 1 || !PyDict_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "hot_call(table, *args): table must be a dict");
+    return NULL;
+  }
+  const Py_ssize_t n = nargs - 1;
+  PyObject* const* call = args + 1;
+  if (g_tensor_type == NULL || g_tensor_type == Py_None || n > KTUNE_HOT_MAX_ARGS) {
+    Py_RETURN_NONE;
+  }
+  if (g_is_compiling != Py_None) {  // None: the caller tests it (see hot_setup)
+    const int compiling = CallTruth(g_is_compiling);
+    if (compiling != 0) return compiling < 0 ? NULL : Py_NewRef(Py_None);
+  }
+  const int grad = CallTruth(g_grad_enabled);
+  if (grad < 0) return NULL;
+  // The device whose context launches run in and its current stream: part of the
+  // signature, so a plan (its module's device, its scratch buffers' stream) serves only
+  // where it was made.
+  // Where they fail (no driver: the call cannot be one of a plan), the Python path says why.
+  PyObject* device = PyObject_CallNoArgs(g_current_device);
+  PyObject* stream = device ? CallOne(g_raw_stream, device) : NULL;
+  if (stream == NULL) {
+    Py_XDECREF(device);
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  PyObject* sig = Signature(call, n, grad, device, stream);
+  Py_DECREF(device);
+  if (sig == NULL) {
+    Py_XDECREF(stream);
+    return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+  }
+  PyObject* plan = PyDict_GetItemWithError(args[0], sig);  // borrowed
+  Py_DECREF(sig);
+  if (plan == NULL || !PyTuple_Check(plan) || PyTuple_Size(plan) != kPlanFields) {
+    PyObject* result = NULL;
+    if (plan != NULL) {
+      PyErr_SetString(PyExc_TypeError, "hot_call: a plan must be a tuple of its fields");
+    } else if (!PyErr_Occurred()) {
+      result = Py_NewRef(Py_None);  // no plan: the Python path makes one
+    } else if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();  // an unhashable arg: not for the hot path
+      result = Py_NewRef(Py_None);
+    }
+    Py_DECREF(stream);
+    return result;
+  }
+  Py_INCREF(plan);  // the table may change while torch runs Python (the output's allocation)
+  PyObject* out = NULL;
+  PyObject* result = NULL;
+  // 1: launch; 0: take the Python path; -1: an error (set).
+  int ok = CellHolds(PyTuple_GetItem(plan, kPlanGenCell), PyTuple_GetItem(plan, kPlanGen));
+  if (ok == 1) {
+    ok = CellHolds(PyTuple_GetItem(plan, kPlanScratchCell),
+                   PyTuple_GetItem(plan, kPlanScratch));
+  }
+  unsigned long long pointers[KTUNE_HOT_MAX_ARGS] = {0};
+  PyObject* masks = PyTuple_GetItem(plan, kPlanMasks);
+  if (ok == 1 && (masks == NULL || !PyTuple_Check(masks))) {
+    PyErr_SetString(PyExc_TypeError, "hot_call: a plan's masks must be a tuple");
+    ok = -1;
+  }
+  for (Py_ssize_t i = 0; ok == 1 && i < n; ++i) {
+    if ((PyObject*)Py_TYPE(call[i]) != g_tensor_type) continue;
+    PyObject* p = CallMethod0(call[i], kNameDataPtr);
+    if (p == NULL) {
+      ok = -1;
+      break;
+    }
+    pointers[i] = PyLong_AsUnsignedLongLong(p);
+    Py_DECREF(p);
+    const unsigned long long mask =
+        i < PyTuple_Size(masks) ? PyLong_AsUnsignedLongLong(PyTuple_GetItem(masks, i)) : 15ull;
+    if (PyErr_Occurred()) {
+      ok = -1;
+    } else if (pointers[i] & mask) {
+      ok = 0;  // off its alignment: the Python path falls back to torch
+    }
+  }
+  if (ok == 1 && (out = MakeOut(plan, call, n)) == NULL) ok = -1;
+  unsigned long long out_address = 0;
+  if (ok == 1 && out != Py_True) {
+    PyObject* p = CallMethod0(out, kNameDataPtr);
+    if (p == NULL) {
+      ok = -1;
+    } else {
+      out_address = PyLong_AsUnsignedLongLong(p);
+      Py_DECREF(p);
+      if (PyErr_Occurred()) ok = -1;
+    }
+  }
+  if (ok == 1) {
+    PyObject* values = Values(plan, call, n, pointers, out_address);
+    if (values == NULL || RunSteps(plan, stream, values) != 0) ok = -1;
+    Py_XDECREF(values);
+  }
+  if (ok == 1) {
+    result = out;
+    out = NULL;
+  } else if (ok == 0) {
+    result = Py_NewRef(Py_None);
+  }  // ok < 0: NULL with the exception set
+  Py_XDECREF(out);
+  Py_DECREF(stream);
+  Py_DECREF(plan);
+  return result;
 }
 
 static PyMethodDef kMethods[] = {
@@ -269,6 +665,11 @@ static PyMethodDef kMethods[] = {
      "launch(plan, stream, params) -> CUresult"},
     {"launch_with", (PyCFunction)(void (*)(void))LaunchWith, METH_FASTCALL,
      "launch_with(plan, stream, params, layout, values) -> CUresult"},
+    {"hot_setup", (PyCFunction)(void (*)(void))HotSetup, METH_FASTCALL,
+     "hot_setup(tensor_type, is_compiling, is_grad_enabled, current_device, raw_stream, "
+     "empty_like)"},
+    {"hot_call", (PyCFunction)(void (*)(void))HotCall, METH_FASTCALL,
+     "hot_call(table, *args) -> the output, True, or None (take the Python path)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,7 +25,9 @@ kernel's parameters are __restrict__, so out may not alias x.
 kt.<op> in eager mode (plain tensors, no autograd recording, not under torch.compile) runs
 its kernel at once; everywhere else it calls torch.ops.ktune.<op>, whose implementation is
 the same. The dispatcher costs more host time per call than the launch itself (measured by
-bench/torch_overhead.py), so eager callers should use kt.<op>.
+bench/torch_overhead.py), so eager callers should use kt.<op>. A kt.<op> call repeating an
+earlier one of its thread (shapes, dtypes, device, stream and scalars) launches from C
+without the op's Python (the hot path below; KTUNE_TORCH_HOT=0 turns it off).
 
 Every op checks its tensors (CUDA, one device, the dtype, contiguous, the shapes agree) and
 raises ValueError or TypeError naming the argument. It then takes the kernel of its key
@@ -40,6 +42,7 @@ op runs torch's own implementation instead and warns once (per op and error code
 without ktuned keeps working.
 """
 
+import os
 import threading
 import warnings
 from typing import Optional
@@ -50,7 +53,7 @@ import torch.nn.functional as F
 import ktune
 from ktune import _errors
 from ktune._cache import KernelCache
-from ktune._loaded import cuda_check
+from ktune._loaded import check_launch, cuda_check
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError("ktune.torch needs torch >= 2.4 (torch.library.custom_op); this torch is "
@@ -102,6 +105,8 @@ def configure(target=None, policy="fallback", refresh_s=10.0, retry_after_s=30.0
     with _lock:
         old, _cache = _cache, new
         _warned.clear()
+        for table in _hot.values():  # plans of the old cache's kernels
+            table.clear()
     if old is not None:
         old.close()
     return new
@@ -297,6 +302,88 @@ def _launch(entry, device, handle, names, *values):
         run(stream, *values)
 
 
+# ---- the hot path ----
+#
+# A call that repeats an earlier one (the same shapes, dtypes and device, on the same thread
+# and stream, its scalars equal) skips the op's Python: ktune._fastlaunch.hot_call checks in
+# C what may have changed since (tensor types, contiguity, autograd, torch.compile, the
+# current device and stream, alignment, the kernel or a scratch buffer replaced), allocates
+# the output and launches what the earlier call launched. The first call of each such
+# signature takes the Python path, which checks and names every error, falls back to torch
+# where it must, and records the plan (_remember) once its kernel is launched.
+
+_current_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
+def _hot_setup():
+    """ktune._fastlaunch.hot_call, set up with torch's objects; None where there is no C
+    launch (KTUNE_FASTLAUNCH=0, no extension, a torch without CUDA) or KTUNE_TORCH_HOT=0."""
+    if os.environ.get("KTUNE_FASTLAUNCH") == "0" or os.environ.get("KTUNE_TORCH_HOT") == "0":
+        return None
+    if _raw_stream is None or _current_device is None:
+        return None
+    try:
+        from ktune import _fastlaunch
+        # torch.compile: the ops test it before hot_call (dynamo must not meet a C call).
+        _fastlaunch.hot_setup(torch.Tensor, None, torch.is_grad_enabled, _current_device,
+                              _raw_stream, torch.empty_like)
+        return _fastlaunch.hot_call
+    except (ImportError, AttributeError):
+        return None
+
+
+_hot_call = _hot_setup()
+# Per op: {signature: plan} (see _fastlaunch.c). Bounded: cleared past _HOT_MAX_PLANS.
+_hot = {op: {} for op in ("rms_norm", "fused_add_rms_norm", "layer_norm", "softmax",
+                          "silu_and_mul", "rotary_embedding", "linear", "fp8_linear")}
+_HOT_MAX_PLANS = 4096
+# A plan's sources, one per launch value: a tensor arg's address, the output's, an arg
+# itself (a scalar), or one of the plan's constants (scratch buffers' addresses).
+_POINTER, _OUT, _ARG, _CONST = 0, 1 << 8, 2 << 8, 3 << 8
+# Its output: empty_like(args[i]), args[i].new_empty(shape), .new_empty(shape, **kwargs),
+# or none (an in-place op: hot_call returns True).
+_OUT_LIKE, _OUT_SHAPE, _OUT_SHAPE_KWARGS, _OUT_NONE = 0, 1, 2, 3
+
+
+def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(),
+              out_kind=_OUT_LIKE, out_arg=0, out_shape=None, scratch_epoch=None):
+    """Records the plan for calls of `op` repeating this one (`args`, as the op's function
+    takes them), once its kernel was launched: entry, the kernel of `key`, with values for
+    `names` drawn from `sources`; masks per arg (the address bits that must be 0);
+    scratch_epoch: _scratch_epoch[0] as read before the op took its scratch buffers."""
+    c = _cache
+    if _hot_call is None or c is None:
+        return
+    generation = c.generation[0]
+    if c.peek(key) is not entry:  # replaced meanwhile: the next call records the new one
+        return
+    ref = getattr(entry.launcher(names), "steps_ref", None)
+    if not ref:  # launches through cuda-python (no C launch): nothing to replay
+        return
+    steps = tuple(ref[0][1])
+    # hot_call looks plans up by the current device and its stream: a call whose tensors are
+    # on another device (_launch switched to it) keeps the Python path.
+    if _current_device() != dev:
+        return
+    stream = _stream_handle(dev)
+    if handle is not None and handle != stream:
+        return
+    cu = entry.kernel.driver
+
+    def on_error(i, err):
+        check_launch(cu, err, steps[i][3])
+
+    signature = (threading.get_ident(), dev, stream) + tuple(
+        (a.shape, a.dtype, a.get_device()) if type(a) is torch.Tensor else a for a in args)
+    table = _hot[op]
+    if len(table) >= _HOT_MAX_PLANS:
+        table.clear()
+    table[signature] = (
+        c.generation, generation, _scratch_epoch,
+        _scratch_epoch[0] if scratch_epoch is None else scratch_epoch, steps, sources, masks,
+        consts, out_kind, out_arg, out_shape, on_error)
+
+
 def _buffer_arg(entry, name):
     args = entry.__dict__.get("_torch_buffers")
     if args is None:  # once per entry
@@ -342,13 +429,15 @@ def _rms_norm(x, weight, eps):
     dev = x.get_device()
     _tensor("rms_norm", "weight", weight, dev, x.dtype, dim=1)
     tokens, hidden = _rows("rms_norm", x, weight.shape[0])
-    entry = _entry("rms_norm", ("rmsnorm", _DTYPES[x.dtype],
-                                (("hidden", hidden), ("tokens", tokens)), dev))
+    key = ("rmsnorm", _DTYPES[x.dtype], (("hidden", hidden), ("tokens", tokens)), dev)
+    entry = _entry("rms_norm", key)
     xp, wp = x.data_ptr(), weight.data_ptr()
     if entry is None or tokens == 0 or _misaligned("rms_norm", xp | wp):
         return F.rms_norm(x, (hidden,), weight, eps)
     out = torch.empty_like(x)
     _launch(entry, dev, None, _RMS_NORM_ARGS, xp, wp, out.data_ptr(), eps)
+    _remember("rms_norm", (x, weight, eps), key, entry, dev, None, _RMS_NORM_ARGS,
+              (_POINTER, _POINTER | 1, _OUT, _ARG | 2), (15, 15, 0))
     return out
 
 
@@ -364,6 +453,10 @@ def _(x, weight, eps=1e-6):
 
 def rms_norm(x, weight, eps=1e-6):
     """x * rsqrt(mean(x^2, -1) + eps) * weight over the last dim (template rmsnorm)."""
+    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+        out = _hot_call(_hot["rms_norm"], x, weight, eps)
+        if out is not None:
+            return out
     if _eager(x, weight):
         return _rms_norm(x, weight, eps)
     return _rms_norm_op(x, weight, eps)
@@ -379,14 +472,16 @@ def _fused_add_rms_norm(x, residual, weight, eps):
                          f"{tuple(x.shape)}")
     _tensor(op, "weight", weight, dev, x.dtype, dim=1)
     tokens, hidden = _rows(op, x, weight.shape[0])
-    entry = _entry(op, ("add_rmsnorm", _DTYPES[x.dtype],
-                        (("hidden", hidden), ("tokens", tokens)), dev))
+    key = ("add_rmsnorm", _DTYPES[x.dtype], (("hidden", hidden), ("tokens", tokens)), dev)
+    entry = _entry(op, key)
     xp, rp, wp = x.data_ptr(), residual.data_ptr(), weight.data_ptr()
     if entry is None or tokens == 0 or _misaligned(op, xp | rp | wp):
         residual.add_(x)
         return F.rms_norm(residual, (hidden,), weight, eps)
     out = torch.empty_like(x)
     _launch(entry, dev, None, _ADD_RMS_NORM_ARGS, xp, rp, wp, out.data_ptr(), eps)
+    _remember(op, (x, residual, weight, eps), key, entry, dev, None, _ADD_RMS_NORM_ARGS,
+              (_POINTER, _POINTER | 1, _POINTER | 2, _OUT, _ARG | 3), (15, 15, 15, 0))
     return out
 
 
@@ -403,6 +498,10 @@ def _(x, residual, weight, eps=1e-6):
 
 def fused_add_rms_norm(x, residual, weight, eps=1e-6):
     """residual += x (in place); returns rms_norm(residual) (template add_rmsnorm)."""
+    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+        out = _hot_call(_hot["fused_add_rms_norm"], x, residual, weight, eps)
+        if out is not None:
+            return out
     if _eager(x, residual, weight):
         return _fused_add_rms_norm(x, residual, weight, eps)
     return _fused_add_rms_norm_op(x, residual, weight, eps)
@@ -418,15 +517,18 @@ def _layer_norm(x, weight, bias, eps):
             raise ValueError(f"ktune.layer_norm: bias is {tuple(bias.shape)}, weight "
                              f"{tuple(weight.shape)}")
     tokens, hidden = _rows("layer_norm", x, weight.shape[0])
-    entry = _entry("layer_norm", ("layernorm", _DTYPES[x.dtype],
-                                  (("hidden", hidden), ("tokens", tokens),
-                                   ("with_bias", int(bias is not None))), dev))
+    key = ("layernorm", _DTYPES[x.dtype],
+           (("hidden", hidden), ("tokens", tokens), ("with_bias", int(bias is not None))), dev)
+    entry = _entry("layer_norm", key)
     # Without a bias the kernel reads none; its pointer must still be a valid address.
     xp, wp, bp = x.data_ptr(), weight.data_ptr(), (bias if bias is not None else weight).data_ptr()
     if entry is None or tokens == 0 or _misaligned("layer_norm", xp | wp | bp):
         return F.layer_norm(x, (hidden,), weight, bias, eps)
     out = torch.empty_like(x)
     _launch(entry, dev, None, _LAYER_NORM_ARGS, xp, wp, bp, out.data_ptr(), eps)
+    _remember("layer_norm", (x, weight, bias, eps), key, entry, dev, None, _LAYER_NORM_ARGS,
+              (_POINTER, _POINTER | 1, _POINTER | (2 if bias is not None else 1), _OUT,
+               _ARG | 3), (15, 15, 15, 0))
     return out
 
 
@@ -443,6 +545,10 @@ def _(x, weight, bias, eps=1e-5):
 
 def layer_norm(x, weight, bias, eps=1e-5):
     """torch's layer_norm over the last dim, bias optional (template layernorm)."""
+    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+        out = _hot_call(_hot["layer_norm"], x, weight, bias, eps)
+        if out is not None:
+            return out
     if _eager(x, weight) and (bias is None or _eager(bias)):
         return _layer_norm(x, weight, bias, eps)
     return _layer_norm_op(x, weight, bias, eps)
@@ -452,19 +558,21 @@ def _softmax(x):
     _tensor("softmax", "x", x)
     dev = x.get_device()
     rows, cols = _rows("softmax", x, None)
-    entry = _entry("softmax", ("softmax", _DTYPES[x.dtype],
-                               (("cols", cols), ("out_bytes", x.element_size()),
-                                ("rows", rows)), dev))
+    key = ("softmax", _DTYPES[x.dtype],
+           (("cols", cols), ("out_bytes", x.element_size()), ("rows", rows)), dev)
+    entry = _entry("softmax", key)
     xp = x.data_ptr()
     if entry is None or rows == 0 or _misaligned("softmax", xp):
         return torch.softmax(x, dim=-1)
     out = torch.empty_like(x)
     handle = _stream_handle(dev)
-    partial = _scratch(entry, "partial", dev, handle)
+    epoch = _scratch_epoch[0]
+    partial = _scratch(entry, "partial", dev, handle).data_ptr()
     # out_f32 is written only for f32 output of a narrower dtype (out_bytes 4): not here,
     # but its pointer must be a valid address.
-    _launch(entry, dev, handle, _SOFTMAX_ARGS, xp, out.data_ptr(), partial.data_ptr(),
-            partial.data_ptr())
+    _launch(entry, dev, handle, _SOFTMAX_ARGS, xp, out.data_ptr(), partial, partial)
+    _remember("softmax", (x,), key, entry, dev, handle, _SOFTMAX_ARGS,
+              (_POINTER, _OUT, _CONST, _CONST), (15,), (partial,), scratch_epoch=epoch)
     return out
 
 
@@ -480,6 +588,10 @@ def _(x):
 
 def softmax(x):
     """softmax over the last dim (template softmax)."""
+    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+        out = _hot_call(_hot["softmax"], x)
+        if out is not None:
+            return out
     if _eager(x):
         return _softmax(x)
     return _softmax_op(x)
@@ -493,13 +605,16 @@ def _silu_and_mul(x):
                          f"(gate, then up)")
     inter = cols // 2
     dev = x.get_device()
-    entry = _entry("silu_and_mul", ("silu_and_mul", _DTYPES[x.dtype],
-                                    (("inter", inter), ("tokens", rows)), dev))
+    key = ("silu_and_mul", _DTYPES[x.dtype], (("inter", inter), ("tokens", rows)), dev)
+    entry = _entry("silu_and_mul", key)
     xp = x.data_ptr()
     if entry is None or rows == 0 or _misaligned("silu_and_mul", xp):
         return F.silu(x[..., :inter]) * x[..., inter:]
-    out = x.new_empty((*x.shape[:-1], inter))  # x's dtype and device, less host time
+    shape = (*x.shape[:-1], inter)
+    out = x.new_empty(shape)  # x's dtype and device, less host time
     _launch(entry, dev, None, _SILU_AND_MUL_ARGS, xp, out.data_ptr())
+    _remember("silu_and_mul", (x,), key, entry, dev, None, _SILU_AND_MUL_ARGS,
+              (_POINTER, _OUT), (15,), out_kind=_OUT_SHAPE, out_shape=shape)
     return out
 
 
@@ -515,6 +630,10 @@ def _(x):
 
 def silu_and_mul(x):
     """silu(x[..., :d]) * x[..., d:] (template silu_and_mul)."""
+    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+        out = _hot_call(_hot["silu_and_mul"], x)
+        if out is not None:
+            return out
     if _eager(x):
         return _silu_and_mul(x)
     return _silu_and_mul_op(x)
@@ -560,10 +679,10 @@ def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved):
             raise ValueError(f"ktune.{op}: {name} is {tuple(t.shape)}; expected "
                              f"{tokens} tokens x heads x head_dim={head_dim}")
     heads, kv_heads = q.numel() // (tokens * head_dim), k.numel() // (tokens * head_dim)
-    entry = _entry(op, ("rope", _DTYPES[q.dtype],
-                        (("head_dim", head_dim), ("heads", heads),
-                         ("interleaved", int(interleaved)), ("kv_heads", kv_heads),
-                         ("tokens", tokens)), dev))
+    key = ("rope", _DTYPES[q.dtype],
+           (("head_dim", head_dim), ("heads", heads), ("interleaved", int(interleaved)),
+            ("kv_heads", kv_heads), ("tokens", tokens)), dev)
+    entry = _entry(op, key)
     qp, kp, cp = q.data_ptr(), k.data_ptr(), cos_sin.data_ptr()
     if entry is None or _misaligned(op, qp | kp | cp):
         _rope_torch(positions, q, k, head_dim, cos_sin, interleaved)
@@ -571,6 +690,10 @@ def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved):
     # The kernel reads int32 positions (vLLM passes int64): one small conversion kernel.
     pos = positions if positions.dtype == torch.int32 else positions.to(torch.int32)
     _launch(entry, dev, None, _ROPE_ARGS, qp, kp, cp, pos.data_ptr())
+    if pos is positions:  # int64 positions take the Python path (their conversion)
+        _remember(op, (positions, q, k, head_dim, cos_sin, interleaved), key, entry, dev, None,
+                  _ROPE_ARGS, (_POINTER | 1, _POINTER | 2, _POINTER | 4, _POINTER),
+                  (3, 15, 15, 0, 15, 0), out_kind=_OUT_NONE)
 
 
 @torch.library.custom_op("ktune::rotary_embedding", mutates_args=("q", "k"))
@@ -586,6 +709,12 @@ def _(positions, q, k, head_dim, cos_sin, interleaved=False):
 
 def rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved=False):
     """Rotates q and k in place by the angles of cos_sin at `positions` (template rope)."""
+    # int64 positions take the Python path every call (their conversion): no plan to look up.
+    if (_hot_call is not None and not _is_compiling()
+            and getattr(positions, "dtype", None) is torch.int32
+            and _hot_call(_hot["rotary_embedding"], positions, q, k, head_dim, cos_sin,
+                          interleaved) is not None):
+        return
     if _eager(positions, q, k, cos_sin):
         _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved)
     else:
@@ -647,17 +776,25 @@ def _linear(x, weight, bias):
     xp, wp = x.data_ptr(), weight.data_ptr()
     if entry is None or m == 0 or _misaligned(op, xp | wp):
         return F.linear(x, weight, bias)
-    out = x.new_empty((*x.shape[:-1], n))  # x's dtype and device, less host time
+    shape = (*x.shape[:-1], n)
+    out = x.new_empty(shape)  # x's dtype and device, less host time
     handle = _stream_handle(dev)
+    epoch = _scratch_epoch[0]
     if gemv:
-        partial = _scratch(entry, "partial", dev, handle)
-        _launch(entry, dev, handle, _GEMV_ARGS, xp, wp, out.data_ptr(), partial.data_ptr())
+        partial = _scratch(entry, "partial", dev, handle).data_ptr()
+        _launch(entry, dev, handle, _GEMV_ARGS, xp, wp, out.data_ptr(), partial)
+        names, sources, consts = _GEMV_ARGS, (_POINTER, _POINTER | 1, _OUT, _CONST), (partial,)
     else:
-        one, partial, counters = _gemm_buffers(entry, dev, handle)
-        _launch(entry, dev, handle, _LINEAR_ARGS, xp, wp, out.data_ptr(), one, one, partial,
-                counters)
+        consts = _gemm_buffers(entry, dev, handle)  # one, partial, counters
+        _launch(entry, dev, handle, _LINEAR_ARGS, xp, wp, out.data_ptr(), consts[0], consts[0],
+                consts[1], consts[2])
+        names = _LINEAR_ARGS
+        sources = (_POINTER, _POINTER | 1, _OUT, _CONST, _CONST, _CONST | 1, _CONST | 2)
     if bias is not None:
-        out.add_(bias)
+        out.add_(bias)  # a second op: no plan
+    else:
+        _remember(op, (x, weight, bias), key, entry, dev, handle, names, sources, (15, 15, 0),
+                  consts, _OUT_SHAPE, 0, shape, epoch)
     return out
 
 
@@ -675,6 +812,11 @@ def _(x, weight, bias=None):
 def linear(x, weight, bias=None):
     """x @ weight.T (+ bias), weight [n, k] as nn.Linear's (template gemm; float32 of at
     most 8 rows: template gemv)."""
+    # With a bias the Python path adds it: no plan to look up.
+    if _hot_call is not None and bias is None and not _is_compiling():
+        out = _hot_call(_hot["linear"], x, weight, bias)
+        if out is not None:
+            return out
     if _eager(x, weight) and (bias is None or _eager(bias)):
         return _linear(x, weight, bias)
     return _linear_op(x, weight, bias)
@@ -709,17 +851,25 @@ def _fp8_linear(x, weight, scale_x, scale_w, bias):
         if s.numel() != 1:
             raise ValueError(f"ktune.{op}: {name} has {s.numel()} elements; expected 1 (a "
                              f"per-tensor scale)")
-    entry = _entry(op, ("gemm", _FP8_DTYPES[x.dtype], (("k", k), ("m", m), ("n", n)), dev))
+    key = ("gemm", _FP8_DTYPES[x.dtype], (("k", k), ("m", m), ("n", n)), dev)
+    entry = _entry(op, key)
     xp, wp = x.data_ptr(), weight.data_ptr()
+    shape = (*x.shape[:-1], n)
     if entry is None or m == 0 or _misaligned(op, xp | wp):
-        out = _fp8_linear_torch(x.reshape(m, k), weight, scale_x, scale_w).reshape(
-            *x.shape[:-1], n)
+        out = _fp8_linear_torch(x.reshape(m, k), weight, scale_x, scale_w).reshape(shape)
     else:
-        out = x.new_empty((*x.shape[:-1], n), dtype=torch.bfloat16)
+        out = x.new_empty(shape, dtype=torch.bfloat16)
         handle = _stream_handle(dev)
+        epoch = _scratch_epoch[0]
         _, partial, counters = _gemm_buffers(entry, dev, handle)
         _launch(entry, dev, handle, _LINEAR_ARGS, xp, wp, out.data_ptr(), scale_x.data_ptr(),
                 scale_w.data_ptr(), partial, counters)
+        if bias is None:
+            _remember(op, (x, weight, scale_x, scale_w, bias), key, entry, dev, handle,
+                      _LINEAR_ARGS, (_POINTER, _POINTER | 1, _OUT, _POINTER | 2, _POINTER | 3,
+                                     _CONST, _CONST | 1), (15, 15, 3, 3, 0),
+                      (partial, counters), _OUT_SHAPE_KWARGS, 0,
+                      (shape, {"dtype": torch.bfloat16}), epoch)
     if bias is not None:
         out.add_(bias)
     return out
@@ -741,6 +891,10 @@ def fp8_linear(x, weight, scale_x, scale_w, bias=None):
     (nn.Linear's layout) of one fp8 type (float8_e4m3fn or float8_e5m2), scale_x and scale_w
     float32 tensors of one element (per-tensor scales, as torch._scaled_mm takes), bias bf16
     [n] or None (template gemm; sm_89 or later)."""
+    if _hot_call is not None and bias is None and not _is_compiling():
+        out = _hot_call(_hot["fp8_linear"], x, weight, scale_x, scale_w, bias)
+        if out is not None:
+            return out
     if _eager(x, weight, scale_x, scale_w) and (bias is None or _eager(bias)):
         return _fp8_linear(x, weight, scale_x, scale_w, bias)
     return _fp8_linear_op(x, weight, scale_x, scale_w, bias)
