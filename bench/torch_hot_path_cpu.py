@@ -8,7 +8,9 @@ op against a bare cuLaunchKernel on a GPU.
     PYTHONPATH=build/python python3 bench/torch_hot_path_cpu.py    # needs torch and gcc
 
 The Python path here skips `_tensor`'s is_cuda test (CPU tensors) and looks the kernel up
-without the cache's dict: a little less work than on a GPU host."""
+without the cache's dict: a little less work than on a GPU host. It is today's Python path
+(with the hot path's own bookkeeping); the code before the hot path ran in this harness with
+its torch.py in place of today's."""
 
 import ctypes
 import os

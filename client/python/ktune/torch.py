@@ -310,7 +310,9 @@ def _launch(entry, device, handle, names, *values):
 # current device and stream, alignment, the kernel or a scratch buffer replaced), allocates
 # the output and launches what the earlier call launched. The first call of each such
 # signature takes the Python path, which checks and names every error, falls back to torch
-# where it must, and records the plan (_remember) once its kernel is launched.
+# where it must, and records the plan (_remember) once its kernel is launched. Only the
+# module functions' eager calls record (their bodies' record=True): the registered ops run the
+# same bodies for the dispatcher and torch.compile's graphs, which pay nothing for it.
 
 _current_device = getattr(torch._C, "_cuda_getDevice", None)
 
@@ -375,6 +377,10 @@ def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(
 
     signature = (threading.get_ident(), dev, stream) + tuple(
         (a.shape, a.dtype, a.get_device()) if type(a) is torch.Tensor else a for a in args)
+    try:
+        hash(signature)
+    except TypeError:  # an unhashable scalar: hot_call finds no plan for it either
+        return
     table = _hot[op]
     if len(table) >= _HOT_MAX_PLANS:
         table.clear()
@@ -424,7 +430,7 @@ def _scratch(entry, name, device, stream, zeroed=False):
 # the torch.library custom op of the same name (torch.ops.ktune.<op>), whose implementation
 # is the same function body and whose fake kernel lets torch.compile trace it.
 
-def _rms_norm(x, weight, eps):
+def _rms_norm(x, weight, eps, record=False):
     _tensor("rms_norm", "x", x)
     dev = x.get_device()
     _tensor("rms_norm", "weight", weight, dev, x.dtype, dim=1)
@@ -436,8 +442,9 @@ def _rms_norm(x, weight, eps):
         return F.rms_norm(x, (hidden,), weight, eps)
     out = torch.empty_like(x)
     _launch(entry, dev, None, _RMS_NORM_ARGS, xp, wp, out.data_ptr(), eps)
-    _remember("rms_norm", (x, weight, eps), key, entry, dev, None, _RMS_NORM_ARGS,
-              (_POINTER, _POINTER | 1, _OUT, _ARG | 2), (15, 15, 0))
+    if record:
+        _remember("rms_norm", (x, weight, eps), key, entry, dev, None, _RMS_NORM_ARGS,
+                  (_POINTER, _POINTER | 1, _OUT, _ARG | 2), (15, 15, 0))
     return out
 
 
@@ -458,11 +465,11 @@ def rms_norm(x, weight, eps=1e-6):
         if out is not None:
             return out
     if _eager(x, weight):
-        return _rms_norm(x, weight, eps)
+        return _rms_norm(x, weight, eps, record=True)
     return _rms_norm_op(x, weight, eps)
 
 
-def _fused_add_rms_norm(x, residual, weight, eps):
+def _fused_add_rms_norm(x, residual, weight, eps, record=False):
     op = "fused_add_rms_norm"
     _tensor(op, "x", x)
     dev = x.get_device()
@@ -480,8 +487,9 @@ def _fused_add_rms_norm(x, residual, weight, eps):
         return F.rms_norm(residual, (hidden,), weight, eps)
     out = torch.empty_like(x)
     _launch(entry, dev, None, _ADD_RMS_NORM_ARGS, xp, rp, wp, out.data_ptr(), eps)
-    _remember(op, (x, residual, weight, eps), key, entry, dev, None, _ADD_RMS_NORM_ARGS,
-              (_POINTER, _POINTER | 1, _POINTER | 2, _OUT, _ARG | 3), (15, 15, 15, 0))
+    if record:
+        _remember(op, (x, residual, weight, eps), key, entry, dev, None, _ADD_RMS_NORM_ARGS,
+                  (_POINTER, _POINTER | 1, _POINTER | 2, _OUT, _ARG | 3), (15, 15, 15, 0))
     return out
 
 
@@ -503,11 +511,11 @@ def fused_add_rms_norm(x, residual, weight, eps=1e-6):
         if out is not None:
             return out
     if _eager(x, residual, weight):
-        return _fused_add_rms_norm(x, residual, weight, eps)
+        return _fused_add_rms_norm(x, residual, weight, eps, record=True)
     return _fused_add_rms_norm_op(x, residual, weight, eps)
 
 
-def _layer_norm(x, weight, bias, eps):
+def _layer_norm(x, weight, bias, eps, record=False):
     _tensor("layer_norm", "x", x)
     dev = x.get_device()
     _tensor("layer_norm", "weight", weight, dev, x.dtype, dim=1)
@@ -526,9 +534,10 @@ def _layer_norm(x, weight, bias, eps):
         return F.layer_norm(x, (hidden,), weight, bias, eps)
     out = torch.empty_like(x)
     _launch(entry, dev, None, _LAYER_NORM_ARGS, xp, wp, bp, out.data_ptr(), eps)
-    _remember("layer_norm", (x, weight, bias, eps), key, entry, dev, None, _LAYER_NORM_ARGS,
-              (_POINTER, _POINTER | 1, _POINTER | (2 if bias is not None else 1), _OUT,
-               _ARG | 3), (15, 15, 15, 0))
+    if record:
+        _remember("layer_norm", (x, weight, bias, eps), key, entry, dev, None, _LAYER_NORM_ARGS,
+                  (_POINTER, _POINTER | 1, _POINTER | (2 if bias is not None else 1), _OUT,
+                   _ARG | 3), (15, 15, 15, 0))
     return out
 
 
@@ -550,11 +559,11 @@ def layer_norm(x, weight, bias, eps=1e-5):
         if out is not None:
             return out
     if _eager(x, weight) and (bias is None or _eager(bias)):
-        return _layer_norm(x, weight, bias, eps)
+        return _layer_norm(x, weight, bias, eps, record=True)
     return _layer_norm_op(x, weight, bias, eps)
 
 
-def _softmax(x):
+def _softmax(x, record=False):
     _tensor("softmax", "x", x)
     dev = x.get_device()
     rows, cols = _rows("softmax", x, None)
@@ -571,8 +580,9 @@ def _softmax(x):
     # out_f32 is written only for f32 output of a narrower dtype (out_bytes 4): not here,
     # but its pointer must be a valid address.
     _launch(entry, dev, handle, _SOFTMAX_ARGS, xp, out.data_ptr(), partial, partial)
-    _remember("softmax", (x,), key, entry, dev, handle, _SOFTMAX_ARGS,
-              (_POINTER, _OUT, _CONST, _CONST), (15,), (partial,), scratch_epoch=epoch)
+    if record:
+        _remember("softmax", (x,), key, entry, dev, handle, _SOFTMAX_ARGS,
+                  (_POINTER, _OUT, _CONST, _CONST), (15,), (partial,), scratch_epoch=epoch)
     return out
 
 
@@ -593,11 +603,11 @@ def softmax(x):
         if out is not None:
             return out
     if _eager(x):
-        return _softmax(x)
+        return _softmax(x, record=True)
     return _softmax_op(x)
 
 
-def _silu_and_mul(x):
+def _silu_and_mul(x, record=False):
     _tensor("silu_and_mul", "x", x)
     rows, cols = _rows("silu_and_mul", x, None)
     if cols % 2:
@@ -613,8 +623,9 @@ def _silu_and_mul(x):
     shape = (*x.shape[:-1], inter)
     out = x.new_empty(shape)  # x's dtype and device, less host time
     _launch(entry, dev, None, _SILU_AND_MUL_ARGS, xp, out.data_ptr())
-    _remember("silu_and_mul", (x,), key, entry, dev, None, _SILU_AND_MUL_ARGS,
-              (_POINTER, _OUT), (15,), out_kind=_OUT_SHAPE, out_shape=shape)
+    if record:
+        _remember("silu_and_mul", (x,), key, entry, dev, None, _SILU_AND_MUL_ARGS,
+                  (_POINTER, _OUT), (15,), out_kind=_OUT_SHAPE, out_shape=shape)
     return out
 
 
@@ -635,7 +646,7 @@ def silu_and_mul(x):
         if out is not None:
             return out
     if _eager(x):
-        return _silu_and_mul(x)
+        return _silu_and_mul(x, record=True)
     return _silu_and_mul_op(x)
 
 
@@ -657,7 +668,7 @@ def _rope_torch(positions, q, k, head_dim, cos_sin, interleaved):
         t.copy_(rotated.view(t.shape).to(t.dtype))
 
 
-def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved):
+def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved, record=False):
     op = "rotary_embedding"
     _tensor(op, "q", q)
     dev = q.get_device()
@@ -690,7 +701,7 @@ def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved):
     # The kernel reads int32 positions (vLLM passes int64): one small conversion kernel.
     pos = positions if positions.dtype == torch.int32 else positions.to(torch.int32)
     _launch(entry, dev, None, _ROPE_ARGS, qp, kp, cp, pos.data_ptr())
-    if pos is positions:  # int64 positions take the Python path (their conversion)
+    if record and pos is positions:  # int64 positions keep the Python path (a conversion)
         _remember(op, (positions, q, k, head_dim, cos_sin, interleaved), key, entry, dev, None,
                   _ROPE_ARGS, (_POINTER | 1, _POINTER | 2, _POINTER | 4, _POINTER),
                   (3, 15, 15, 0, 15, 0), out_kind=_OUT_NONE)
@@ -716,7 +727,7 @@ def rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved=False):
                           interleaved) is not None):
         return
     if _eager(positions, q, k, cos_sin):
-        _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved)
+        _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved, record=True)
     else:
         _rotary_embedding_op(positions, q, k, head_dim, cos_sin, interleaved)
 
@@ -762,7 +773,7 @@ def _linear_dims(op, x, weight, bias, dev, bias_dtype):
     return m, k, weight.shape[0]
 
 
-def _linear(x, weight, bias):
+def _linear(x, weight, bias, record=False):
     op = "linear"
     _tensor(op, "x", x)
     dev = x.get_device()
@@ -792,7 +803,7 @@ def _linear(x, weight, bias):
         sources = (_POINTER, _POINTER | 1, _OUT, _CONST, _CONST, _CONST | 1, _CONST | 2)
     if bias is not None:
         out.add_(bias)  # a second op: no plan
-    else:
+    elif record:
         _remember(op, (x, weight, bias), key, entry, dev, handle, names, sources, (15, 15, 0),
                   consts, _OUT_SHAPE, 0, shape, epoch)
     return out
@@ -818,7 +829,7 @@ def linear(x, weight, bias=None):
         if out is not None:
             return out
     if _eager(x, weight) and (bias is None or _eager(bias)):
-        return _linear(x, weight, bias)
+        return _linear(x, weight, bias, record=True)
     return _linear_op(x, weight, bias)
 
 
@@ -838,7 +849,7 @@ def _fp8_linear_torch(x2, weight, scale_x, scale_w):
         torch.bfloat16)
 
 
-def _fp8_linear(x, weight, scale_x, scale_w, bias):
+def _fp8_linear(x, weight, scale_x, scale_w, bias, record=False):
     op = "fp8_linear"
     if isinstance(x, torch.Tensor) and x.dtype not in _FP8_DTYPES:
         raise ValueError(f"ktune.{op}: x is {x.dtype}; expected torch.float8_e4m3fn or "
@@ -864,7 +875,7 @@ def _fp8_linear(x, weight, scale_x, scale_w, bias):
         _, partial, counters = _gemm_buffers(entry, dev, handle)
         _launch(entry, dev, handle, _LINEAR_ARGS, xp, wp, out.data_ptr(), scale_x.data_ptr(),
                 scale_w.data_ptr(), partial, counters)
-        if bias is None:
+        if record and bias is None:
             _remember(op, (x, weight, scale_x, scale_w, bias), key, entry, dev, handle,
                       _LINEAR_ARGS, (_POINTER, _POINTER | 1, _OUT, _POINTER | 2, _POINTER | 3,
                                      _CONST, _CONST | 1), (15, 15, 3, 3, 0),
@@ -896,5 +907,5 @@ def fp8_linear(x, weight, scale_x, scale_w, bias=None):
         if out is not None:
             return out
     if _eager(x, weight, scale_x, scale_w) and (bias is None or _eager(bias)):
-        return _fp8_linear(x, weight, scale_x, scale_w, bias)
+        return _fp8_linear(x, weight, scale_x, scale_w, bias, record=True)
     return _fp8_linear_op(x, weight, scale_x, scale_w, bias)
