@@ -478,7 +478,8 @@ class HotCallTest(unittest.TestCase):
             self.errors.append((i, err))
             raise RuntimeError(f"launch {i}: CUresult {err}")
         return (self.generation, 3, self.epoch, 7, tuple(self.run.steps_ref[0][1]), sources,
-                (15, 15, 0), (0xC0000,), out_kind, 0, out_shape, on_error)
+                (15, 15, 0), (0xC0000,), out_kind, 0, out_shape, on_error,
+                self.run.steps_ref[0][0])
 
     def test_a_repeated_call_launches_with_its_own_addresses_and_scalars(self):
         out = _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)

@@ -320,6 +320,9 @@ enum {
   kPlanOutArg,
   kPlanOutShape,
   kPlanOnError,      // on_error(launch index, CUresult): raises the named error
+  kPlanKeep,         // what owns the parameter storage the steps write (kept alive by the
+                     // plan: a thread's launcher goes with its thread, whose ident a new
+                     // thread may get)
   kPlanFields
 };
 enum { kSourcePointer = 0, kSourceOut = 1, kSourceArg = 2, kSourceConst = 3 };

@@ -362,7 +362,7 @@ def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(
     ref = getattr(entry.launcher(names), "steps_ref", None)
     if not ref:  # launches through cuda-python (no C launch): nothing to replay
         return
-    steps = tuple(ref[0][1])
+    owner, steps = ref[0][0], tuple(ref[0][1])
     # hot_call looks plans up by the current device and its stream: a call whose tensors are
     # on another device (_launch switched to it) keeps the Python path.
     if _current_device() != dev:
@@ -387,7 +387,7 @@ def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(
     table[signature] = (
         c.generation, generation, _scratch_epoch,
         _scratch_epoch[0] if scratch_epoch is None else scratch_epoch, steps, sources, masks,
-        consts, out_kind, out_arg, out_shape, on_error)
+        consts, out_kind, out_arg, out_shape, on_error, owner)
 
 
 def _buffer_arg(entry, name):
