@@ -33,6 +33,9 @@
 //                                          would fault on).
 //   set_replace_address(address)           the cuTensorMapReplaceAddress kind 4 calls (the
 //                                          driver's, or a test's stand-in)
+//   hot_setup(...), hot_call(table, *args) ktune.torch's hot path: a repeated op call
+//                                          launched from a plan its first call recorded
+//                                          (the section of that name below)
 //
 // Written against the stable ABI (Py_LIMITED_API, CMake defines it: 3.11), so one build
 // loads in any CPython from 3.11 on, the GPU host's included. No libcuda link: the driver is
