@@ -12,11 +12,13 @@ For each op (small shapes, so the host, not the GPU, sets the pace):
             outside, the per-call pointer and scalar updates inside; through ktune._fastlaunch
             where it is built;
   op        ktune.torch.<op>(...), eager: the argument checks, the output allocation, the key
-            lookup and the launch (no dispatcher);
+            lookup and the launch (no dispatcher); a repeated call, so the hot path (C);
+  python    the same with the hot path off: the op's Python path (plus two module attribute
+            writes a call that turn the hot path off and on);
   dispatch  torch.ops.ktune.<op>(...): the same through torch's dispatcher (what a traced
             or compiled caller gets);
   torch     torch's own eager op, for reference.
-Each is called --calls times in a row, the six taking turns for five rounds; the median
+Each is called --calls times in a row, all taking turns for five rounds; the median
 batch's wall time per call is reported. overhead = op - bare.
 
 Under CUDA graphs: --graph-ops calls of the op captured into one graph, and the same number
@@ -68,6 +70,17 @@ def host_us_per_call(fns, calls, sleep_cycles, rounds=5):
             batches[name].append((time.perf_counter() - start) / calls * 1e6)
             torch.cuda.synchronize()
     return {name: statistics.median(b) for name, b in batches.items()}
+
+
+def python_path(op):
+    """op() with ktune.torch's hot path off."""
+    def call():
+        hot, kt._hot_call = kt._hot_call, None
+        try:
+            op()
+        finally:
+            kt._hot_call = hot
+    return call
 
 
 def graph_us(fn, count, replays):
@@ -219,14 +232,16 @@ def measure(args):
         # What ktune.torch hands the entry: the raw handle where it launches from C.
         cache_stream = kt._stream_handle(0) if entry.fast is not None else stream
         fns = {"bare": bare, "cache": lambda: entry.launch(pointers, cache_stream, scalars),
-               "op": op, "dispatch": dispatched, "torch": peer}
+               "op": op, "python": python_path(op), "dispatch": dispatched, "torch": peer}
         if entry.fast is not None:
             fns["fast"] = bare_launcher(entry, pointers, scalars, stream, fast=True)
         host = host_us_per_call(fns, args.calls, sleep)
         row = {"op": name, "shape": shape, "provenance": entry.provenance,
                "launches": len(entry.artifact.launches), "fast": entry.fast is not None,
                "fast_us": host.get("fast")}
-        row.update({f"{k}_us": host[k] for k in ("bare", "cache", "op", "dispatch", "torch")})
+        row.update({f"{k}_us": host[k]
+                    for k in ("bare", "cache", "op", "python", "dispatch", "torch")})
+        row["hot_path"] = kt._hot_call is not None
         row["overhead_us"] = row["op_us"] - row["bare_us"]
         # A tensor-map kernel binds per set of buffer addresses: more sets than the op's
         # own would mean the timed calls re-encoded maps (a fresh output address per call).
@@ -241,9 +256,9 @@ def measure(args):
 
 
 def report(rows, out):
-    lines = ["| op | shape | launches | bare | C launch | cache | op | dispatch | torch eager | "
-             "op - bare | graph: bare / op per call | added |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| op | shape | launches | bare | C launch | cache | op | op, Python path | "
+             "dispatch | torch eager | op - bare | graph: bare / op per call | added |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     met = True
     for r in rows:
         if "error" in r:
@@ -256,7 +271,8 @@ def report(rows, out):
         lines.append(
             f"| {r['op']} | {shape} | {r['launches']} | {r['bare_us']:.2f} | "
             f"{'%.2f' % r['fast_us'] if r['fast_us'] is not None else 'not built'} | "
-            f"{r['cache_us']:.2f} | {r['op_us']:.2f} | {r['dispatch_us']:.2f} | "
+            f"{r['cache_us']:.2f} | {r['op_us']:.2f}{'' if r['hot_path'] else ' (no hot path)'} | "
+            f"{r['python_us']:.2f} | {r['dispatch_us']:.2f} | "
             f"{r['torch_us']:.2f} | "
             f"{r['overhead_us']:.2f} {'ok' if r['overhead_us'] <= GOAL_OVERHEAD_US else 'MISS'} | "
             f"{r['graph_bare_us']:.2f} / {r['graph_op_us']:.2f} | "
