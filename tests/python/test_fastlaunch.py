@@ -442,6 +442,9 @@ class FakeTensor:
     def new_empty(self, shape, dtype=None):
         return FakeTensor(shape, dtype or self.dtype, self._device, 0x90000)
 
+    def to(self, dtype):
+        return FakeTensor(self.shape, dtype, self._device, 0xA0000)
+
 
 class FakeSubclass(FakeTensor):
     pass
@@ -473,13 +476,14 @@ class HotCallTest(unittest.TestCase):
         return (threading.get_ident(), 0, 0x5000) + tuple(
             (a.shape, a.dtype, a.get_device()) if type(a) is FakeTensor else a for a in args)
 
-    def plan(self, out_kind=0, out_shape=None, sources=(0, 1, 1 << 8, 2 << 8 | 2)):
+    def plan(self, out_kind=0, out_shape=None, sources=(0, 1, 1 << 8, 2 << 8 | 2),
+             convert=None):
         def on_error(i, err):
             self.errors.append((i, err))
             raise RuntimeError(f"launch {i}: CUresult {err}")
         return (self.generation, 3, self.epoch, 7, tuple(self.run.steps_ref[0][1]), sources,
                 (15, 15, 0), (0xC0000,), out_kind, 0, out_shape, on_error,
-                self.run.steps_ref[0][0])
+                self.run.steps_ref[0][0], convert)
 
     def test_a_repeated_call_launches_with_its_own_addresses_and_scalars(self):
         out = _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
@@ -545,6 +549,17 @@ class HotCallTest(unittest.TestCase):
         _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
         self.assertEqual(self.rec.calls[-2][5], 0xC0000)
         self.assertEqual(len(self.rec.calls), 4 * 2)
+
+    def test_a_converted_arg_is_read_from_its_copy(self):
+        # As rope's int64 positions: x's slot gets the address of x.to("i32"), made per call.
+        self.table[self.signature(self.x, self.w, 0.5)] = self.plan(convert=((0, "i32"),))
+        _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
+        self.assertEqual(self.rec.calls[0][5], 0xA0000)
+        for bad in (((5, "i32"),), ((0, "i32"), (0, "i32")), "not a tuple"):
+            self.table[self.signature(self.x, self.w, 0.5)] = self.plan(convert=bad)
+            with self.assertRaises((ValueError, TypeError)):
+                _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
+        self.assertEqual(len(self.rec.calls), 2)
 
     def test_a_failed_launch_is_raised_by_the_plan(self):
         self.rec.result = LAUNCH_FAILED

@@ -299,7 +299,16 @@ class TorchOpsTest(unittest.TestCase):
             self.assertIsNone(kt.rotary_embedding(pos, q, k, 64, cos_sin, False))
             self.assertClose(q, q_ref, 1e-2, 1.6e-2, "rope q, the hot path")
             self.assertClose(k, k_ref, 1e-2, 1.6e-2, "rope k, the hot path")
-            self.assertEqual(recorded, ["fused_add_rms_norm", "rotary_embedding"])
+            # int64 positions (vLLM's): the plan converts them per call.
+            pos64 = pos.long()
+            kt.rotary_embedding(pos64, rand(8, 4 * 64), rand(8, 2 * 64), 64, cos_sin, False)
+            q, k = rand(8, 4 * 64), rand(8, 2 * 64)
+            q_ref, k_ref = rope(q, k)
+            kt.rotary_embedding(pos64, q, k, 64, cos_sin, False)
+            self.assertClose(q, q_ref, 1e-2, 1.6e-2, "rope q, int64 positions, the hot path")
+            self.assertClose(k, k_ref, 1e-2, 1.6e-2, "rope k, int64 positions, the hot path")
+            self.assertEqual(recorded, ["fused_add_rms_norm", "rotary_embedding",
+                                        "rotary_embedding"])
             # Another stream: its own plan (scratch buffers are per stream), then hot there.
             recorded.clear()
             stream = torch.cuda.Stream()

@@ -301,12 +301,14 @@ static PyObject* g_grad_enabled = NULL;
 static PyObject* g_current_device = NULL;
 static PyObject* g_raw_stream = NULL;
 static PyObject* g_empty_like = NULL;
-static PyObject* g_names[7];  // interned attribute names, see kName*
+#define KTUNE_HOT_NAMES 8
+static PyObject* g_names[KTUNE_HOT_NAMES];  // interned attribute names, see kName*
 
 enum { kNameShape, kNameDtype, kNameGetDevice, kNameIsContiguous, kNameRequiresGrad,
-       kNameDataPtr, kNameNewEmpty };
-static const char* const kNames[7] = {"shape", "dtype", "get_device", "is_contiguous",
-                                      "requires_grad", "data_ptr", "new_empty"};
+       kNameDataPtr, kNameNewEmpty, kNameTo };
+static const char* const kNames[KTUNE_HOT_NAMES] = {
+    "shape", "dtype", "get_device", "is_contiguous", "requires_grad", "data_ptr", "new_empty",
+    "to"};
 
 // A plan's fields, by index (ktune/torch.py builds the tuple).
 enum {
@@ -326,6 +328,9 @@ enum {
   kPlanKeep,         // what owns the parameter storage the steps write (kept alive by the
                      // plan: a thread's launcher goes with its thread, whose ident a new
                      // thread may get)
+  kPlanConvert,      // tuple of (arg index, dtype): tensor args the kernel reads converted
+                     // (args[i].to(dtype), e.g. rope's int64 positions to int32); their
+                     // addresses are the copies'
   kPlanFields
 };
 enum { kSourcePointer = 0, kSourceOut = 1, kSourceArg = 2, kSourceConst = 3 };
@@ -358,7 +363,7 @@ static PyObject* HotSetup(PyObject* self, PyObject* const* args, Py_ssize_t narg
       return NULL;
     }
   }
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < KTUNE_HOT_NAMES; ++i) {
     if (g_names[i] == NULL && (g_names[i] = PyUnicode_InternFromString(kNames[i])) == NULL) {
       return NULL;
     }
@@ -634,6 +639,39 @@ static PyObject* HotCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs
       ok = 0;  // off its alignment: the Python path falls back to torch
     }
   }
+  // Conversions: a copy per call, alive until its launches are enqueued (the caching
+  // allocator reuses freed memory in stream order, so the kernel still reads it).
+  PyObject* converted[KTUNE_HOT_MAX_ARGS] = {NULL};
+  PyObject* convert = PyTuple_GetItem(plan, kPlanConvert);
+  if (ok == 1 && convert != Py_None) {
+    if (convert == NULL || !PyTuple_Check(convert)) {
+      PyErr_SetString(PyExc_TypeError, "hot_call: a plan's conversions must be a tuple");
+      ok = -1;
+    }
+    for (Py_ssize_t c = 0; ok == 1 && c < PyTuple_Size(convert); ++c) {
+      PyObject* pair = PyTuple_GetItem(convert, c);
+      const long at = PyTuple_Check(pair) && PyTuple_Size(pair) == 2
+                          ? PyLong_AsLong(PyTuple_GetItem(pair, 0))
+                          : -1;
+      if (at < 0 || at >= n || converted[at] != NULL) {
+        if (!PyErr_Occurred()) {
+          PyErr_SetString(PyExc_ValueError, "hot_call: a conversion names no arg");
+        }
+        ok = -1;
+        break;
+      }
+      converted[at] =
+          PyObject_CallMethodObjArgs(call[at], g_names[kNameTo], PyTuple_GetItem(pair, 1), NULL);
+      PyObject* p = converted[at] ? CallMethod0(converted[at], kNameDataPtr) : NULL;
+      if (p == NULL) {
+        ok = -1;
+        break;
+      }
+      pointers[at] = PyLong_AsUnsignedLongLong(p);
+      Py_DECREF(p);
+      if (PyErr_Occurred()) ok = -1;
+    }
+  }
   if (ok == 1 && (out = MakeOut(plan, call, n)) == NULL) ok = -1;
   unsigned long long out_address = 0;
   if (ok == 1 && out != Py_True) {
@@ -658,6 +696,7 @@ static PyObject* HotCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs
     result = Py_NewRef(Py_None);
   }  // ok < 0: NULL with the exception set
   Py_XDECREF(out);
+  for (Py_ssize_t i = 0; i < n; ++i) Py_XDECREF(converted[i]);
   Py_DECREF(stream);
   Py_DECREF(plan);
   return result;

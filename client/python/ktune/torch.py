@@ -348,11 +348,12 @@ _OUT_LIKE, _OUT_SHAPE, _OUT_SHAPE_KWARGS, _OUT_NONE = 0, 1, 2, 3
 
 
 def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(),
-              out_kind=_OUT_LIKE, out_arg=0, out_shape=None, scratch_epoch=None):
+              out_kind=_OUT_LIKE, out_arg=0, out_shape=None, scratch_epoch=None, convert=None):
     """Records the plan for calls of `op` repeating this one (`args`, as the op's function
     takes them), once its kernel was launched: entry, the kernel of `key`, with values for
     `names` drawn from `sources`; masks per arg (the address bits that must be 0);
-    scratch_epoch: _scratch_epoch[0] as read before the op took its scratch buffers."""
+    scratch_epoch: _scratch_epoch[0] as read before the op took its scratch buffers;
+    convert: ((arg index, dtype), ...) of tensor args the kernel reads converted."""
     c = _cache
     if _hot_call is None or c is None:
         return
@@ -387,7 +388,7 @@ def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(
     table[signature] = (
         c.generation, generation, _scratch_epoch,
         _scratch_epoch[0] if scratch_epoch is None else scratch_epoch, steps, sources, masks,
-        consts, out_kind, out_arg, out_shape, on_error, owner)
+        consts, out_kind, out_arg, out_shape, on_error, owner, convert)
 
 
 def _buffer_arg(entry, name):
@@ -701,10 +702,11 @@ def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved, record=Fa
     # The kernel reads int32 positions (vLLM passes int64): one small conversion kernel.
     pos = positions if positions.dtype == torch.int32 else positions.to(torch.int32)
     _launch(entry, dev, None, _ROPE_ARGS, qp, kp, cp, pos.data_ptr())
-    if record and pos is positions:  # int64 positions keep the Python path (a conversion)
+    if record:  # int64 positions: the plan converts them too
         _remember(op, (positions, q, k, head_dim, cos_sin, interleaved), key, entry, dev, None,
                   _ROPE_ARGS, (_POINTER | 1, _POINTER | 2, _POINTER | 4, _POINTER),
-                  (3, 15, 15, 0, 15, 0), out_kind=_OUT_NONE)
+                  (3, 15, 15, 0, 15, 0), out_kind=_OUT_NONE,
+                  convert=None if pos is positions else ((0, torch.int32),))
 
 
 @torch.library.custom_op("ktune::rotary_embedding", mutates_args=("q", "k"))
@@ -720,9 +722,7 @@ def _(positions, q, k, head_dim, cos_sin, interleaved=False):
 
 def rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved=False):
     """Rotates q and k in place by the angles of cos_sin at `positions` (template rope)."""
-    # int64 positions take the Python path every call (their conversion): no plan to look up.
     if (_hot_call is not None and not _is_compiling()
-            and getattr(positions, "dtype", None) is torch.int32
             and _hot_call(_hot["rotary_embedding"], positions, q, k, head_dim, cos_sin,
                           interleaved) is not None):
         return
