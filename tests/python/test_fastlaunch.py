@@ -442,6 +442,10 @@ class FakeTensor:
     def new_empty(self, shape, dtype=None):
         return FakeTensor(shape, dtype or self.dtype, self._device, 0x90000)
 
+    def add_(self, other):
+        self.added = getattr(self, "added", []) + [other]
+        return self
+
     def to(self, dtype):
         return FakeTensor(self.shape, dtype, self._device, 0xA0000)
 
@@ -477,13 +481,13 @@ class HotCallTest(unittest.TestCase):
             (a.shape, a.dtype, a.get_device()) if type(a) is FakeTensor else a for a in args)
 
     def plan(self, out_kind=0, out_shape=None, sources=(0, 1, 1 << 8, 2 << 8 | 2),
-             convert=None):
+             convert=None, add=None):
         def on_error(i, err):
             self.errors.append((i, err))
             raise RuntimeError(f"launch {i}: CUresult {err}")
         return (self.generation, 3, self.epoch, 7, tuple(self.run.steps_ref[0][1]), sources,
                 (15, 15, 0), (0xC0000,), out_kind, 0, out_shape, on_error,
-                self.run.steps_ref[0][0], convert)
+                self.run.steps_ref[0][0], convert, add)
 
     def test_a_repeated_call_launches_with_its_own_addresses_and_scalars(self):
         out = _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
@@ -560,6 +564,15 @@ class HotCallTest(unittest.TestCase):
             with self.assertRaises((ValueError, TypeError)):
                 _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
         self.assertEqual(len(self.rec.calls), 2)
+
+    def test_an_arg_added_to_the_output_after_the_launches(self):
+        # As linear's bias: out.add_(args[1]) once the kernel is enqueued.
+        self.table[self.signature(self.x, self.w, 0.5)] = self.plan(add=1)
+        out = _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
+        self.assertEqual(out.added, [self.w])
+        self.table[self.signature(self.x, self.w, 0.5)] = self.plan(add=7)
+        with self.assertRaisesRegex(ValueError, "an add names no arg"):
+            _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)
 
     def test_a_failed_launch_is_raised_by_the_plan(self):
         self.rec.result = LAUNCH_FAILED

@@ -242,6 +242,7 @@ class TorchOpsTest(unittest.TestCase):
         w = rand(2048, lo=0.5, hi=1.5)
         b = rand(2048, lo=-0.5, hi=0.5)
         lw = rand(512, 2048, lo=-0.5, hi=0.5)
+        lb = rand(512)
         pos = torch.arange(8, device="cuda", dtype=torch.int32)
         half = torch.arange(32, device="cuda").float()[None, :] * 1e-2
         cos_sin = torch.cat(((pos[:, None] * half).cos(), (pos[:, None] * half).sin()),
@@ -267,6 +268,8 @@ class TorchOpsTest(unittest.TestCase):
             ("silu_and_mul", kt.silu_and_mul,
              lambda x: F.silu(x[:, :1024].float()) * x[:, 1024:].float(), 1e-2),
             ("linear", lambda x: kt.linear(x, lw), lambda x: x.float() @ lw.float().T, 0.5),
+            ("linear", lambda x: kt.linear(x, lw, lb),
+             lambda x: x.float() @ lw.float().T + lb.float(), 0.5),
         ]
         recorded = []
         remember = kt._remember

@@ -301,14 +301,14 @@ static PyObject* g_grad_enabled = NULL;
 static PyObject* g_current_device = NULL;
 static PyObject* g_raw_stream = NULL;
 static PyObject* g_empty_like = NULL;
-#define KTUNE_HOT_NAMES 8
+#define KTUNE_HOT_NAMES 9
 static PyObject* g_names[KTUNE_HOT_NAMES];  // interned attribute names, see kName*
 
 enum { kNameShape, kNameDtype, kNameGetDevice, kNameIsContiguous, kNameRequiresGrad,
-       kNameDataPtr, kNameNewEmpty, kNameTo };
+       kNameDataPtr, kNameNewEmpty, kNameTo, kNameAdd };
 static const char* const kNames[KTUNE_HOT_NAMES] = {
     "shape", "dtype", "get_device", "is_contiguous", "requires_grad", "data_ptr", "new_empty",
-    "to"};
+    "to", "add_"};
 
 // A plan's fields, by index (ktune/torch.py builds the tuple).
 enum {
@@ -331,6 +331,8 @@ enum {
   kPlanConvert,      // tuple of (arg index, dtype): tensor args the kernel reads converted
                      // (args[i].to(dtype), e.g. rope's int64 positions to int32); their
                      // addresses are the copies'
+  kPlanAddArg,       // None, or the index of an arg added to the output after the launches
+                     // (out.add_(args[i]): linear's bias)
   kPlanFields
 };
 enum { kSourcePointer = 0, kSourceOut = 1, kSourceArg = 2, kSourceConst = 3 };
@@ -688,6 +690,18 @@ static PyObject* HotCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs
     PyObject* values = Values(plan, call, n, pointers, out_address);
     if (values == NULL || RunSteps(plan, stream, values) != 0) ok = -1;
     Py_XDECREF(values);
+  }
+  PyObject* add = PyTuple_GetItem(plan, kPlanAddArg);
+  if (ok == 1 && add != NULL && add != Py_None) {
+    const long at = PyLong_AsLong(add);
+    if (at < 0 || at >= n || out == Py_True) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "hot_call: an add names no arg");
+      ok = -1;
+    } else {
+      PyObject* r = PyObject_CallMethodObjArgs(out, g_names[kNameAdd], call[at], NULL);
+      if (r == NULL) ok = -1;
+      Py_XDECREF(r);
+    }
   }
   if (ok == 1) {
     result = out;

@@ -348,12 +348,14 @@ _OUT_LIKE, _OUT_SHAPE, _OUT_SHAPE_KWARGS, _OUT_NONE = 0, 1, 2, 3
 
 
 def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(),
-              out_kind=_OUT_LIKE, out_arg=0, out_shape=None, scratch_epoch=None, convert=None):
+              out_kind=_OUT_LIKE, out_arg=0, out_shape=None, scratch_epoch=None, convert=None,
+              add=None):
     """Records the plan for calls of `op` repeating this one (`args`, as the op's function
     takes them), once its kernel was launched: entry, the kernel of `key`, with values for
     `names` drawn from `sources`; masks per arg (the address bits that must be 0);
     scratch_epoch: _scratch_epoch[0] as read before the op took its scratch buffers;
-    convert: ((arg index, dtype), ...) of tensor args the kernel reads converted."""
+    convert: ((arg index, dtype), ...) of tensor args the kernel reads converted; add: the
+    index of an arg added to the output after the launch (linear's bias)."""
     c = _cache
     if _hot_call is None or c is None:
         return
@@ -388,7 +390,7 @@ def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(
     table[signature] = (
         c.generation, generation, _scratch_epoch,
         _scratch_epoch[0] if scratch_epoch is None else scratch_epoch, steps, sources, masks,
-        consts, out_kind, out_arg, out_shape, on_error, owner, convert)
+        consts, out_kind, out_arg, out_shape, on_error, owner, convert, add)
 
 
 def _buffer_arg(entry, name):
@@ -802,10 +804,10 @@ def _linear(x, weight, bias, record=False):
         names = _LINEAR_ARGS
         sources = (_POINTER, _POINTER | 1, _OUT, _CONST, _CONST, _CONST | 1, _CONST | 2)
     if bias is not None:
-        out.add_(bias)  # a second op: no plan
-    elif record:
+        out.add_(bias)
+    if record:
         _remember(op, (x, weight, bias), key, entry, dev, handle, names, sources, (15, 15, 0),
-                  consts, _OUT_SHAPE, 0, shape, epoch)
+                  consts, _OUT_SHAPE, 0, shape, epoch, add=None if bias is None else 2)
     return out
 
 
@@ -823,8 +825,7 @@ def _(x, weight, bias=None):
 def linear(x, weight, bias=None):
     """x @ weight.T (+ bias), weight [n, k] as nn.Linear's (template gemm; float32 of at
     most 8 rows: template gemv)."""
-    # With a bias the Python path adds it: no plan to look up.
-    if _hot_call is not None and bias is None and not _is_compiling():
+    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
         out = _hot_call(_hot["linear"], x, weight, bias)
         if out is not None:
             return out
@@ -875,12 +876,15 @@ def _fp8_linear(x, weight, scale_x, scale_w, bias, record=False):
         _, partial, counters = _gemm_buffers(entry, dev, handle)
         _launch(entry, dev, handle, _LINEAR_ARGS, xp, wp, out.data_ptr(), scale_x.data_ptr(),
                 scale_w.data_ptr(), partial, counters)
-        if record and bias is None:
+        if bias is not None:
+            out.add_(bias)
+        if record:
             _remember(op, (x, weight, scale_x, scale_w, bias), key, entry, dev, handle,
                       _LINEAR_ARGS, (_POINTER, _POINTER | 1, _OUT, _POINTER | 2, _POINTER | 3,
                                      _CONST, _CONST | 1), (15, 15, 3, 3, 0),
                       (partial, counters), _OUT_SHAPE_KWARGS, 0,
-                      (shape, {"dtype": torch.bfloat16}), epoch)
+                      (shape, {"dtype": torch.bfloat16}), epoch, add=None if bias is None else 4)
+        return out
     if bias is not None:
         out.add_(bias)
     return out
@@ -902,7 +906,7 @@ def fp8_linear(x, weight, scale_x, scale_w, bias=None):
     (nn.Linear's layout) of one fp8 type (float8_e4m3fn or float8_e5m2), scale_x and scale_w
     float32 tensors of one element (per-tensor scales, as torch._scaled_mm takes), bias bf16
     [n] or None (template gemm; sm_89 or later)."""
-    if _hot_call is not None and bias is None and not _is_compiling():
+    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
         out = _hot_call(_hot["fp8_linear"], x, weight, scale_x, scale_w, bias)
         if out is not None:
             return out
