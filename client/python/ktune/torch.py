@@ -310,7 +310,9 @@ def _launch(entry, device, handle, names, *values):
 # current device and stream, alignment, the kernel or a scratch buffer replaced), allocates
 # the output and launches what the earlier call launched. The first call of each such
 # signature takes the Python path, which checks and names every error, falls back to torch
-# where it must, and records the plan (_remember) once its kernel is launched. Only the
+# where it must, and records the plan (_remember) once its kernel is launched. An op with no
+# plan yet (a server without ktuned: every call falls back) does not look one up; under
+# torch.compile (dynamo must not meet the C call) none is looked up either. Only the
 # module functions' eager calls record (their bodies' record=True): the registered ops run the
 # same bodies for the dispatcher and torch.compile's graphs, which pay nothing for it.
 
@@ -463,7 +465,7 @@ def _(x, weight, eps=1e-6):
 
 def rms_norm(x, weight, eps=1e-6):
     """x * rsqrt(mean(x^2, -1) + eps) * weight over the last dim (template rmsnorm)."""
-    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+    if _hot_call is not None and not _is_compiling() and _hot["rms_norm"]:
         out = _hot_call(_hot["rms_norm"], x, weight, eps)
         if out is not None:
             return out
@@ -509,7 +511,7 @@ def _(x, residual, weight, eps=1e-6):
 
 def fused_add_rms_norm(x, residual, weight, eps=1e-6):
     """residual += x (in place); returns rms_norm(residual) (template add_rmsnorm)."""
-    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+    if _hot_call is not None and not _is_compiling() and _hot["fused_add_rms_norm"]:
         out = _hot_call(_hot["fused_add_rms_norm"], x, residual, weight, eps)
         if out is not None:
             return out
@@ -557,7 +559,7 @@ def _(x, weight, bias, eps=1e-5):
 
 def layer_norm(x, weight, bias, eps=1e-5):
     """torch's layer_norm over the last dim, bias optional (template layernorm)."""
-    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+    if _hot_call is not None and not _is_compiling() and _hot["layer_norm"]:
         out = _hot_call(_hot["layer_norm"], x, weight, bias, eps)
         if out is not None:
             return out
@@ -601,7 +603,7 @@ def _(x):
 
 def softmax(x):
     """softmax over the last dim (template softmax)."""
-    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+    if _hot_call is not None and not _is_compiling() and _hot["softmax"]:
         out = _hot_call(_hot["softmax"], x)
         if out is not None:
             return out
@@ -644,7 +646,7 @@ def _(x):
 
 def silu_and_mul(x):
     """silu(x[..., :d]) * x[..., d:] (template silu_and_mul)."""
-    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+    if _hot_call is not None and not _is_compiling() and _hot["silu_and_mul"]:
         out = _hot_call(_hot["silu_and_mul"], x)
         if out is not None:
             return out
@@ -724,7 +726,7 @@ def _(positions, q, k, head_dim, cos_sin, interleaved=False):
 
 def rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved=False):
     """Rotates q and k in place by the angles of cos_sin at `positions` (template rope)."""
-    if (_hot_call is not None and not _is_compiling()
+    if (_hot_call is not None and not _is_compiling() and _hot["rotary_embedding"]
             and _hot_call(_hot["rotary_embedding"], positions, q, k, head_dim, cos_sin,
                           interleaved) is not None):
         return
@@ -825,7 +827,7 @@ def _(x, weight, bias=None):
 def linear(x, weight, bias=None):
     """x @ weight.T (+ bias), weight [n, k] as nn.Linear's (template gemm; float32 of at
     most 8 rows: template gemv)."""
-    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+    if _hot_call is not None and not _is_compiling() and _hot["linear"]:
         out = _hot_call(_hot["linear"], x, weight, bias)
         if out is not None:
             return out
@@ -906,7 +908,7 @@ def fp8_linear(x, weight, scale_x, scale_w, bias=None):
     (nn.Linear's layout) of one fp8 type (float8_e4m3fn or float8_e5m2), scale_x and scale_w
     float32 tensors of one element (per-tensor scales, as torch._scaled_mm takes), bias bf16
     [n] or None (template gemm; sm_89 or later)."""
-    if _hot_call is not None and not _is_compiling():  # dynamo cannot trace a C call
+    if _hot_call is not None and not _is_compiling() and _hot["fp8_linear"]:
         out = _hot_call(_hot["fp8_linear"], x, weight, scale_x, scale_w, bias)
         if out is not None:
             return out
