@@ -84,7 +84,7 @@ def main():
     kt._current_device = lambda: -1
     kt._one_gpu = True
     kt._tensor = tensor_on_cpu
-    _fastlaunch.hot_setup(torch.Tensor, None, torch.is_grad_enabled, lambda: -1,
+    _fastlaunch.hot_setup(torch.Tensor, torch.is_grad_enabled, lambda: -1,
                           lambda device: 0, torch.empty_like)
     kt._hot_call = _fastlaunch.hot_call
     x = torch.rand(8, 4096, dtype=torch.bfloat16)

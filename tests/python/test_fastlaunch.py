@@ -464,7 +464,7 @@ class HotCallTest(unittest.TestCase):
         self.run = e.launcher(self.names)
         self.grad, self.device, self.streams = [False], [0], {0: 0x5000, 1: 0x5000}
         self.errors = []
-        _fastlaunch.hot_setup(FakeTensor, None, lambda: self.grad[0], lambda: self.device[0],
+        _fastlaunch.hot_setup(FakeTensor, lambda: self.grad[0], lambda: self.device[0],
                               lambda d: self.streams[d],
                               lambda t: FakeTensor(t.shape, t.dtype, t.get_device(), 0x80000))
         self.generation, self.epoch = [3], [7]
@@ -473,7 +473,7 @@ class HotCallTest(unittest.TestCase):
         self.table = {self.signature(self.x, self.w, 0.5): self.plan()}
 
     def tearDown(self):
-        _fastlaunch.hot_setup(None, None, None, None, None, None)
+        _fastlaunch.hot_setup(None, None, None, None, None)
 
     @staticmethod
     def signature(*args):
@@ -584,17 +584,17 @@ class HotCallTest(unittest.TestCase):
     def test_no_current_device_takes_the_python_path(self):
         def no_driver():
             raise RuntimeError("Found no NVIDIA driver on your system")
-        _fastlaunch.hot_setup(FakeTensor, None, lambda: False, no_driver, lambda d: 0x5000,
+        _fastlaunch.hot_setup(FakeTensor, lambda: False, no_driver, lambda d: 0x5000,
                               lambda t: t)
         self.assertIsNone(_fastlaunch.hot_call(self.table, self.x, self.w, 0.5))
         self.assertEqual(self.rec.calls, [])
 
     def test_without_setup_or_with_a_bad_table_it_refuses(self):
-        _fastlaunch.hot_setup(None, None, None, None, None, None)
+        _fastlaunch.hot_setup(None, None, None, None, None)
         with self.assertRaisesRegex(TypeError, "table must be a dict"):
             _fastlaunch.hot_call([], self.x)
         self.table[self.signature(self.x, self.w, 0.5)] = ("not", "a", "plan")
-        _fastlaunch.hot_setup(FakeTensor, None, lambda: False, lambda: 0, lambda d: 0x5000,
+        _fastlaunch.hot_setup(FakeTensor, lambda: False, lambda: 0, lambda d: 0x5000,
                               lambda t: t)
         with self.assertRaisesRegex(TypeError, "a plan must be a tuple of its fields"):
             _fastlaunch.hot_call(self.table, self.x, self.w, 0.5)

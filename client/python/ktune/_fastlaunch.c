@@ -277,26 +277,24 @@ static PyObject* LaunchWith(PyObject* self, PyObject* const* args, Py_ssize_t na
 //
 // A ktune.torch op called again with what it was called with before (the same shapes,
 // dtypes and device, on the same thread and stream, scalars equal) redoes none of its Python:
-// hot_call checks what could differ (exact torch.Tensor types, contiguity, autograd, not
-// under torch.compile, the current device and stream, 16-byte alignment, that neither the
-// kernel nor a scratch buffer was replaced), allocates the output, writes the call's values
+// hot_call checks what could differ (exact torch.Tensor types, contiguity, autograd, the
+// current device and stream, each buffer's alignment, that neither the kernel nor a scratch
+// buffer was replaced), allocates the output, writes the call's values
 // into the kernel's parameters and launches, all in C. Anything else returns None and the op
 // takes its Python path, which checks and names every error, falls back to torch where it
 // must, and records a plan for the next such call.
 //
-//   hot_setup(tensor_type, is_compiling, is_grad_enabled, current_device, raw_stream,
-//             empty_like)           torch's objects hot_call uses (until called, or with
-//                                   tensor_type None: None always); is_compiling None: the
-//                                   caller tests it, as
-//                                   ktune.torch does (torch.compile's dynamo must not trace
-//                                   into a C call)
+//   hot_setup(tensor_type, is_grad_enabled, current_device, raw_stream, empty_like)
+//                                   torch's objects hot_call uses (until called, or with
+//                                   tensor_type None: None always). Not under torch.compile:
+//                                   the caller tests that before calling (dynamo must not
+//                                   meet a C call in what it traces)
 //   hot_call(table, *args) -> out, True (an op without output), or None
 //       table: {signature: plan}, signature = (thread ident, current device, its current
 //       raw stream, per arg: (shape, dtype, get_device()) for a tensor, else the arg
 //       itself); plan: the tuple of the kPlan* fields.
 
 static PyObject* g_tensor_type = NULL;
-static PyObject* g_is_compiling = NULL;
 static PyObject* g_grad_enabled = NULL;
 static PyObject* g_current_device = NULL;
 static PyObject* g_raw_stream = NULL;
@@ -347,22 +345,18 @@ static void SetGlobal(PyObject** slot, PyObject* value) {
 
 static PyObject* HotSetup(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
-  if (nargs != 6) {
+  if (nargs != 5) {
     PyErr_SetString(PyExc_TypeError,
-                    "hot_setup(tensor_type, is_compiling, is_grad_enabled, current_device, "
-                    "raw_stream, empty_like) takes 6 arguments");
+                    "hot_setup(tensor_type, is_grad_enabled, current_device, raw_stream, "
+                    "empty_like) takes 5 arguments");
     return NULL;
   }
   if (args[0] != Py_None) {  // None turns the hot path off
-    for (int i = 2; i < 6; ++i) {
+    for (int i = 1; i < 5; ++i) {
       if (!PyCallable_Check(args[i])) {
         PyErr_Format(PyExc_TypeError, "hot_setup: argument %d must be callable", i + 1);
         return NULL;
       }
-    }
-    if (args[1] != Py_None && !PyCallable_Check(args[1])) {
-      PyErr_SetString(PyExc_TypeError, "hot_setup: is_compiling must be callable or None");
-      return NULL;
     }
   }
   for (int i = 0; i < KTUNE_HOT_NAMES; ++i) {
@@ -370,11 +364,10 @@ static PyObject* HotSetup(PyObject* self, PyObject* const* args, Py_ssize_t narg
       return NULL;
     }
   }
-  SetGlobal(&g_is_compiling, args[1]);
-  SetGlobal(&g_grad_enabled, args[2]);
-  SetGlobal(&g_current_device, args[3]);
-  SetGlobal(&g_raw_stream, args[4]);
-  SetGlobal(&g_empty_like, args[5]);
+  SetGlobal(&g_grad_enabled, args[1]);
+  SetGlobal(&g_current_device, args[2]);
+  SetGlobal(&g_raw_stream, args[3]);
+  SetGlobal(&g_empty_like, args[4]);
   SetGlobal(&g_tensor_type, args[0]);  // last: hot_call is live once it is set
   Py_RETURN_NONE;
 }
@@ -571,10 +564,6 @@ static PyObject* HotCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs
   if (g_tensor_type == NULL || g_tensor_type == Py_None || n > KTUNE_HOT_MAX_ARGS) {
     Py_RETURN_NONE;
   }
-  if (g_is_compiling != Py_None) {  // None: the caller tests it (see hot_setup)
-    const int compiling = CallTruth(g_is_compiling);
-    if (compiling != 0) return compiling < 0 ? NULL : Py_NewRef(Py_None);
-  }
   const int grad = CallTruth(g_grad_enabled);
   if (grad < 0) return NULL;
   // The device whose context launches run in and its current stream: part of the
@@ -725,8 +714,7 @@ static PyMethodDef kMethods[] = {
     {"launch_with", (PyCFunction)(void (*)(void))LaunchWith, METH_FASTCALL,
      "launch_with(plan, stream, params, layout, values) -> CUresult"},
     {"hot_setup", (PyCFunction)(void (*)(void))HotSetup, METH_FASTCALL,
-     "hot_setup(tensor_type, is_compiling, is_grad_enabled, current_device, raw_stream, "
-     "empty_like)"},
+     "hot_setup(tensor_type, is_grad_enabled, current_device, raw_stream, empty_like)"},
     {"hot_call", (PyCFunction)(void (*)(void))HotCall, METH_FASTCALL,
      "hot_call(table, *args) -> the output, True, or None (take the Python path)"},
     {NULL, NULL, 0, NULL},

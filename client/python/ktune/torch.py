@@ -329,7 +329,7 @@ def _hot_setup():
     try:
         from ktune import _fastlaunch
         # torch.compile: the ops test it before hot_call (dynamo must not meet a C call).
-        _fastlaunch.hot_setup(torch.Tensor, None, torch.is_grad_enabled, _current_device,
+        _fastlaunch.hot_setup(torch.Tensor, torch.is_grad_enabled, _current_device,
                               _raw_stream, torch.empty_like)
         return _fastlaunch.hot_call
     except (ImportError, AttributeError):
