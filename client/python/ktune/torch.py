@@ -349,13 +349,13 @@ _POINTER, _OUT, _ARG, _CONST = 0, 1 << 8, 2 << 8, 3 << 8
 _OUT_LIKE, _OUT_SHAPE, _OUT_SHAPE_KWARGS, _OUT_NONE = 0, 1, 2, 3
 
 
-def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(),
+def _remember(op, args, key, entry, dev, handle, names, sources, consts=(),
               out_kind=_OUT_LIKE, out_arg=0, out_shape=None, scratch_epoch=None, convert=None,
               add=None):
     """Records the plan for calls of `op` repeating this one (`args`, as the op's function
     takes them), once its kernel was launched: entry, the kernel of `key`, with values for
-    `names` drawn from `sources`; masks per arg (the address bits that must be 0);
-    scratch_epoch: _scratch_epoch[0] as read before the op took its scratch buffers;
+    `names` drawn from `sources`; scratch_epoch: _scratch_epoch[0] as read before the op
+    took its scratch buffers;
     convert: ((arg index, dtype), ...) of tensor args the kernel reads converted; add: the
     index of an arg added to the output after the launch (linear's bias)."""
     c = _cache
@@ -380,6 +380,12 @@ def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(
     def on_error(i, err):
         check_launch(cu, err, steps[i][3])
 
+    # Per arg, the address bits that must be 0: the alignment the artifact gives the buffers
+    # it feeds (16 from a daemon that predates alignments, as the Python path assumes).
+    masks = [0] * len(args)
+    for name, source in zip(names, sources):
+        if source & ~0xFF == _POINTER:
+            masks[source & 0xFF] |= (_buffer_arg(entry, name).alignment or 16) - 1
     signature = (threading.get_ident(), dev, stream) + tuple(
         (a.shape, a.dtype, a.get_device()) if type(a) is torch.Tensor else a for a in args)
     try:
@@ -391,8 +397,8 @@ def _remember(op, args, key, entry, dev, handle, names, sources, masks, consts=(
         table.clear()
     table[signature] = (
         c.generation, generation, _scratch_epoch,
-        _scratch_epoch[0] if scratch_epoch is None else scratch_epoch, steps, sources, masks,
-        consts, out_kind, out_arg, out_shape, on_error, owner, convert, add)
+        _scratch_epoch[0] if scratch_epoch is None else scratch_epoch, steps, sources,
+        tuple(masks), consts, out_kind, out_arg, out_shape, on_error, owner, convert, add)
 
 
 def _buffer_arg(entry, name):
@@ -449,7 +455,7 @@ def _rms_norm(x, weight, eps, record=False):
     _launch(entry, dev, None, _RMS_NORM_ARGS, xp, wp, out.data_ptr(), eps)
     if record:
         _remember("rms_norm", (x, weight, eps), key, entry, dev, None, _RMS_NORM_ARGS,
-                  (_POINTER, _POINTER | 1, _OUT, _ARG | 2), (15, 15, 0))
+                  (_POINTER, _POINTER | 1, _OUT, _ARG | 2))
     return out
 
 
@@ -494,7 +500,7 @@ def _fused_add_rms_norm(x, residual, weight, eps, record=False):
     _launch(entry, dev, None, _ADD_RMS_NORM_ARGS, xp, rp, wp, out.data_ptr(), eps)
     if record:
         _remember(op, (x, residual, weight, eps), key, entry, dev, None, _ADD_RMS_NORM_ARGS,
-                  (_POINTER, _POINTER | 1, _POINTER | 2, _OUT, _ARG | 3), (15, 15, 15, 0))
+                  (_POINTER, _POINTER | 1, _POINTER | 2, _OUT, _ARG | 3))
     return out
 
 
@@ -542,7 +548,7 @@ def _layer_norm(x, weight, bias, eps, record=False):
     if record:
         _remember("layer_norm", (x, weight, bias, eps), key, entry, dev, None, _LAYER_NORM_ARGS,
                   (_POINTER, _POINTER | 1, _POINTER | (2 if bias is not None else 1), _OUT,
-                   _ARG | 3), (15, 15, 15, 0))
+                   _ARG | 3))
     return out
 
 
@@ -587,7 +593,7 @@ def _softmax(x, record=False):
     _launch(entry, dev, handle, _SOFTMAX_ARGS, xp, out.data_ptr(), partial, partial)
     if record:
         _remember("softmax", (x,), key, entry, dev, handle, _SOFTMAX_ARGS,
-                  (_POINTER, _OUT, _CONST, _CONST), (15,), (partial,), scratch_epoch=epoch)
+                  (_POINTER, _OUT, _CONST, _CONST), (partial,), scratch_epoch=epoch)
     return out
 
 
@@ -630,7 +636,7 @@ def _silu_and_mul(x, record=False):
     _launch(entry, dev, None, _SILU_AND_MUL_ARGS, xp, out.data_ptr())
     if record:
         _remember("silu_and_mul", (x,), key, entry, dev, None, _SILU_AND_MUL_ARGS,
-                  (_POINTER, _OUT), (15,), out_kind=_OUT_SHAPE, out_shape=shape)
+                  (_POINTER, _OUT), out_kind=_OUT_SHAPE, out_shape=shape)
     return out
 
 
@@ -709,8 +715,7 @@ def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved, record=Fa
     if record:  # int64 positions: the plan converts them too
         _remember(op, (positions, q, k, head_dim, cos_sin, interleaved), key, entry, dev, None,
                   _ROPE_ARGS, (_POINTER | 1, _POINTER | 2, _POINTER | 4, _POINTER),
-                  (3, 15, 15, 0, 15, 0), out_kind=_OUT_NONE,
-                  convert=None if pos is positions else ((0, torch.int32),))
+                  out_kind=_OUT_NONE, convert=None if pos is positions else ((0, torch.int32),))
 
 
 @torch.library.custom_op("ktune::rotary_embedding", mutates_args=("q", "k"))
@@ -808,8 +813,8 @@ def _linear(x, weight, bias, record=False):
     if bias is not None:
         out.add_(bias)
     if record:
-        _remember(op, (x, weight, bias), key, entry, dev, handle, names, sources, (15, 15, 0),
-                  consts, _OUT_SHAPE, 0, shape, epoch, add=None if bias is None else 2)
+        _remember(op, (x, weight, bias), key, entry, dev, handle, names, sources, consts,
+                  _OUT_SHAPE, 0, shape, epoch, add=None if bias is None else 2)
     return out
 
 
@@ -883,7 +888,7 @@ def _fp8_linear(x, weight, scale_x, scale_w, bias, record=False):
         if record:
             _remember(op, (x, weight, scale_x, scale_w, bias), key, entry, dev, handle,
                       _LINEAR_ARGS, (_POINTER, _POINTER | 1, _OUT, _POINTER | 2, _POINTER | 3,
-                                     _CONST, _CONST | 1), (15, 15, 3, 3, 0),
+                                     _CONST, _CONST | 1),
                       (partial, counters), _OUT_SHAPE_KWARGS, 0,
                       (shape, {"dtype": torch.bfloat16}), epoch, add=None if bias is None else 4)
         return out
