@@ -876,24 +876,21 @@ def _fp8_linear(x, weight, scale_x, scale_w, bias, record=False):
     shape = (*x.shape[:-1], n)
     if entry is None or m == 0 or _misaligned(op, xp | wp):
         out = _fp8_linear_torch(x.reshape(m, k), weight, scale_x, scale_w).reshape(shape)
-    else:
-        out = x.new_empty(shape, dtype=torch.bfloat16)
-        handle = _stream_handle(dev)
-        epoch = _scratch_epoch[0]
-        _, partial, counters = _gemm_buffers(entry, dev, handle)
-        _launch(entry, dev, handle, _LINEAR_ARGS, xp, wp, out.data_ptr(), scale_x.data_ptr(),
-                scale_w.data_ptr(), partial, counters)
-        if bias is not None:
-            out.add_(bias)
-        if record:
-            _remember(op, (x, weight, scale_x, scale_w, bias), key, entry, dev, handle,
-                      _LINEAR_ARGS, (_POINTER, _POINTER | 1, _OUT, _POINTER | 2, _POINTER | 3,
-                                     _CONST, _CONST | 1),
-                      (partial, counters), _OUT_SHAPE_KWARGS, 0,
-                      (shape, {"dtype": torch.bfloat16}), epoch, add=None if bias is None else 4)
-        return out
+        return out if bias is None else out.add_(bias)
+    out = x.new_empty(shape, dtype=torch.bfloat16)
+    handle = _stream_handle(dev)
+    epoch = _scratch_epoch[0]
+    _, partial, counters = _gemm_buffers(entry, dev, handle)
+    _launch(entry, dev, handle, _LINEAR_ARGS, xp, wp, out.data_ptr(), scale_x.data_ptr(),
+            scale_w.data_ptr(), partial, counters)
     if bias is not None:
         out.add_(bias)
+    if record:
+        _remember(op, (x, weight, scale_x, scale_w, bias), key, entry, dev, handle,
+                  _LINEAR_ARGS, (_POINTER, _POINTER | 1, _OUT, _POINTER | 2, _POINTER | 3,
+                                 _CONST, _CONST | 1),
+                  (partial, counters), _OUT_SHAPE_KWARGS, 0, (shape, {"dtype": torch.bfloat16}),
+                  epoch, add=None if bias is None else 4)
     return out
 
 
