@@ -34,6 +34,18 @@ start_ktuned() {
   daemon=$!
   for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 }
+# run_peers DIR LABEL FLAGS...: bench/peers.py against the ktuned start_ktuned started, its
+# files in DIR; "LABEL: exit N" and its table (or its log's tail) into the summary.
+run_peers() {
+  local dir="$1" label="$2"
+  shift 2
+  mkdir -p "$dir"
+  PYTHONPATH="$here/python" python3 "$here/bench/peers.py" --target "unix://$sock" \
+    --out "$dir" "$@" > "$dir/peers.log" 2>&1
+  echo "$label: exit $? (0: every goal met)" >> "$summary"
+  if [ -s "$dir/peers.md" ]; then cat "$dir/peers.md" >> "$summary"
+  else tail -n 20 "$dir/peers.log" >> "$summary"; fi
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader >> "$summary" 2>&1
 
 if want tests; then
@@ -157,12 +169,9 @@ if want peers; then
   # rest are listed as skipped); split it over calls with --ops.
   start_ktuned ktuned-peers.sock peers.db ktuned-peers.log
   # shellcheck disable=SC2086  # PEERS_ARGS is a list of flags
-  PYTHONPATH="$here/python" python3 "$here/bench/peers.py" --target "unix://$sock" --out "$out" \
-    ${PEERS_ARGS:---budget 32 --deadline-s 480} > "$out/peers.log" 2>&1
-  rc=$?
+  run_peers "$out" peers ${PEERS_ARGS:---budget 32 --deadline-s 480}
   kill -TERM "$daemon"; wait "$daemon"
-  echo "peers: exit $rc (0: every goal met) | ktuned exit $? after SIGTERM" >> "$summary"
-  if [ -s "$out/peers.md" ]; then cat "$out/peers.md" >> "$summary"; else tail -n 20 "$out/peers.log" >> "$summary"; fi
+  echo "ktuned (peers): exit $? after SIGTERM" >> "$summary"
 fi
 if want decode; then
   # The gemm template at a decode step's rows in every dtype: its GPU check (each path's
@@ -179,14 +188,9 @@ if want decode; then
              "lowp|--ops gemm --gemm-dtypes bf16,f8e4m3 --gemm-proj qkv,o --gemm-m 1,8" \
              "gemv|--ops gemv --dtype f32"; do
     name="${run%%|*}"
-    mkdir -p "$out/decode-$name"
     # shellcheck disable=SC2086  # the run's flags are a list
-    PYTHONPATH="$here/python" python3 "$here/bench/peers.py" --target "unix://$sock" \
-      --out "$out/decode-$name" ${run#*|} --strategy exhaustive \
-      --deadline-s "${DECODE_DEADLINE_S:-120}" > "$out/decode-$name/peers.log" 2>&1
-    echo "decode $name: exit $? (0: every goal met)" >> "$summary"
-    if [ -s "$out/decode-$name/peers.md" ]; then cat "$out/decode-$name/peers.md" >> "$summary"
-    else tail -n 20 "$out/decode-$name/peers.log" >> "$summary"; fi
+    run_peers "$out/decode-$name" "decode $name" ${run#*|} --strategy exhaustive \
+      --deadline-s "${DECODE_DEADLINE_S:-120}"
   done
   kill -TERM "$daemon"; wait "$daemon"
   echo "ktuned (decode): exit $? after SIGTERM" >> "$summary"
