@@ -184,13 +184,10 @@ class CachedKernel:
         launches = self.artifact.launches
         with_values = fast_with(self.fast)
         if with_values is not None:
-            # launch_with's layout: (storage address, kind, value index) entries, every
-            # launch's in the first one's, so that every value is written and checked
-            # before anything is enqueued (a refused address must not leave half a run).
+            # launch_with's layout: (storage address, kind, value index) entries.
             layout = b"".join(struct.pack("=QII", ctypes.addressof(slot), kind, at)
                               for launch_slots in slots for slot, at, kind in launch_slots)
-            steps = [(self._plans[i], params.address, layout if i == 0 else b"", launch)
-                     for i, ((params, _, _), launch) in enumerate(zip(packed, launches))]
+            steps = self._steps([params for params, _, _ in packed], layout)
 
             def run(stream, *values, keep=packed):
                 for plan, address, layout, launch in steps:
@@ -222,6 +219,15 @@ class CachedKernel:
                 if err != 0:
                     check_launch(cu, err, launch)
         return run_through_driver
+
+    def _steps(self, params, layout):
+        """(plan, kernelParams address, layout, launch) per launch, for launch_with: the
+        whole layout (every launch's entries) goes with the first launch, so every value is
+        written and checked before anything is enqueued (a refused address must not leave
+        half a run)."""
+        return [(plan, p.address, layout if i == 0 else b"", launch)
+                for i, (plan, p, launch) in enumerate(zip(self._plans, params,
+                                                          self.artifact.launches))]
 
     def _alignment_bits(self, name):
         """A buffer's alignment in launch_with's kind (bits 8 and up), 0 when unchecked."""
@@ -278,9 +284,6 @@ class CachedKernel:
 
         def prepare(values):
             bound = self.kernel.bind({b: values[index[b]] for b in self.buffers})
-            steps = []
-            # Every launch's entries go in the first launch's layout: all values are written
-            # and checked before anything is enqueued.
             layout = []
             for params, launch in zip(bound.params, self.artifact.launches):
                 for j, a in enumerate(launch.args):
@@ -294,10 +297,7 @@ class CachedKernel:
                     else:
                         continue  # the artifact's scalar, packed once
                     layout.append(struct.pack("=QII", params.address_of(j), kind, at))
-            for i, (params, launch) in enumerate(zip(bound.params, self.artifact.launches)):
-                steps.append((self._plans[i], params.address,
-                              b"".join(layout) if i == 0 else b"", launch))
-            state.append((bound, steps))
+            state.append((bound, self._steps(bound.params, b"".join(layout))))
 
         def run(stream, *values):
             if not state:
