@@ -413,7 +413,7 @@ static PyObject* Signature(PyObject* const* args, Py_ssize_t n, int grad, PyObje
     PyObject* a = args[i];
     if ((PyObject*)Py_TYPE(a) != g_tensor_type) {
       const int sub = PyObject_IsInstance(a, g_tensor_type);
-      if (sub != 0) goto not_hot_or_error;  // a subclass (fake tensors...), or an error
+      if (sub != 0) goto fail;  // a subclass (fake tensors...), or an error
       Py_INCREF(a);
       PyTuple_SetItem(sig, i + 3, a);
       continue;
@@ -422,13 +422,13 @@ static PyObject* Signature(PyObject* const* args, Py_ssize_t n, int grad, PyObje
     if (r == NULL) goto fail;
     int t = PyObject_IsTrue(r);
     Py_DECREF(r);
-    if (t != 1) goto not_hot_or_error;
+    if (t != 1) goto fail;
     if (grad) {
       r = PyObject_GetAttr(a, g_names[kNameRequiresGrad]);
       if (r == NULL) goto fail;
       t = PyObject_IsTrue(r);
       Py_DECREF(r);
-      if (t != 0) goto not_hot_or_error;
+      if (t != 0) goto fail;
     }
     PyObject* shape = PyObject_GetAttr(a, g_names[kNameShape]);
     PyObject* dtype = shape ? PyObject_GetAttr(a, g_names[kNameDtype]) : NULL;
@@ -440,10 +440,7 @@ static PyObject* Signature(PyObject* const* args, Py_ssize_t n, int grad, PyObje
     if (item == NULL || PyTuple_SetItem(sig, i + 3, item) != 0) goto fail;
   }
   return sig;
-not_hot_or_error:
-  Py_DECREF(sig);
-  return NULL;  // an exception is set only if IsInstance / IsTrue failed
-fail:
+fail:  // not for the hot path, or (with an exception set) an error
   Py_DECREF(sig);
   return NULL;
 }
