@@ -54,8 +54,9 @@ class LoadedKernel {
   // the device address (a CUdeviceptr cast to void*) of each buffer arg; entries of scalar
   // args are ignored (pass nullptr). Scalars come from the artifact. kInvalidArgument for
   // a wrong count, a null buffer or one off its arg's alignment (16 bytes for most: the
-  // kernels' vector loads would fault on it, ending the context); kFailedPrecondition unless the kernel's context is
-  // current on this thread. The caller owns zeroing SCRATCH buffers with a ZERO fill.
+  // kernels' vector loads would fault on it, ending the context); kFailedPrecondition
+  // unless the kernel's context is current on this thread. The caller owns zeroing
+  // SCRATCH buffers with a ZERO fill.
   // Tensor-map args (scalar_type "tensor_map") take no entry of their own (pass nullptr):
   // each is encoded with cuTensorMapEncodeTiled from its buffer's pointer (which must be
   // 16-byte aligned) and passed by value.
