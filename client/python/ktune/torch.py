@@ -314,7 +314,9 @@ def _launch(entry, device, handle, names, *values):
 # plan yet (a server without ktuned: every call falls back) does not look one up; under
 # torch.compile (dynamo must not meet the C call) none is looked up either. Only the
 # module functions' eager calls record (their bodies' record=True): the registered ops run the
-# same bodies for the dispatcher and torch.compile's graphs, which pay nothing for it.
+# same bodies for the dispatcher and torch.compile's graphs, which pay nothing for it. Each
+# module function tries hot_call in its own first lines: a shared helper would put a Python
+# call back on the path the hot path exists to shorten.
 
 _current_device = getattr(torch._C, "_cuda_getDevice", None)
 
