@@ -33,13 +33,15 @@ from test_loaded_kernel import FakeDriver, artifact  # noqa: E402
 
 
 def noop_launch():
-    """The address of a C function that returns 0 (CUDA_SUCCESS) for any arguments."""
-    folder = tempfile.mkdtemp(prefix="ktune-hot-")
-    source, library = os.path.join(folder, "noop.c"), os.path.join(folder, "libnoop.so")
-    with open(source, "w") as f:
-        f.write("int ktune_noop_launch(void) { return 0; }\n")
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", library, source], check=True)
-    return ctypes.cast(ctypes.CDLL(library).ktune_noop_launch, ctypes.c_void_p).value
+    """The address of a C function that returns 0 (CUDA_SUCCESS) for any arguments. The
+    library's folder is removed once it is loaded: the mapping outlives the file."""
+    with tempfile.TemporaryDirectory(prefix="ktune-hot-") as folder:
+        source, library = os.path.join(folder, "noop.c"), os.path.join(folder, "libnoop.so")
+        with open(source, "w") as f:
+            f.write("int ktune_noop_launch(void) { return 0; }\n")
+        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", library, source], check=True)
+        noop = ctypes.CDLL(library)
+    return ctypes.cast(noop.ktune_noop_launch, ctypes.c_void_p).value
 
 
 def bench(f, n=100000):
