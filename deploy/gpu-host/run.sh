@@ -10,6 +10,10 @@
 #                       llama (bench/llama_layer.py: the Llama-3-8B layer eager / torch.compile /
 #                       ktune; flags in $LLAMA_ARGS), overhead (bench/torch_overhead.py: a
 #                       ktune.torch op's host time per call beyond a bare cuLaunchKernel)
+# $PACK, when set, is a folder that receives two files, rewritten every 10 s and at the end:
+# summary.txt and logs.tar.gz ($OUT's logs, tables and stores; the cubin cache and sockets
+# left out). For a transport that brings back only a few files, or a call cut off at its
+# limit: OUT=/tmp/run PACK=<the folder that comes back> run.sh decode
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-$here/out}"
@@ -46,6 +50,22 @@ run_peers() {
   if [ -s "$dir/peers.md" ]; then cat "$dir/peers.md" >> "$summary"
   else tail -n 20 "$dir/peers.log" >> "$summary"; fi
 }
+# publish: $out's summary and logs into $PACK, each written aside and renamed, so a reader (or
+# a cut-off call) finds the last whole copy.
+publish() {
+  [ -n "${PACK:-}" ] || return 0
+  mkdir -p "$PACK"
+  cp "$summary" "$PACK/.summary.txt" && mv "$PACK/.summary.txt" "$PACK/summary.txt"
+  tar -czf "$PACK/.logs.tar.gz" -C "$out" --exclude=./cache --exclude='*.sock' \
+    --exclude='*.lock' . 2> /dev/null
+  mv "$PACK/.logs.tar.gz" "$PACK/logs.tar.gz"
+}
+if [ -n "${PACK:-}" ]; then
+  (while sleep 10; do publish; done) &
+  publisher=$!
+  trap 'kill "$publisher" 2> /dev/null; publish' EXIT
+  trap 'exit 143' TERM INT  # so that a call cut off at its limit still publishes at exit
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader >> "$summary" 2>&1
 
 if want tests; then
@@ -178,8 +198,10 @@ if want decode; then
   # variants, the few-rows path's among them), then bench/peers.py tuning each key
   # exhaustively beside cuBLAS (f32 at 1, 16 and 32 rows, bf16 and fp8 e4m3 at 1 and 8, on
   # qkv and o), and gemv f32 at its shapes: ktune.torch's linear takes gemv for f32 rows
-  # 1-8, which these figures confirm or overturn. $DECODE_DEADLINE_S (default 120) stops
-  # starting keys in each of the three runs; one ktuned serves them all.
+  # 1-8, which these figures confirm or overturn. Every candidate is measured (--budget 0:
+  # with peers.py's default of 32, exhaustive stops at the first 32 of its order, all of them
+  # Hopper points). $DECODE_DEADLINE_S (default 120) stops starting keys in each of the three
+  # runs; one ktuned serves them all.
   "$here/bin/kernels_gpu_test" --gtest_filter='*gemm*' --gtest_brief=1 \
     > "$out/decode-gpu-test.log" 2>&1
   echo "decode: kernels_gpu_test gemm: exit $? | $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/decode-gpu-test.log" | tr '\n' ' ')" >> "$summary"
@@ -190,7 +212,7 @@ if want decode; then
     name="${run%%|*}"
     # shellcheck disable=SC2086  # the run's flags are a list
     run_peers "$out/decode-$name" "decode $name" ${run#*|} --strategy exhaustive \
-      --deadline-s "${DECODE_DEADLINE_S:-120}"
+      --budget 0 --deadline-s "${DECODE_DEADLINE_S:-120}"
   done
   kill -TERM "$daemon"; wait "$daemon"
   echo "ktuned (decode): exit $? after SIGTERM" >> "$summary"
