@@ -58,7 +58,7 @@ publish() {
   mkdir -p "$PACK"
   cp "$summary" "$PACK/.summary.txt" && mv "$PACK/.summary.txt" "$PACK/summary.txt"
   tar -czf "$PACK/.logs.tar.gz" -C "$out" --exclude=./cache --exclude='*.sock' \
-    --exclude='*.lock' . 2> /dev/null
+    --exclude='*.lock' --exclude='*logs.tar.gz' . 2> /dev/null  # PACK may be OUT itself
   mv "$PACK/.logs.tar.gz" "$PACK/logs.tar.gz"
 }
 if [ -n "${PACK:-}" ]; then
