@@ -24,12 +24,10 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
-import ktune  # noqa: E402
 import ktune.torch as kt  # noqa: E402
 from ktune import _fastlaunch  # noqa: E402
-from ktune._cache import CachedKernel  # noqa: E402
-from ktune._loaded import launch_plan  # noqa: E402
-from test_loaded_kernel import FakeDriver, artifact  # noqa: E402
+from test_fastlaunch import fast_entry  # noqa: E402
+from test_loaded_kernel import artifact  # noqa: E402
 
 
 def noop_launch():
@@ -58,12 +56,8 @@ def bench(f, n=100000):
 
 
 def main():
-    _fastlaunch.set_launch(noop_launch())
-    a = artifact()
-    entry = CachedKernel(a, ktune.LoadedKernel(a, driver=FakeDriver({"_Z14rmsnorm_kernelI",
-                                                                     "_Z6second"})), None)
-    entry.fast = _fastlaunch.launch
-    entry._plans = [launch_plan(0x7000 + i, launch) for i, launch in enumerate(a.launches)]
+    entry, _ = fast_entry(artifact())
+    _fastlaunch.set_launch(noop_launch())  # in place of the test's recording one
 
     class Cache:
         generation = [0]

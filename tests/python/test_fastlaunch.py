@@ -303,9 +303,11 @@ class CachedTensorMapKernelFastPathTest(unittest.TestCase):
 
 def fast_entry(a):
     """(entry, recorder): a CachedKernel of artifact `a` over the fake driver whose launches
-    go through C into a new Recorder, installed."""
+    go through C into a new Recorder, installed (bench/torch_hot_path_cpu.py installs a no-op
+    launch after it)."""
     e = CachedKernel(a, ktune.LoadedKernel(a, driver=FakeDriver({"_Z14rmsnorm_kernelI",
                                                                  "_Z6second"})), None)
+    assert e.fast is None, "a fake driver's entry takes the slow path unless told otherwise"
     e.fast = _fastlaunch.launch
     e._plans = [launch_plan(0x7000 + i, launch) for i, launch in enumerate(a.launches)]
     rec = Recorder()
@@ -318,13 +320,7 @@ class CachedKernelFastPathTest(unittest.TestCase):
 
     def entry(self):
         a = artifact()
-        e = CachedKernel(a, ktune.LoadedKernel(a, driver=FakeDriver({"_Z14rmsnorm_kernelI",
-                                                                     "_Z6second"})), None)
-        self.assertIsNone(e.fast)  # a fake driver: the slow path unless told otherwise
-        self.rec = Recorder()
-        self.rec.install()
-        e.fast = _fastlaunch.launch
-        e._plans = [launch_plan(0x7000 + i, launch) for i, launch in enumerate(a.launches)]
+        e, self.rec = fast_entry(a)
         return e, a
 
     def test_pointers_go_into_the_params_and_the_stream_may_be_an_object(self):
