@@ -69,12 +69,17 @@ if [ -n "${PACK:-}" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader >> "$summary" 2>&1
 
+# gtest LABEL LOG PROGRAM ARGS...: a GoogleTest program of the bundle, its output in $out/LOG;
+# "LABEL: exit N, " and its PASSED / FAILED / SKIPPED lines into the summary.
+gtest() {
+  local label="$1" log="$out/$2" program="$here/bin/$3"
+  shift 3
+  "$program" --gtest_brief=1 "$@" > "$log" 2>&1
+  echo "$label: exit $?, $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$log" | tr '\n' ' ')" >> "$summary"
+}
+
 if want tests; then
-  for t in $(cat "$here/gpu_tests.txt"); do
-    "$here/bin/$t" --gtest_brief=1 > "$out/$t.log" 2>&1
-    rc=$?
-    echo "test $t: exit $rc, $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')" >> "$summary"
-  done
+  for t in $(cat "$here/gpu_tests.txt"); do gtest "test $t" "$t.log" "$t"; done
 fi
 
 tune() {  # tune LABEL ARGS...: one tune, its headline lines into the summary
@@ -206,9 +211,8 @@ if want decode; then
   # DECODE_GPU_TEST=0 skips the check (195 s on the H100), leaving a 10-minute call to the
   # tuning runs.
   if [ "${DECODE_GPU_TEST:-1}" != 0 ]; then
-    "$here/bin/kernels_gpu_test" --gtest_filter='*gemm*' --gtest_brief=1 \
-      > "$out/decode-gpu-test.log" 2>&1
-    echo "decode: kernels_gpu_test gemm: exit $? | $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/decode-gpu-test.log" | tr '\n' ' ')" >> "$summary"
+    gtest "decode: kernels_gpu_test gemm" decode-gpu-test.log kernels_gpu_test \
+      --gtest_filter='*gemm*'
   fi
   start_ktuned ktuned-decode.sock decode.db ktuned-decode.log
   for run in "f32|--ops gemm --gemm-dtypes f32 --gemm-proj qkv,o --gemm-m 1,16,32" \
