@@ -210,9 +210,10 @@ std::string ShowEntry(const store::Entry& e, const absl::StatusOr<store::Device>
   for (size_t i = 0; i < e.launches.size(); ++i) {
     const LaunchSpec& l = e.launches[i];
     absl::StrAppend(&out, absl::StrFormat(
-        "launch %-3d %s  grid [%d,%d,%d]  block [%d,%d,%d]  smem %d B  args (%s)\n",
+        "launch %-3d %s  grid [%d,%d,%d]  block [%d,%d,%d]  smem %d B  args (%s)%s\n",
         static_cast<int>(i + 1), l.lowered_name, l.grid[0], l.grid[1], l.grid[2], l.block[0],
-        l.block[1], l.block[2], l.shared_bytes, absl::StrJoin(l.args, ",")));
+        l.block[1], l.block[2], l.shared_bytes, absl::StrJoin(l.args, ","),
+        l.programmatic ? "  programmatic" : ""));
   }
   absl::StrAppend(&out, absl::StrFormat(
       "tuned      %d trials (%d ok) in %.1f s, created %s UTC", e.trials_total, e.trials_ok,

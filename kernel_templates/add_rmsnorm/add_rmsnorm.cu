@@ -110,6 +110,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     add_rmsnorm_kernel(const T* __restrict__ x, T* __restrict__ residual,
                        const T* __restrict__ weight, T* __restrict__ out, int tokens,
                        int hidden, float eps) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
   using Vec = typename K::Vec;
   constexpr int kThreadsPerRow = K::kThreadsPerRow;

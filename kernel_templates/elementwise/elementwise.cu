@@ -83,6 +83,7 @@ template <typename T, int BLOCK, int VEC, int UNROLL, int GRID_STRIDE>
 __global__ void KTUNE_LAUNCH_BOUNDS
     axpby_kernel(const T* __restrict__ x, const T* __restrict__ y, T* __restrict__ out,
                  float alpha, float beta, int n) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());
   static_assert(UNROLL >= 1, "UNROLL must be at least 1");
   static_assert(GRID_STRIDE == 0 || GRID_STRIDE == 1, "GRID_STRIDE must be 0 or 1");

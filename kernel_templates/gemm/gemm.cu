@@ -450,6 +450,27 @@ struct Hopper {
     }
   }
 
+  /// The producer thread's work before the kernel before this one has finished (see
+  /// ktune/grid_dependency.cuh): the weight's boxes of this block's first STAGES slots pulled
+  /// into L2, so the ring's first fill after GridDependencyWait reads L2, not DRAM. Only w's:
+  /// x is usually that kernel's output, still being written. The same boxes Produce copies
+  /// (the block's own slice of a multicast operand).
+  static __device__ __forceinline__ void PrefetchWeight(const Walk& w,
+                                                        const ktune::TensorMap* tm_a,
+                                                        const ktune::TensorMap* tm_b) {
+    if (w.first >= w.pieces) return;
+    const TileCoord c = w.Tile(w.first);
+    if (!w.Inside(c)) return;
+    // The weight is A with SWAP, B without; its box is a slice when the cluster shares it.
+    constexpr bool kSliced = CLUSTER > 1 && (SWAP ? !kAlongP : kAlongP);
+    const int row = SWAP ? c.p * BM : c.q * BN;
+    const int first_row = kSliced ? row + w.rank * kSlice : row;
+    const int end = min(w.KEnd(c), w.KBegin(c) + STAGES);
+    for (int kb = w.KBegin(c); kb < end; ++kb) {
+      ktune::TmaPrefetchL2(SWAP ? tm_a : tm_b, kb * kBK, first_row);
+    }
+  }
+
   static __device__ __forceinline__ void Advance(int& slot, unsigned& phase) {
     if (++slot == STAGES) {
       slot = 0;
@@ -744,6 +765,7 @@ struct Hopper {
     unsigned long long* ready = empty + STAGES;  // f32 only
     __shared__ int last_of_tile;
     const Walk w(m, n, k);
+    ktune::GridDependencyLaunch();
 
     if (threadIdx.x == 0) {
       ktune::PrefetchTensorMap(tm_a);
@@ -763,6 +785,9 @@ struct Hopper {
     } else {
       __syncthreads();
     }
+    // Nothing above touched global memory; from here on the inputs must be ready.
+    if (threadIdx.x == 0) PrefetchWeight(w, tm_a, tm_b);
+    ktune::GridDependencyWait();
 
     // Read from lane 0, so the compiler knows every thread of a warp takes the same branch
     // below (a warpgroup is four whole warps).
@@ -913,6 +938,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_mma_kernel(const T* __restrict__ x,
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* xs = smem_raw;                        // [STAGES][BM][kLdBytes]
   unsigned char* ws = xs + STAGES * BM * kLdBytes;     // [STAGES][BN][kLdBytes]
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / 2, warp_n = warp % 2;
@@ -1174,6 +1200,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemm_rows_kernel(const T* __restrict__ x,
   constexpr int kWSteps = RW >= 4 ? 1 : 4 / RW;
   constexpr int kSteps = kWSteps < 32 / RX ? kWSteps : 32 / RX;
   constexpr int kVals = RW * RX;  // sums per thread, and per warp after the reduction
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int chunks = (m + RX - 1) / RX;
   const int x0 = (blockIdx.x % chunks) * RX;

@@ -124,6 +124,7 @@ template <typename T, int BLOCK, int TPR, int ROWS, int VEC_BYTES, int UNROLL, i
 __global__ void KTUNE_LAUNCH_BOUNDS gemv_kernel(const T* __restrict__ w, const T* __restrict__ x,
                                                 T* __restrict__ y, float* __restrict__ partial,
                                                 int n_rows, int k_cols, int batch) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   static_assert(ktune::KernelParamsOk<T, BLOCK>());
   static_assert(TPR == 4 || TPR == 8 || TPR == 16 || TPR == 32, "TPR must be 4, 8, 16 or 32");
   static_assert(ROWS == 1 || ROWS == 2 || ROWS == 4, "ROWS must be 1, 2 or 4");
@@ -244,6 +245,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemv_mma_kernel(const T* __restrict__ w,
                                                     const T* __restrict__ x, T* __restrict__ y,
                                                     float* __restrict__ partial, int n_rows,
                                                     int k_cols, int batch) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   static_assert(ktune::kIsSame<T, __half> || ktune::kIsSame<T, __nv_bfloat16>,
                 "T must be __half or __nv_bfloat16");
   static_assert(ktune::KernelParamsOk<T, BLOCK>());
@@ -361,6 +363,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS gemv_mma_kernel(const T* __restrict__ w,
 template <typename T, int SPLIT_K>
 __global__ void KTUNE_LAUNCH_BOUNDS gemv_splitk_reduce(const float* __restrict__ partial,
                                                        T* __restrict__ y, int count) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   static_assert(ktune::kIsElementType<T>, "T must be float, __half or __nv_bfloat16");
   static_assert(SPLIT_K >= 2 && SPLIT_K <= 16, "SPLIT_K must be from 2 to 16");
   const int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -98,6 +98,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     layernorm_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                      const T* __restrict__ bias, T* __restrict__ out, int tokens, int hidden,
                      int has_bias, float eps) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
   using Group = ktune::RowGroup<VEC, REUSE_W, EDGE>;
   static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W >= 1),

@@ -48,6 +48,7 @@ template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int PREF
 __global__ void KTUNE_LAUNCH_BOUNDS
     rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out,
                    int tokens, int hidden, float eps) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   using K = ktune::RowKernel<T, BLOCK, VEC, ROWS_PER_WARP, CACHE, PREFETCH_W>;
   using Group = ktune::RowGroup<VEC, REUSE_W, EDGE>;
   static_assert(REUSE_W == 1 || (ROWS_PER_WARP == 0 && CACHE > 0 && PREFETCH_W >= 1),

@@ -180,6 +180,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS rope_kernel(T* __restrict__ q, T* __restrict
                                                 const int* __restrict__ positions, int tokens,
                                                 int heads, int kv_heads, int head_dim,
                                                 int interleaved) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   static_assert(ktune::KernelParamsOk<T, BLOCK>());
   static_assert(VEC_BYTES == 2 || VEC_BYTES == 4 || VEC_BYTES == 8 || VEC_BYTES == 16,
                 "VEC_BYTES must be 2, 4, 8 or 16");

@@ -244,6 +244,7 @@ template <typename T, int BLOCK, int VEC_BYTES, int UNROLL, int GRID_STRIDE, int
 __global__ void KTUNE_LAUNCH_BOUNDS silu_and_mul_kernel(const T* __restrict__ x,
                                                         T* __restrict__ out, int tokens,
                                                         int inter) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   static_assert(ktune::KernelParamsOk<T, BLOCK>());
   static_assert(VEC_BYTES == 2 || VEC_BYTES == 4 || VEC_BYTES == 8 || VEC_BYTES == 16,
                 "VEC_BYTES must be 2, 4, 8 or 16");

@@ -342,6 +342,7 @@ template <typename T, int BLOCK, int VEC, int ROWS_PER_WARP, int CACHE, int EDGE
 __global__ void KTUNE_LAUNCH_BOUNDS
     softmax_kernel(const T* __restrict__ x, T* __restrict__ out, float* __restrict__ out_f32,
                    int rows, int cols, int write_f32) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());
   static_assert(ROWS_PER_WARP == 0 || ROWS_PER_WARP == 1, "ROWS_PER_WARP must be 0 or 1");
   static_assert(CACHE >= 0 && CACHE <= 32, "CACHE must be from 0 to 32 vectors");
@@ -419,6 +420,7 @@ template <typename T, int BLOCK, int VEC, int CACHE, int SPLIT, int EDGE>
 __global__ void __cluster_dims__(SPLIT, 1, 1) KTUNE_LAUNCH_BOUNDS
     softmax_cluster_kernel(const T* __restrict__ x, T* __restrict__ out,
                            float* __restrict__ out_f32, int rows, int cols, int write_f32) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());
   static_assert(CACHE >= 1 && CACHE <= 32, "CACHE must be from 1 to 32 vectors");
   static_assert(SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "SPLIT must be 2, 4 or 8");
@@ -501,6 +503,7 @@ template <typename T, int BLOCK, int VEC, int SPLIT, int EDGE>
 __global__ void KTUNE_LAUNCH_BOUNDS
     softmax_partial_kernel(const T* __restrict__ x, float* __restrict__ partial, int rows,
                            int cols) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());
   static_assert(SPLIT >= 2 && SPLIT <= ktune::kWarpSize, "SPLIT must be from 2 to 32");
   namespace sm = ktune_softmax;
@@ -540,6 +543,7 @@ __global__ void KTUNE_LAUNCH_BOUNDS
     softmax_finish_kernel(const T* __restrict__ x, const float* __restrict__ partial,
                           T* __restrict__ out, float* __restrict__ out_f32, int rows, int cols,
                           int write_f32) {
+  ktune::GridDependencyBegin();  // programmatic launch: see ktune/grid_dependency.cuh
   static_assert(ktune::KernelParamsOk<T, BLOCK, VEC>());
   static_assert(SPLIT >= 2 && SPLIT <= ktune::kWarpSize, "SPLIT must be from 2 to 32");
   namespace sm = ktune_softmax;

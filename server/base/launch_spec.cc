@@ -11,11 +11,15 @@ namespace ktune {
 std::string LaunchesToJson(const std::vector<LaunchSpec>& launches) {
   nlohmann::json arr = nlohmann::json::array();
   for (const LaunchSpec& l : launches) {
-    arr.push_back({{"lowered_name", l.lowered_name},
-                   {"grid", l.grid},
-                   {"block", l.block},
-                   {"shared_bytes", l.shared_bytes},
-                   {"args", l.args}});
+    nlohmann::json e = {{"lowered_name", l.lowered_name},
+                        {"grid", l.grid},
+                        {"block", l.block},
+                        {"shared_bytes", l.shared_bytes},
+                        {"args", l.args}};
+    // Written only when set, so entries without it read as before (and as stores written
+    // before it existed do).
+    if (l.programmatic) e["programmatic"] = true;
+    arr.push_back(std::move(e));
   }
   return DumpJson(arr);
 }
@@ -62,6 +66,12 @@ std::optional<std::vector<LaunchSpec>> LaunchesFromJson(absl::string_view json,
     for (const nlohmann::json& a : e["args"]) {
       if (!a.is_string()) return fail(absl::StrCat(at, "args holds a non-string"));
       l.args.push_back(a.get<std::string>());
+    }
+    if (e.contains("programmatic")) {
+      if (!e["programmatic"].is_boolean()) {
+        return fail(absl::StrCat(at, "programmatic is not a boolean"));
+      }
+      l.programmatic = e["programmatic"].get<bool>();
     }
     out.push_back(std::move(l));
   }

@@ -15,17 +15,21 @@
 
 namespace ktune {
 
-// One kernel launch of an artifact: enough to call cuLaunchKernel.
+// One kernel launch of an artifact: enough to call cuLaunchKernel (or cuLaunchKernelEx).
 struct LaunchSpec {
   std::string lowered_name;  // mangled name in the cubin
   std::array<uint32_t, 3> grid = {1, 1, 1};
   std::array<uint32_t, 3> block = {1, 1, 1};
   uint32_t shared_bytes = 0;  // dynamic shared memory
   std::vector<std::string> args;  // manifest arg names, in order
+  // May be launched with programmatic stream serialization (the manifest's
+  // Launch.programmatic, for a target of sm_90 or later).
+  bool programmatic = false;
 
   friend bool operator==(const LaunchSpec& a, const LaunchSpec& b) {
     return a.lowered_name == b.lowered_name && a.grid == b.grid && a.block == b.block &&
-           a.shared_bytes == b.shared_bytes && a.args == b.args;
+           a.shared_bytes == b.shared_bytes && a.args == b.args &&
+           a.programmatic == b.programmatic;
   }
 };
 

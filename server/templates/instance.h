@@ -50,6 +50,9 @@ struct BoundLaunch {
   std::array<int64_t, 3> block = {1, 1, 1};
   int64_t shared_bytes = 0;
   std::vector<std::string> args;
+  // The manifest's Launch.programmatic, kept only where the compile target is sm_90 or
+  // later (griddepcontrol compiles to nothing before).
+  bool programmatic = false;
 };
 
 struct Instance {

@@ -290,6 +290,10 @@ absl::Status Validator::CheckLaunches(const char* list, absl::string_view what) 
         CheckNameExpression({{list, i}, {"kernel"}}, base + ".kernel", l.kernel()));
     if (l.grid().x().empty()) return Fail({{list, i}}, base + ".grid.x", "missing");
     if (l.block().x().empty()) return Fail({{list, i}}, base + ".block.x", "missing");
+    if (l.programmatic() && std::string(list) == "reference") {
+      return Fail({{list, i}, {"programmatic"}}, base + ".programmatic",
+                  "the reference is launched plainly, never programmatically");
+    }
     struct {
       const char* dim3;
       const char* axis;

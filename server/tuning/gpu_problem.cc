@@ -90,6 +90,7 @@ std::vector<LaunchSpec> LaunchSpecs(const Instance& instance, const v1::KernelBi
     }
     s.shared_bytes = lb.shared_bytes();
     s.args = instance.launches[i].args;
+    s.programmatic = instance.launches[i].programmatic;
     specs.push_back(std::move(s));
   }
   return specs;
@@ -104,6 +105,13 @@ LaunchSpec LaunchSpecFor(const BoundLaunch& l, std::string lowered_name) {
   }
   s.shared_bytes = static_cast<uint32_t>(l.shared_bytes);
   s.args = l.args;
+  s.programmatic = l.programmatic;
+  return s;
+}
+
+LaunchSpec LaunchSpecFor(const BoundLaunch& l, const LaunchSpec& stored) {
+  LaunchSpec s = LaunchSpecFor(l, stored.lowered_name);
+  s.programmatic = l.programmatic && stored.programmatic;
   return s;
 }
 

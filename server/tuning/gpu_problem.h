@@ -36,6 +36,12 @@ std::vector<LaunchSpec> LaunchSpecs(const Instance& instance, const v1::KernelBi
 // The launch spec of bound launch `l`, its kernel found in the cubin as `lowered_name`.
 LaunchSpec LaunchSpecFor(const BoundLaunch& l, std::string lowered_name);
 
+// The same for the kernel of a stored launch (another shape's entry, rebound for this one):
+// its lowered name, and programmatic only where both are. The cubin is the stored entry's,
+// and one compiled from an older source (a stale entry) may not wait for the kernel before
+// it however the template's launch reads now.
+LaunchSpec LaunchSpecFor(const BoundLaunch& l, const LaunchSpec& stored);
+
 // The search space's view of a device.
 TargetInfo TargetForDevice(const v1::DeviceInfo& device);
 // The search space's view of a device known only from the store (a compile-only host):

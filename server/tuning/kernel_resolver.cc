@@ -306,19 +306,20 @@ class KernelResolverImpl final : public KernelResolver {
     return r;
   }
 
-  // `ours`'s launches with the lowered names `theirs` got in the stored `launches`.
+  // `ours`'s launches with the lowered names `theirs` got in the stored `launches` (and
+  // programmatic only where the stored launch was too: LaunchSpecFor).
   static absl::StatusOr<std::vector<LaunchSpec>> Rebind(const Instance& theirs,
                                                         const Instance& ours,
                                                         const std::vector<LaunchSpec>& launches) {
-    std::map<std::string, std::string> lowered;
+    std::map<std::string, const LaunchSpec*> stored;
     for (size_t i = 0; i < launches.size(); ++i) {
-      lowered[theirs.launches[i].name_expression] = launches[i].lowered_name;
+      stored[theirs.launches[i].name_expression] = &launches[i];
     }
     std::vector<LaunchSpec> out;
     for (const BoundLaunch& l : ours.launches) {
-      auto it = lowered.find(l.name_expression);
-      if (it == lowered.end()) return absl::FailedPreconditionError("kernel not in the cubin");
-      out.push_back(LaunchSpecFor(l, it->second));
+      auto it = stored.find(l.name_expression);
+      if (it == stored.end()) return absl::FailedPreconditionError("kernel not in the cubin");
+      out.push_back(LaunchSpecFor(l, *it->second));
     }
     return out;
   }

@@ -85,6 +85,12 @@ absl::Status CheckLaunchesMatch(const Instance& instance,
       return Mismatch(field + ".args", absl::StrCat("(", absl::StrJoin(got.args, ", "), ")"),
                       absl::StrCat("(", absl::StrJoin(want.args, ", "), ")"));
     }
+    // Launched early, a kernel that does not wait for the one before would read its inputs
+    // half written. The other way round is only slower: an entry from before the template's
+    // launch said programmatic launches plainly.
+    if (got.programmatic && !want.programmatic) {
+      return Mismatch(field + ".programmatic", "true", "false");
+    }
   }
   return absl::OkStatus();
 }

@@ -21,7 +21,8 @@ namespace ktune {
 bool SymbolNamesKernel(const std::string& lowered, const std::string& expression);
 
 // OK when `launches` are `instance`'s: as many, each of the instance's kernel (by
-// SymbolNamesKernel) with its grid, block, dynamic shared memory and args. Otherwise
+// SymbolNamesKernel) with its grid, block, dynamic shared memory and args, and programmatic
+// only where the instance's launch is (false where it is true passes). Otherwise
 // kInvalidArgument naming "launches[i].<field>" and both values.
 absl::Status CheckLaunchesMatch(const Instance& instance, const std::vector<LaunchSpec>& launches);
 

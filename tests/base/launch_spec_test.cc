@@ -35,6 +35,7 @@ std::vector<LaunchSpec> MakeLaunches() {
   b.grid = {std::numeric_limits<uint32_t>::max(), 2, 3};
   b.block = {32, 4, 2};
   b.shared_bytes = 49152;
+  b.programmatic = true;
   return {a, b};
 }
 
@@ -116,7 +117,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "args is missing or not an array"},
         BadJson{R"([{"lowered_name":"k","grid":[1,1,1],"block":[1,1,1],"shared_bytes":0,)"
                 R"("args":["x",1]}])",
-                "args holds a non-string"}));
+                "args holds a non-string"},
+        BadJson{R"([{"lowered_name":"k","grid":[1,1,1],"block":[1,1,1],"shared_bytes":0,)"
+                R"("args":[],"programmatic":1}])",
+                "launch 0: programmatic is not a boolean"}));
 
 TEST(LaunchesJsonTest, GoodLaunchParses) {
   auto l = LaunchesFromJson("[" KTUNE_GOOD_LAUNCH "]", nullptr);
@@ -125,6 +129,17 @@ TEST(LaunchesJsonTest, GoodLaunchParses) {
   EXPECT_EQ((*l)[0].lowered_name, "k");
   EXPECT_THAT((*l)[0].args, IsEmpty());
   EXPECT_THAT((*l)[0].grid, ElementsAre(1u, 1u, 1u));
+  // Stores written before launches could be programmatic have no such field: plain.
+  EXPECT_FALSE((*l)[0].programmatic);
+}
+
+TEST(LaunchesJsonTest, ProgrammaticIsWrittenOnlyWhenSet) {
+  LaunchSpec l;
+  l.lowered_name = "k";
+  l.programmatic = true;
+  EXPECT_EQ(LaunchesToJson({l}),
+            R"([{"args":[],"block":[1,1,1],"grid":[1,1,1],"lowered_name":"k",)"
+            R"("programmatic":true,"shared_bytes":0}])");
 }
 
 }  // namespace

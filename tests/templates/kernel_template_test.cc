@@ -121,6 +121,8 @@ const BrokenCase kBrokenCases[] = {
      "reference {\n  kernel: \"tiny_ref<{dtype}>\"\n  grid { x: \"ceil_div(n, 128)\" }\n  block { x: "
      "\"128\" }\n  args: [\"x\", \"out\", \"count\"]\n}\n",
      "", ": reference: at least one launch is required"},
+    {"reference_programmatic", "block { x: \"128\" }", "block { x: \"128\" }\n  programmatic: true",
+     ":22: reference[0].programmatic: the reference is launched plainly, never programmatically"},
     {"cost_missing", "cost { bytes: \"2 * n * sizeof(dtype)\" flops: \"n\" }", "cost { flops: \"n\" }",
      ":24: cost.bytes: missing: bytes that must move for one run"},
     {"sizeof_unknown", "sizeof(dtype)", "sizeof(double)", ":24: cost.bytes: "},

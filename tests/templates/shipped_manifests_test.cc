@@ -104,6 +104,45 @@ TEST_F(ShippedManifestsTest, SearchSpacesAtDecodeAndPrefillShapes) {
   }
 }
 
+// Every shipped kernel waits for the kernel before it before touching memory
+// (ktune/grid_dependency.cuh), so every candidate's launches may be programmatic where
+// griddepcontrol exists (sm_90 on) and none before; the reference never is. The gemm
+// template, whose spaces are larger, is checked at its default config below.
+TEST_F(ShippedManifestsTest, LaunchesAreProgrammaticFromSm90On) {
+  std::vector<Case> cases = Cases();
+  cases.push_back({"gemm", {{{"m", 16}, {"n", 6144}, {"k", 4096}}}, {}, {}, ""});
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch(arch));
+    for (const Case& c : cases) {
+      ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get(c.name));
+      const Shape& shape = c.shapes.front();
+      SCOPED_TRACE(absl::StrCat(c.name, " on ", arch));
+      std::vector<Config> configs;
+      if (c.name == "gemm") {
+        ASSERT_OK_AND_ASSIGN(Config config,
+                             DefaultConfigFor(tmpl, DType::kBF16, shape, target));
+        configs.push_back(config);
+      } else {
+        ASSERT_OK_AND_ASSIGN(SearchSpace space,
+                             EnumerateSearchSpace(tmpl, DType::kBF16, shape, target));
+        configs = space.configs;
+      }
+      int bound = 0;
+      for (const Config& config : configs) {
+        ASSERT_OK_AND_ASSIGN(BindResult r, Bind(tmpl, DType::kBF16, shape, config, target));
+        if (!r.instance) continue;
+        ++bound;
+        for (const BoundLaunch& l : r.instance->launches) {
+          EXPECT_EQ(l.programmatic, target.sm >= 90) << l.name_expression;
+        }
+      }
+      EXPECT_GT(bound, 0);
+      ASSERT_OK_AND_ASSIGN(Instance ref, BindReference(tmpl, DType::kBF16, shape, target));
+      for (const BoundLaunch& l : ref.launches) EXPECT_FALSE(l.programmatic);
+    }
+  }
+}
+
 // The enumeration counts whole subtrees of params that a constraint of the params alone
 // rejects, without binding them; binding every point and knob choice must find the same
 // candidates in the same order, as many points, and each rejected one under the same

@@ -136,5 +136,29 @@ TEST(GpuProblemTest, ProblemToleranceIsScaledByAtolScale) {
   EXPECT_DOUBLE_EQ(problem.rtol(), 1e-2);
 }
 
+// A stored launch rebound for another shape keeps its kernel's lowered name, and is
+// programmatic only where both the template's launch and the stored one are: a stale
+// entry's cubin may predate the kernel's wait.
+TEST(GpuProblemTest, AReboundLaunchIsProgrammaticOnlyWhereTheStoredOneWas) {
+  BoundLaunch now;
+  now.name_expression = "k<float, 128>";
+  now.grid = {8, 1, 1};
+  now.block = {128, 1, 1};
+  now.args = {"x"};
+  LaunchSpec stored;
+  stored.lowered_name = "_Z1kIfLi128EEvv";
+  stored.grid = {4, 1, 1};
+  for (bool template_says : {false, true}) {
+    for (bool stored_says : {false, true}) {
+      now.programmatic = template_says;
+      stored.programmatic = stored_says;
+      const LaunchSpec s = LaunchSpecFor(now, stored);
+      EXPECT_EQ(s.programmatic, template_says && stored_says);
+      EXPECT_EQ(s.lowered_name, stored.lowered_name);
+      EXPECT_EQ(s.grid[0], 8u);  // this shape's geometry
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ktune

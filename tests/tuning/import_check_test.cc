@@ -151,6 +151,9 @@ TEST_F(ImportCheckTest, EveryForgedFieldIsRefusedNamingEntryAndField) {
        "launches[0].block: 256x1x1; the template launches 128x1x1"},
       {"shared memory", [&](auto* f) { entry(f).launches[0].shared_bytes = 1 << 20; },
        "launches[0].shared_bytes: 1048576; the template launches 0"},
+      // Launched early, a kernel that does not wait would read its input half written.
+      {"programmatic", [&](auto* f) { entry(f).launches[0].programmatic = true; },
+       "launches[0].programmatic: true; the template launches false"},
       {"args swapped",
        [&](auto* f) { std::swap(entry(f).launches[0].args[0], entry(f).launches[0].args[1]); },
        "launches[0].args: (out, x, count); the template launches (x, out, count)"},

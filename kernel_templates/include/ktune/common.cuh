@@ -15,6 +15,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "ktune/grid_dependency.cuh"
+
 // ktune passes both with -D on every compile; a template that is compiled without them
 // would silently get no launch bounds, so stop here instead.
 #if !defined(KTUNE_MAX_THREADS) || !defined(KTUNE_MIN_BLOCKS)

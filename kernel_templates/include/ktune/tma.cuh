@@ -98,6 +98,15 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const TensorMap* map, int c
       : "memory");
 }
 
+/// Pulls the box at (c0, c1) of a rank-2 `map` into L2 without waiting for it or landing it
+/// anywhere else: a later TmaLoad2d of the same box then reads L2 instead of DRAM.
+__device__ __forceinline__ void TmaPrefetchL2(const TensorMap* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
+                   reinterpret_cast<unsigned long long>(map)),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+
 /// One plain arrival on the barrier at shared address `bar`.
 __device__ __forceinline__ void MbarrierArrive(unsigned bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
