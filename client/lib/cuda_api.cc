@@ -41,6 +41,9 @@ absl::StatusOr<const CudaApi*> Load() {
   // refuses those when it is null.
   api.TensorMapEncodeTiled = reinterpret_cast<decltype(api.TensorMapEncodeTiled)>(
       dlsym(lib, "cuTensorMapEncodeTiled"));
+  // Optional too: without it, programmatic launches are plain ones.
+  api.LaunchKernelEx =
+      reinterpret_cast<decltype(api.LaunchKernelEx)>(dlsym(lib, "cuLaunchKernelEx"));
   if (absl::Status s = CheckCu(api, api.Init(0), "cuInit"); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("no usable CUDA driver: ", s.message()));
   }

@@ -33,6 +33,31 @@ inline constexpr CuResult kCudaSuccess = 0;
 inline constexpr int kFuncAttributeMaxDynamicSharedSizeBytes = 8;
 // Above this, a kernel must opt in to more dynamic shared memory.
 inline constexpr uint32_t kDefaultMaxDynamicSharedBytes = 48 * 1024;
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+inline constexpr int kLaunchAttributeProgrammaticStreamSerialization = 6;
+
+// CUlaunchAttribute: an id, padding to 8 bytes, and a 64-byte union of values (the
+// programmatic attribute's value is an int, programmaticStreamSerializationAllowed).
+struct CuLaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmatic_stream_serialization_allowed;
+  } value;
+};
+static_assert(sizeof(CuLaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
+
+// CUlaunchConfig, field for field.
+struct CuLaunchConfig {
+  unsigned grid_x, grid_y, grid_z;
+  unsigned block_x, block_y, block_z;
+  unsigned shared_bytes;
+  CuStream stream;
+  CuLaunchAttribute* attrs;
+  unsigned num_attrs;
+};
+static_assert(sizeof(CuLaunchConfig) == 56, "CUlaunchConfig is 56 bytes");
 
 // Member names drop the `cu` prefix and are resolved by their exact (unversioned) symbols.
 struct CudaApi {
@@ -47,6 +72,10 @@ struct CudaApi {
   CuResult (*LaunchKernel)(CuFunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,
                            unsigned block_x, unsigned block_y, unsigned block_z,
                            unsigned shared_bytes, CuStream stream, void** params, void** extra);
+  // cuLaunchKernelEx (CUDA 12.0 and later; null on older drivers, and then every launch
+  // goes through LaunchKernel): what launches a kernel programmatically.
+  CuResult (*LaunchKernelEx)(const CuLaunchConfig* config, CuFunction f, void** params,
+                             void** extra);
   CuResult (*GetErrorName)(CuResult error, const char** name);
   CuResult (*GetErrorString)(CuResult error, const char** text);
   // cuTensorMapEncodeTiled (CUDA 12.0 and later; null on older drivers). `map` points at

@@ -66,6 +66,10 @@ struct KernelLaunch {
   std::vector<uint32_t> block;         // 3 values
   uint32_t shared_bytes = 0;           // dynamic shared memory, bytes
   std::vector<int32_t> args;           // indices into KernelArtifact::args, in param order
+  // May start while the kernel before it in the stream finishes (it waits for that
+  // kernel's results itself): LoadedKernel launches it with programmatic stream
+  // serialization where the driver has cuLaunchKernelEx.
+  bool programmatic = false;
 };
 
 // A CUDA tensor map (CUtensorMap) over one of the artifact's buffer args, described by

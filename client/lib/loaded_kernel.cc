@@ -1,5 +1,6 @@
 #include "client/lib/loaded_kernel.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -148,6 +149,17 @@ absl::Status ValidateArtifact(const KernelArtifact& a) {
   return absl::OkStatus();
 }
 
+// KTUNE_PROGRAMMATIC_LAUNCH=1 launches the artifact's programmatic launches so, 0 plainly;
+// read when a kernel is loaded. Unset, plainly: until a GPU has measured what it gains a
+// decode step and checked chains of ktune's kernels launched so (deploy/gpu-host/run.sh's
+// programmatic stage). The Python client's default is the same.
+constexpr bool kProgrammaticLaunchDefault = false;
+
+bool ProgrammaticLaunchAllowed() {
+  const char* v = std::getenv("KTUNE_PROGRAMMATIC_LAUNCH");
+  return v == nullptr ? kProgrammaticLaunchDefault : std::strcmp(v, "1") == 0;
+}
+
 absl::StatusOr<uint64_t> ScalarBytes(const KernelArg& arg) {
   uint64_t bits = 0;
   if (arg.scalar_type == "i32") {
@@ -282,6 +294,7 @@ absl::Status LoadedKernel::LoadInto(const KernelArtifact& artifact, const CudaAp
     }
     r.shared_bytes = l.shared_bytes;
     r.args = l.args;
+    r.programmatic = l.programmatic && ProgrammaticLaunchAllowed();
     launches_.push_back(std::move(r));
   }
   return absl::OkStatus();
@@ -362,6 +375,17 @@ absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffer
       }
       params.push_back(args_[a].is_buffer ? static_cast<void*>(&addresses[a])
                                           : const_cast<uint64_t*>(&scalar_values_[a]));
+    }
+    if (l.programmatic && api->LaunchKernelEx != nullptr) {
+      CuLaunchAttribute attr{};
+      attr.id = kLaunchAttributeProgrammaticStreamSerialization;
+      attr.value.programmatic_stream_serialization_allowed = 1;
+      const CuLaunchConfig config{l.grid[0],  l.grid[1],      l.grid[2], l.block[0], l.block[1],
+                                  l.block[2], l.shared_bytes, stream,    &attr,      1};
+      KTUNE_RETURN_IF_ERROR(
+          CheckCu(*api, api->LaunchKernelEx(&config, l.function, params.data(), nullptr),
+                  absl::StrCat("cuLaunchKernelEx(launch ", n, ")")));
+      continue;
     }
     KTUNE_RETURN_IF_ERROR(CheckCu(
         *api,

@@ -76,6 +76,7 @@ class LoadedKernel {
     uint32_t block[3] = {1, 1, 1};
     uint32_t shared_bytes = 0;
     std::vector<int32_t> args;
+    bool programmatic = false;  // the artifact's, where KTUNE_PROGRAMMATIC_LAUNCH allows it
   };
   LoadedKernel() = default;
   // The checks and packing that need no driver (the artifact, scalars, tensor maps).

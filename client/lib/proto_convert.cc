@@ -40,6 +40,7 @@ KernelArtifact ArtifactFromProto(const v1::KernelArtifact& p) {
     launch.block = ToVector(l.block());
     launch.shared_bytes = l.shared_bytes();
     launch.args = ToVector(l.args());
+    launch.programmatic = l.programmatic();
     a.launches.push_back(std::move(launch));
   }
   for (const v1::KernelArg& g : p.args()) {

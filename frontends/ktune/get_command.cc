@@ -68,7 +68,7 @@ void PrintArtifact(const client::KernelArtifact& a) {
     }
     o << "launch " << i << ":    " << l.lowered_name << " grid " << Dims(l.grid) << " block "
       << Dims(l.block) << " smem " << l.shared_bytes << " args(" << absl::StrJoin(args, ",")
-      << ")\n";
+      << ")" << (l.programmatic ? " programmatic" : "") << "\n";
   }
   for (const client::KernelArg& arg : a.args) {
     if (arg.is_buffer) {

@@ -143,6 +143,7 @@ store::Entry EntryFromArtifact(const client::KernelArtifact& a) {
     for (size_t i = 0; i < 3 && i < l.grid.size(); ++i) s.grid[i] = l.grid[i];
     for (size_t i = 0; i < 3 && i < l.block.size(); ++i) s.block[i] = l.block[i];
     s.shared_bytes = l.shared_bytes;
+    s.programmatic = l.programmatic;
     e.launches.push_back(std::move(s));
   }
   e.metrics.time_ns = a.metrics.time_ns;

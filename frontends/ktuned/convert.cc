@@ -150,6 +150,7 @@ absl::StatusOr<v1::KernelArtifact> ToArtifact(const store::Entry& e, bool stale,
     for (uint32_t g : l.grid) kl->add_grid(g);
     for (uint32_t b : l.block) kl->add_block(b);
     kl->set_shared_bytes(l.shared_bytes);
+    kl->set_programmatic(l.programmatic);
     for (const std::string& name : l.args) {
       auto it = index.find(name);
       if (it == index.end()) {

@@ -56,6 +56,7 @@ v1::KernelArtifact FullArtifact() {
   for (uint32_t b : {256u, 1u, 1u}) l->add_block(b);
   l->set_shared_bytes(65536);
   for (int i : {0, 1, 2, 3}) l->add_args(i);
+  l->set_programmatic(true);
   v1::KernelLaunch* l2 = a.add_launches();
   l2->set_lowered_name("finish");
   for (uint32_t g : {1u, 1u, 1u}) l2->add_grid(g);
@@ -195,6 +196,8 @@ TEST_F(ClientTest, GetKernelRoundTripsEveryField) {
   EXPECT_THAT(a.launches[0].block, ElementsAre(256u, 1u, 1u));
   EXPECT_EQ(a.launches[0].shared_bytes, 65536u);
   EXPECT_THAT(a.launches[0].args, ElementsAre(0, 1, 2, 3));
+  EXPECT_TRUE(a.launches[0].programmatic);
+  EXPECT_FALSE(a.launches[1].programmatic);
   EXPECT_EQ(a.launches[1].lowered_name, "finish");
   EXPECT_THAT(a.launches[1].block, ElementsAre(32u, 1u, 1u));
   EXPECT_THAT(a.launches[1].args, ElementsAre(2));

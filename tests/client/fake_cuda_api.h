@@ -28,6 +28,9 @@ struct FakeDriver {
   // address, or a scalar in its low bytes). REQUIRES: every kernel launched has that many.
   static constexpr int kFirstParams = 3;
   std::vector<std::vector<uint64_t>> params;
+  // Per launch: whether it was launched programmatically (cuLaunchKernelEx with the
+  // programmatic-stream-serialization attribute set).
+  std::vector<bool> programmatic;
   int modules_loaded = 0;
   int modules_unloaded = 0;
 };
@@ -36,6 +39,18 @@ inline FakeDriver& Driver() {
   return *driver;
 }
 inline void* const kContext = reinterpret_cast<void*>(0xC0);
+
+inline void RecordLaunch(void* function, void* stream, void** params, bool programmatic) {
+  std::lock_guard<std::mutex> lock(Driver().mu);
+  Driver().launched.push_back(*static_cast<std::string*>(function));
+  Driver().streams.push_back(stream);
+  std::vector<uint64_t> values;
+  for (int i = 0; i < FakeDriver::kFirstParams; ++i) {
+    values.push_back(*static_cast<const uint64_t*>(params[i]));
+  }
+  Driver().params.push_back(std::move(values));
+  Driver().programmatic.push_back(programmatic);
+}
 inline thread_local client::CuContext current_context = nullptr;
 
 inline client::CudaApi FakeApi() {
@@ -74,14 +89,18 @@ inline client::CudaApi FakeApi() {
   api.FuncSetAttribute = [](CuFunction, int, int) { return kCudaSuccess; };
   api.LaunchKernel = [](CuFunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         unsigned, CuStream stream, void** params, void**) {
-    std::lock_guard<std::mutex> lock(Driver().mu);
-    Driver().launched.push_back(*static_cast<std::string*>(f));
-    Driver().streams.push_back(stream);
-    std::vector<uint64_t> values;
-    for (int i = 0; i < FakeDriver::kFirstParams; ++i) {
-      values.push_back(*static_cast<const uint64_t*>(params[i]));
+    RecordLaunch(f, stream, params, false);
+    return kCudaSuccess;
+  };
+  // Records the launch as programmatic when its one attribute asks for it, as the driver
+  // would take it; an attribute list of another shape is an error here.
+  api.LaunchKernelEx = [](const CuLaunchConfig* config, CuFunction f, void** params, void**) {
+    if (config->num_attrs != 1 || config->attrs == nullptr ||
+        config->attrs[0].id != kLaunchAttributeProgrammaticStreamSerialization) {
+      return 1;  // CUDA_ERROR_INVALID_VALUE
     }
-    Driver().params.push_back(std::move(values));
+    RecordLaunch(f, config->stream, params,
+                 config->attrs[0].value.programmatic_stream_serialization_allowed != 0);
     return kCudaSuccess;
   };
   api.GetErrorName = [](CuResult, const char** name) {

@@ -70,6 +70,17 @@ TEST(ConvertTest, ArtifactTensorMapsFollowTheEntrysConfig) {
   // The manifest leaves it unset: the default, for the launchers to check.
   EXPECT_EQ(a.args(0).alignment(), 16);
   EXPECT_EQ(m.alignment(), 0);  // not a buffer
+  EXPECT_FALSE(a.launches(0).programmatic());
+}
+
+TEST(ConvertTest, AProgrammaticLaunchSaysSo) {
+  const TargetInfo target = *TargetFromArch("sm_90");
+  ASSERT_OK_AND_ASSIGN(Instance ref, BindReference(TmaCopy(), DType::kBF16,
+                                                   {{"rows", 100}, {"cols", 200}}, target));
+  store::Entry e = TmaEntry(target);
+  e.launches[0].programmatic = true;
+  ASSERT_OK_AND_ASSIGN(v1::KernelArtifact a, ToArtifact(e, false, ref, v1::EXACT));
+  EXPECT_TRUE(a.launches(0).programmatic());
 }
 
 TEST(ConvertTest, EntryWhoseConfigNoLongerBindsIsRefused) {

@@ -28,7 +28,7 @@ def canned_artifact(cubin=CUBIN, sha=None):
         template_id="rmsnorm", dtype="bf16", template_source_hash="abc123",
         nvrtc_version="13.0.48", stale=True, entry_id=42, created_unix_ms=1764400000123)
     a.launches.add(lowered_name="_Z14rmsnorm_kernelI", grid=[4096, 1, 1], block=[256, 1, 1],
-                   shared_bytes=1024, args=[0, 1, 2, 3, 4, 5])
+                   shared_bytes=1024, args=[0, 1, 2, 3, 4, 5], programmatic=True)
     a.launches.add(lowered_name="_Z6second", grid=[1, 2, 3], block=[32, 4, 1], args=[5, 2])
     a.args.add(name="x", is_buffer=True, dtype="bf16", count=4096 * 8192,
                role=manifest_pb2.Buffer.INPUT)
@@ -155,7 +155,7 @@ class ClientTest(FakeDaemonTest):
         self.assertEqual(art.cubin_sha256, hashlib.sha256(CUBIN).hexdigest())
         self.assertEqual(art.launches, [
             ktune.KernelLaunch("_Z14rmsnorm_kernelI", (4096, 1, 1), (256, 1, 1), 1024,
-                               (0, 1, 2, 3, 4, 5)),
+                               (0, 1, 2, 3, 4, 5), programmatic=True),
             ktune.KernelLaunch("_Z6second", (1, 2, 3), (32, 4, 1), 0, (5, 2))])
         self.assertEqual([a.name for a in art.args],
                          ["x", "weight", "out", "tokens", "hidden", "eps"])

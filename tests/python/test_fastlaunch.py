@@ -5,16 +5,19 @@ written into its kernelParams first, a failed launch named). The real driver pat
 the GPU host (tests/python_gpu, bench/torch_overhead.py)."""
 
 import ctypes
+import os
 import struct
 import subprocess
 import sys
 import threading
 import unittest
+import unittest.mock
 
 import ktune
 from ktune import _fastlaunch
 from ktune._cache import CachedKernel
-from ktune._loaded import launch_plan
+from ktune import _loaded
+from ktune._loaded import launch_plan, programmatic_launches
 
 from test_loaded_kernel import LAUNCH_FAILED, POINTERS, FakeDriver, aligned_artifact, artifact
 from test_tensor_map import FakeTmaDriver, tma_artifact
@@ -135,6 +138,108 @@ class FastLaunchTest(unittest.TestCase):
         self.assertIn("no cuLaunchKernel yet (call set_launch)",
                       runtime_error_in_fresh_interpreter(
                           self, "_fastlaunch.launch((1, 1, 1, 1, 1, 1, 1, 0), 0, 8)"))
+
+
+LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_void_p)
+
+
+class LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: the id, padding, a 64-byte union of values."""
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_ubyte * 4), ("value", ctypes.c_ubyte * 64)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig, as cuda.h lays it out."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared_bytes", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+class ExRecorder:
+    """A stand-in cuLaunchKernelEx: records each call's function, geometry, stream, its
+    attributes as (id, the value's first int) and the first kernel argument."""
+
+    def __init__(self):
+        self.calls = []
+        self.fn = LAUNCH_EX(self._call)
+
+    def _call(self, config, function, params, extra):
+        c = LaunchConfig.from_address(config)
+        attrs = [(c.attrs[i].id, struct.unpack_from("=i", bytes(c.attrs[i].value))[0])
+                 for i in range(c.num_attrs)]
+        first = ctypes.c_void_p.from_address(params).value
+        self.calls.append((function, tuple(c.grid), tuple(c.block), c.shared_bytes,
+                           c.stream or 0, attrs, ctypes.c_uint64.from_address(first).value))
+        return 0
+
+    def install(self):
+        _fastlaunch.set_launch_ex(ctypes.cast(self.fn, ctypes.c_void_p).value)
+
+
+class ProgrammaticLaunchTest(unittest.TestCase):
+    """A plan whose flags ask for it goes through cuLaunchKernelEx with the
+    programmatic-stream-serialization attribute (id 6, value 1); any other plain."""
+
+    def setUp(self):
+        self.rec = Recorder()
+        self.rec.install()
+        self.ex = ExRecorder()
+        self.ex.install()
+
+    def test_a_programmatic_plan_reaches_launch_kernel_ex_with_the_attribute(self):
+        array, _ = params_with(0xABC)
+        err = _fastlaunch.launch((0x7000, 2, 3, 4, 128, 2, 1, 49152, 1), 0x5000,
+                                 ctypes.addressof(array))
+        self.assertEqual(err, 0)
+        self.assertEqual(self.ex.calls, [(0x7000, (2, 3, 4), (128, 2, 1), 49152, 0x5000,
+                                          [(6, 1)], 0xABC)])
+        self.assertEqual(self.rec.calls, [])
+
+    def test_flags_zero_and_an_eight_field_plan_launch_plainly(self):
+        array, _ = params_with(7)
+        for plan in ((0x7000, 1, 1, 1, 32, 1, 1, 0, 0), (0x7000, 1, 1, 1, 32, 1, 1, 0)):
+            self.assertEqual(_fastlaunch.launch(plan, 0, ctypes.addressof(array)), 0)
+        self.assertEqual(len(self.rec.calls), 2)
+        self.assertEqual(self.ex.calls, [])
+        with self.assertRaises(OverflowError):
+            _fastlaunch.launch((0x7000, 1, 1, 1, 32, 1, 1, 0, -1), 0, ctypes.addressof(array))
+
+    def test_without_launch_kernel_ex_a_programmatic_plan_launches_plainly(self):
+        # A fresh interpreter with neither entry point set: the plain one is what is missing.
+        self.assertIn("no cuLaunchKernel yet (call set_launch)",
+                      runtime_error_in_fresh_interpreter(
+                          self, "_fastlaunch.launch((1, 1, 1, 1, 1, 1, 1, 0, 1), 0, 8)"))
+
+    def test_plans_ask_for_it_only_where_the_artifact_and_the_caller_both_do(self):
+        marked = ktune.KernelLaunch("k", (1, 1, 1), (32, 1, 1), 0, (0,), programmatic=True)
+        plain = ktune.KernelLaunch("k", (1, 1, 1), (32, 1, 1), 0, (0,))
+        self.assertEqual(launch_plan(0x7000, marked, True)[-1], 1)
+        self.assertEqual(launch_plan(0x7000, marked, False)[-1], 0)
+        self.assertEqual(launch_plan(0x7000, plain, True)[-1], 0)
+        self.assertEqual(launch_plan(0x7000, marked)[:8], (0x7000, 1, 1, 1, 32, 1, 1, 0))
+
+    def test_the_environment_and_the_launcher_decide(self):
+        saved = list(_loaded._fast_ex)
+        env = unittest.mock.patch.dict("os.environ", {"KTUNE_PROGRAMMATIC_LAUNCH": "1"})
+        try:
+            _loaded._fast_ex[:] = [True]
+            with env:
+                self.assertTrue(programmatic_launches(_fastlaunch.launch))
+                self.assertFalse(programmatic_launches(None))  # launches through cuda-python
+                _loaded._fast_ex[:] = [False]  # a driver before CUDA 12
+                self.assertFalse(programmatic_launches(_fastlaunch.launch))
+            _loaded._fast_ex[:] = [True]
+            with unittest.mock.patch.dict("os.environ", {"KTUNE_PROGRAMMATIC_LAUNCH": "0"}):
+                self.assertFalse(programmatic_launches(_fastlaunch.launch))
+            # Unset: off until measured on a GPU.
+            with unittest.mock.patch.dict("os.environ"):
+                os.environ.pop("KTUNE_PROGRAMMATIC_LAUNCH", None)
+                self.assertEqual(programmatic_launches(_fastlaunch.launch),
+                                 _loaded.PROGRAMMATIC_LAUNCH_DEFAULT == "1")
+                self.assertFalse(programmatic_launches(_fastlaunch.launch))
+        finally:
+            _loaded._fast_ex[:] = saved
 
 
 def entry_layout(*slots):

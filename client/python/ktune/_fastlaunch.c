@@ -6,8 +6,12 @@
 //   set_launch(address)                    the cuLaunchKernel to call: the driver's (ktune
 //                                          resolves it from libcuda.so.1 with ctypes) or a
 //                                          test's stand-in with the same signature
+//   set_launch_ex(address)                 the cuLaunchKernelEx a programmatic plan calls
 //   launch(plan, stream, params) -> int    plan: (function, grid x, y, z, block x, y, z,
-//                                          dynamic shared bytes), all ints; stream: a
+//                                          dynamic shared bytes[, flags]), all ints; flags
+//                                          bit 0: launch with programmatic stream
+//                                          serialization through cuLaunchKernelEx (a
+//                                          plain launch until set_launch_ex); stream: a
 //                                          CUstream as an int (0: the legacy default);
 //                                          params: the address of the void* kernelParams
 //                                          array. Returns the CUresult (0: enqueued).
@@ -51,43 +55,81 @@ typedef int (*LaunchFn)(void* function, unsigned grid_x, unsigned grid_y, unsign
 
 typedef int (*ReplaceFn)(void* tensor_map, void* global_address);
 
+// cuLaunchKernelEx's configuration, field for field as the driver's ABI lays it out
+// (CUlaunchConfig, and CUlaunchAttribute: an id padded to 8 bytes, then a 64-byte union).
+typedef struct {
+  unsigned id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmatic_stream_serialization_allowed;
+  } value;
+} LaunchAttribute;
+typedef struct {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+  void* stream;
+  LaunchAttribute* attrs;
+  unsigned num_attrs;
+} LaunchConfig;
+typedef int (*LaunchExFn)(const LaunchConfig* config, void* function, void** params,
+                          void** extra);
+_Static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
+_Static_assert(sizeof(void*) != 8 || sizeof(LaunchConfig) == 56, "CUlaunchConfig is 56 bytes");
+enum { kProgrammaticStreamSerialization = 6, kPlanProgrammatic = 1 };
+
 static LaunchFn g_launch = NULL;
+static LaunchExFn g_launch_ex = NULL;
 static ReplaceFn g_replace = NULL;
+
+// A driver entry point's address from Python: nonzero, else NULL with ValueError naming
+// `setter` (or the conversion's own error).
+static void* EntryPoint(PyObject* address, const char* setter) {
+  void* p = PyLong_AsVoidPtr(address);
+  if (p == NULL && !PyErr_Occurred()) {
+    PyErr_Format(PyExc_ValueError, "%s: the address is 0", setter);
+  }
+  return p;
+}
 
 static PyObject* SetLaunch(PyObject* self, PyObject* address) {
   (void)self;
-  void* p = PyLong_AsVoidPtr(address);
-  if (p == NULL) {
-    if (!PyErr_Occurred()) {
-      PyErr_SetString(PyExc_ValueError, "set_launch: the address is 0");
-    }
-    return NULL;
-  }
+  void* p = EntryPoint(address, "set_launch");
+  if (p == NULL) return NULL;
   g_launch = (LaunchFn)p;
+  Py_RETURN_NONE;
+}
+
+static PyObject* SetLaunchEx(PyObject* self, PyObject* address) {
+  (void)self;
+  void* p = EntryPoint(address, "set_launch_ex");
+  if (p == NULL) return NULL;
+  g_launch_ex = (LaunchExFn)p;
   Py_RETURN_NONE;
 }
 
 static PyObject* SetReplaceAddress(PyObject* self, PyObject* address) {
   (void)self;
-  void* p = PyLong_AsVoidPtr(address);
-  if (p == NULL) {
-    if (!PyErr_Occurred()) {
-      PyErr_SetString(PyExc_ValueError, "set_replace_address: the address is 0");
-    }
-    return NULL;
-  }
+  void* p = EntryPoint(address, "set_replace_address");
+  if (p == NULL) return NULL;
   g_replace = (ReplaceFn)p;
   Py_RETURN_NONE;
 }
 
-// The plan's 8 fields: the function as a pointer, then 7 unsigned ints. Returns 0 with an
-// exception set on a bad plan.
-static int ParsePlan(PyObject* plan, void** function, unsigned dims[7]) {
-  if (!PyTuple_Check(plan) || PyTuple_Size(plan) != 8) {
+// The plan's 8 or 9 fields: the function as a pointer, then 7 unsigned ints, then the
+// flags (0 when absent). Returns 0 with an exception set on a bad plan.
+static int ParsePlan(PyObject* plan, void** function, unsigned dims[7], unsigned* flags) {
+  const Py_ssize_t size = PyTuple_Check(plan) ? PyTuple_Size(plan) : -1;
+  if (size != 8 && size != 9) {
     PyErr_SetString(PyExc_TypeError,
                     "launch: plan must be a tuple (function, grid x, y, z, block x, y, z, "
-                    "shared bytes)");
+                    "shared bytes[, flags])");
     return 0;
+  }
+  *flags = 0;
+  if (size == 9) {
+    const unsigned long f = PyLong_AsUnsignedLong(PyTuple_GetItem(plan, 8));
+    if (PyErr_Occurred()) return 0;
+    *flags = (unsigned)f;
   }
   *function = PyLong_AsVoidPtr(PyTuple_GetItem(plan, 0));
   if (*function == NULL) {
@@ -118,8 +160,8 @@ static PyObject* Launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     return NULL;
   }
   void* function;
-  unsigned d[7];
-  if (!ParsePlan(args[0], &function, d)) return NULL;
+  unsigned d[7], flags;
+  if (!ParsePlan(args[0], &function, d, &flags)) return NULL;
   // 0 is a valid stream (the legacy default) and its conversion's error signal: check.
   void* stream = PyLong_AsVoidPtr(args[1]);
   if (stream == NULL && PyErr_Occurred()) return NULL;
@@ -130,6 +172,14 @@ static PyObject* Launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
   }
   // The GIL stays held: an enqueue takes a few microseconds, less than releasing and
   // taking it back would cost the caller.
+  if ((flags & kPlanProgrammatic) && g_launch_ex != NULL) {
+    LaunchAttribute attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.id = kProgrammaticStreamSerialization;
+    attr.value.programmatic_stream_serialization_allowed = 1;
+    const LaunchConfig config = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, &attr, 1};
+    return PyLong_FromLong(g_launch_ex(&config, function, params, NULL));
+  }
   const int result = g_launch(function, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream,
                               params, NULL);
   return PyLong_FromLong(result);
@@ -704,6 +754,8 @@ static PyObject* HotCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs
 
 static PyMethodDef kMethods[] = {
     {"set_launch", SetLaunch, METH_O, "set_launch(address): the cuLaunchKernel to call"},
+    {"set_launch_ex", SetLaunchEx, METH_O,
+     "set_launch_ex(address): the cuLaunchKernelEx a plan with flags bit 0 calls"},
     {"set_replace_address", SetReplaceAddress, METH_O,
      "set_replace_address(address): the cuTensorMapReplaceAddress layout kind 4 calls"},
     {"launch", (PyCFunction)(void (*)(void))Launch, METH_FASTCALL,

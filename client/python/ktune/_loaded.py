@@ -33,6 +33,7 @@ def cuda_driver():
 
 _fast = []  # [fast launcher or None] once resolved (see fast_launcher)
 _fast_maps = []  # [whether launch_with can replace a tensor map's address], resolved with it
+_fast_ex = []  # [whether a plan's programmatic flag reaches cuLaunchKernelEx], resolved with it
 
 
 def fast_launcher(driver):
@@ -62,8 +63,17 @@ def fast_launcher(driver):
             maps = True
         except (ImportError, OSError, AttributeError):
             pass
+        ex = False
+        if launch is not None:
+            try:  # CUDA 12.0 and later; without it every launch is a plain one
+                _fastlaunch.set_launch_ex(
+                    ctypes.cast(libcuda.cuLaunchKernelEx, ctypes.c_void_p).value)
+                ex = True
+            except AttributeError:
+                pass
         _fast.append(launch)
         _fast_maps.append(maps)
+        _fast_ex.append(ex)
     return _fast[0]
 
 
@@ -73,10 +83,29 @@ def fast_maps(fast):
     return fast is not None and bool(_fast_maps) and _fast_maps[0]
 
 
-def launch_plan(function, launch):
+# Whether kernels launch programmatically where KTUNE_PROGRAMMATIC_LAUNCH is unset. Off
+# until a GPU has measured what it gains a decode step and checked chains of ktune's kernels
+# launched so (deploy/gpu-host/run.sh's programmatic stage); the C++ LoadedKernel's default
+# is the same.
+PROGRAMMATIC_LAUNCH_DEFAULT = "0"
+
+
+def programmatic_launches(fast):
+    """Whether kernels loaded now launch programmatically where their artifact allows it
+    (see launch_plan): `fast` (what fast_launcher returned) reaches cuLaunchKernelEx, and
+    KTUNE_PROGRAMMATIC_LAUNCH (or, unset, PROGRAMMATIC_LAUNCH_DEFAULT) is "1"."""
+    return (fast is not None and bool(_fast_ex) and _fast_ex[0]
+            and os.environ.get("KTUNE_PROGRAMMATIC_LAUNCH", PROGRAMMATIC_LAUNCH_DEFAULT) == "1")
+
+
+def launch_plan(function, launch, programmatic=False):
     """What ktune._fastlaunch.launch takes for one launch: (function as an int, grid x, y, z,
-    block x, y, z, dynamic shared bytes)."""
-    return (int(function), *launch.grid, *launch.block, launch.shared_bytes)
+    block x, y, z, dynamic shared bytes, flags). Flags bit 0, set when `programmatic` and the
+    artifact marks the launch so: cuLaunchKernelEx with programmatic stream serialization,
+    so that the kernel is placed on the GPU, sets up and pulls its weight into L2 while the
+    kernel before it in the stream finishes (it waits for that kernel's results itself)."""
+    flags = 1 if programmatic and getattr(launch, "programmatic", False) else 0
+    return (int(function), *launch.grid, *launch.block, launch.shared_bytes, flags)
 
 
 def check_launch(driver, err, launch):
@@ -222,7 +251,8 @@ class LoadedKernel:
         self.fast = fast_launcher(cu)
         # Whether the C launch can also re-point this kernel's tensor maps per call.
         self.fast_maps = fast_maps(self.fast)
-        self.plans = ([launch_plan(fn, launch) for fn, launch in
+        programmatic = programmatic_launches(self.fast)
+        self.plans = ([launch_plan(fn, launch, programmatic) for fn, launch in
                        zip(self.functions, artifact.launches)]
                       if self.fast is not None else None)
 

@@ -31,6 +31,10 @@ class KernelLaunch:
     block: Tuple[int, int, int]
     shared_bytes: int  # dynamic; above 48 KiB raise MAX_DYNAMIC_SHARED_SIZE_BYTES first
     args: Tuple[int, ...]  # indices into KernelArtifact.args, in kernel-parameter order
+    # May start while the kernel before it in the stream finishes (it waits for that
+    # kernel's results itself): launched with programmatic stream serialization through
+    # cuLaunchKernelEx where ktune's C launcher has it. False from daemons that predate it.
+    programmatic: bool = False
 
 
 # Bytes per element of each dtype ktune knows.
@@ -285,7 +289,8 @@ def artifact_from_proto(m, tuning_job_id=0):
             f"'{m.cubin_sha256}' ({len(cubin)} bytes); refusing a corrupted cubin")
     launches = [
         KernelLaunch(lowered_name=l.lowered_name, grid=tuple(l.grid), block=tuple(l.block),
-                     shared_bytes=l.shared_bytes, args=tuple(l.args))
+                     shared_bytes=l.shared_bytes, args=tuple(l.args),
+                     programmatic=l.programmatic)
         for l in m.launches]
     args = [
         KernelArg(name=a.name, is_buffer=a.is_buffer, dtype=a.dtype, count=a.count,
