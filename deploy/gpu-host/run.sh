@@ -10,7 +10,10 @@
 #                       a 10-minute call; flags in $PEERS_ARGS),
 #                       llama (bench/llama_layer.py: the Llama-3-8B layer eager / torch.compile /
 #                       ktune; flags in $LLAMA_ARGS), overhead (bench/torch_overhead.py: a
-#                       ktune.torch op's host time per call beyond a bare cuLaunchKernel)
+#                       ktune.torch op's host time per call beyond a bare cuLaunchKernel),
+#                       programmatic (the llama layer twice on one ktuned: every kernel
+#                       launched plainly, KTUNE_PROGRAMMATIC_LAUNCH=0, then programmatically;
+#                       flags in $LLAMA_ARGS)
 # $PACK, when set, is a folder that receives two files, rewritten every 10 s and at the end:
 # summary.txt and logs.tar.gz ($OUT's logs, tables and stores; the cubin cache and sockets
 # left out). For a transport that brings back only a few files, or a call cut off at its
@@ -225,6 +228,25 @@ if want decode; then
   done
   kill -TERM "$daemon"; wait "$daemon"
   echo "ktuned (decode): exit $? after SIGTERM" >> "$summary"
+fi
+if want programmatic; then
+  # Programmatic launches on and off, side by side: bench/llama_layer.py twice through one
+  # ktuned, so the second run finds the first's tuned kernels; torch.compile is timed in
+  # both, the ratio's denominator measured beside each.
+  start_ktuned ktuned-programmatic.sock programmatic.db ktuned-programmatic.log
+  for run in plain programmatic; do
+    mkdir -p "$out/llama-$run"
+    # shellcheck disable=SC2086  # LLAMA_ARGS is a list of flags
+    KTUNE_PROGRAMMATIC_LAUNCH=$([ "$run" = plain ] && echo 0 || echo 1) \
+      PYTHONPATH="$here/python" python3 "$here/bench/llama_layer.py" --target "unix://$sock" \
+      --out "$out/llama-$run" ${LLAMA_ARGS:---tune-budget 0 --tune-timeout-s 200 --breakdown none} \
+      > "$out/llama-$run/llama_layer.log" 2>&1
+    echo "llama layer, launches $run: exit $? (0: every goal met)" >> "$summary"
+    if [ -s "$out/llama-$run/llama_layer.md" ]; then cat "$out/llama-$run/llama_layer.md" >> "$summary"
+    else tail -n 20 "$out/llama-$run/llama_layer.log" >> "$summary"; fi
+  done
+  kill -TERM "$daemon"; wait "$daemon"
+  echo "ktuned (programmatic): exit $? after SIGTERM" >> "$summary"
 fi
 if want llama; then
   # bench/llama_layer.py: the decoder layer three ways, through a ktuned of its own; the

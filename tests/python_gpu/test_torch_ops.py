@@ -351,6 +351,79 @@ class TorchOpsTest(unittest.TestCase):
         ref = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
         self.assertClose(out, ref, 1e-5, 1.6e-2, "replayed rms_norm")
 
+    def test_a_chain_launched_programmatically_reads_each_result_whole(self):
+        """Each op's kernel may start while the one before it runs (programmatic launch, on
+        sm_90 and later): a chain whose every op reads the last one's output, enqueued with no
+        synchronisation and again replayed from a CUDA graph, checked op by op against torch
+        on the chain's own intermediates. A kernel that read before waiting would see its
+        input half written."""
+        kt = self.kt
+        saved = os.environ.get("KTUNE_PROGRAMMATIC_LAUNCH")
+        os.environ["KTUNE_PROGRAMMATIC_LAUNCH"] = "1"  # read as each kernel is loaded
+        kt.configure(self.target, policy="fallback", refresh_s=None, timeout_s=300)
+        try:
+            self.check_programmatic_chain(kt)
+        finally:
+            if saved is None:
+                os.environ.pop("KTUNE_PROGRAMMATIC_LAUNCH")
+            else:
+                os.environ["KTUNE_PROGRAMMATIC_LAUNCH"] = saved
+            kt.configure(self.target, policy="fallback", refresh_s=None, timeout_s=300)
+
+    def check_programmatic_chain(self, kt):
+        tokens, hidden, inter = 4, 4096, 2048
+        w_norm = torch.rand(hidden, device="cuda", dtype=torch.bfloat16) + 0.5
+        w_up = (torch.rand(2 * inter, hidden, device="cuda", dtype=torch.bfloat16) - 0.5) / 16
+        w_down = (torch.rand(hidden, inter, device="cuda", dtype=torch.bfloat16) - 0.5) / 16
+        x0 = torch.rand(tokens, hidden, device="cuda", dtype=torch.bfloat16) - 0.5
+
+        def chain(x, rounds=6):
+            outs = []
+            for _ in range(rounds):
+                h = torch.ops.ktune.rms_norm(x, w_norm, 1e-6)
+                up = torch.ops.ktune.linear(h, w_up, None)
+                act = torch.ops.ktune.silu_and_mul(up)
+                x = torch.ops.ktune.linear(act, w_down, None)
+                outs.append((h, up, act, x))
+            return outs
+
+        def check(x, outs, what):
+            for i, (h, up, act, y) in enumerate(outs):
+                xf = x.float()
+                ref = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w_norm.float()
+                self.assertClose(h, ref, 1e-5, 1.6e-2, f"{what}: round {i} rms_norm")
+                self.assertClose(up, h.float() @ w_up.float().T, 0.05, 2e-2,
+                                 f"{what}: round {i} up")
+                ref = torch.nn.functional.silu(up[:, :inter].float()) * up[:, inter:].float()
+                self.assertClose(act, ref, 1e-2, 1.6e-2, f"{what}: round {i} silu_and_mul")
+                self.assertClose(y, act.float() @ w_down.float().T, 0.05, 2e-2,
+                                 f"{what}: round {i} down")
+                x = y
+
+        chain(x0, rounds=1)  # every kernel loaded before the check and the capture
+        torch.cuda.synchronize()
+        if torch.cuda.get_device_capability()[0] >= 9:
+            k = kt.cache().get("rmsnorm", "bf16", {"tokens": tokens, "hidden": hidden}, 0)
+            self.assertTrue(all(l.programmatic for l in k.artifact.launches),
+                            "ktuned marks rmsnorm's launches programmatic on sm_90+")
+            if ktune._loaded.programmatic_launches(k.fast):
+                self.assertTrue(all(p[-1] == 1 for p in k._plans),
+                                "the plans launch through cuLaunchKernelEx")
+        check(x0, chain(x0), "eager")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            chain(x0)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        x_in = x0.clone()
+        with torch.cuda.graph(graph):
+            outs = chain(x_in)
+        x_in.copy_(torch.rand_like(x_in) - 0.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        check(x_in, outs, "replayed")
+
     def test_a_captured_scratch_buffer_outlives_its_replacement(self):
         # linear's split-K partials are sized by the key (growing with m and n up to a cap):
         # a larger key on the same stream replaces the buffer a graph captured, and the
