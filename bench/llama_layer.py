@@ -411,6 +411,11 @@ def run_all(args, meta, records):
     meta["device"] = torch.cuda.get_device_name()
     meta["torch"] = torch.__version__
     if "ktune" in args.modes:
+        # Whether ktune's kernels launch programmatically (each may start while the one
+        # before it finishes; KTUNE_PROGRAMMATIC_LAUNCH, read as each kernel is loaded).
+        from ktune import _loaded
+        meta["ktune_programmatic_launch"] = _loaded.programmatic_launches(
+            _loaded.fast_launcher(_loaded.cuda_driver()))
         tune_keys(args, llama.prefetch_keys(cfg, steps), meta)
     timer = Timer(args.warmup_ms, args.rep_ms)
     weights = llama.make_weights(cfg, args.seed)
