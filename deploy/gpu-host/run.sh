@@ -232,14 +232,15 @@ fi
 if want programmatic; then
   # Programmatic launches on and off, side by side: bench/llama_layer.py twice through one
   # ktuned, so the second run finds the first's tuned kernels; torch.compile is timed in
-  # both, the ratio's denominator measured beside each.
+  # both, the ratio's denominator measured beside each. Decode is what it is for: one prefill
+  # length by default.
   start_ktuned ktuned-programmatic.sock programmatic.db ktuned-programmatic.log
   for run in plain programmatic; do
     mkdir -p "$out/llama-$run"
     # shellcheck disable=SC2086  # LLAMA_ARGS is a list of flags
     KTUNE_PROGRAMMATIC_LAUNCH=$([ "$run" = plain ] && echo 0 || echo 1) \
       PYTHONPATH="$here/python" python3 "$here/bench/llama_layer.py" --target "unix://$sock" \
-      --out "$out/llama-$run" ${LLAMA_ARGS:---tune-budget 0 --tune-timeout-s 200 --breakdown none} \
+      --out "$out/llama-$run" ${LLAMA_ARGS:---tune-budget 0 --tune-timeout-s 200 --breakdown none --prefill 512} \
       > "$out/llama-$run/llama_layer.log" 2>&1
     echo "llama layer, launches $run: exit $? (0: every goal met)" >> "$summary"
     if [ -s "$out/llama-$run/llama_layer.md" ]; then cat "$out/llama-$run/llama_layer.md" >> "$summary"
