@@ -211,6 +211,19 @@ class ProgrammaticLaunchTest(unittest.TestCase):
                       runtime_error_in_fresh_interpreter(
                           self, "_fastlaunch.launch((1, 1, 1, 1, 1, 1, 1, 0, 1), 0, 8)"))
 
+    def test_a_cached_kernel_launches_its_marked_launch_programmatically(self):
+        # The canned artifact marks its first launch programmatic, not its second; the
+        # entry's launches write the call's pointers first either way (launch_with).
+        a = artifact()
+        e, rec = fast_entry(a)
+        e._plans = [launch_plan(0x7000 + i, launch, True) for i, launch in enumerate(a.launches)]
+        e.launch(POINTERS, 0x5000)
+        launch = a.launches[0]
+        self.assertEqual(self.ex.calls, [(0x7000, tuple(launch.grid), tuple(launch.block),
+                                          launch.shared_bytes, 0x5000, [(6, 1)],
+                                          POINTERS["x"])])
+        self.assertEqual([c[0] for c in rec.calls], [0x7001])
+
     def test_plans_ask_for_it_only_where_the_artifact_and_the_caller_both_do(self):
         marked = ktune.KernelLaunch("k", (1, 1, 1), (32, 1, 1), 0, (0,), programmatic=True)
         plain = ktune.KernelLaunch("k", (1, 1, 1), (32, 1, 1), 0, (0,))
