@@ -202,7 +202,8 @@ class KernelCacheImpl final : public KernelCache {
     if (context != nullptr) {
       KTUNE_RETURN_IF_ERROR(CheckCu(*api, api->CtxPushCurrent(context), "cuCtxPushCurrent"));
     }
-    absl::StatusOr<std::unique_ptr<LoadedKernel>> kernel = LoadedKernel::Load(artifact, *api);
+    absl::StatusOr<std::unique_ptr<LoadedKernel>> kernel =
+        LoadedKernel::Load(artifact, *api, options_.load);
     if (context != nullptr) {
       CuContext popped = nullptr;
       api->CtxPopCurrent(&popped);

@@ -86,6 +86,9 @@ struct KernelCacheOptions {
   absl::Duration deadline = absl::ZeroDuration();
   // The driver: null for LoadCudaApi() (tests pass a fake). Must outlive the cache.
   const CudaApi* api = nullptr;
+  // How the kernels it loads launch (LoadOptions: programmatic launches, off unless set or
+  // KTUNE_PROGRAMMATIC_LAUNCH=1).
+  LoadOptions load;
 };
 
 class KernelCache {

@@ -149,13 +149,13 @@ absl::Status ValidateArtifact(const KernelArtifact& a) {
   return absl::OkStatus();
 }
 
-// KTUNE_PROGRAMMATIC_LAUNCH=1 launches the artifact's programmatic launches so, 0 plainly;
-// read when a kernel is loaded. Unset, plainly: until a GPU has measured what it gains a
-// decode step and checked chains of ktune's kernels launched so (deploy/gpu-host/run.sh's
-// programmatic stage). The Python client's default is the same.
+// LoadOptions::programmatic when unset: KTUNE_PROGRAMMATIC_LAUNCH=1 launches the artifact's
+// programmatic launches so, 0 plainly. Unset too, plainly: until a GPU has measured what it
+// gains a decode step and checked chains of ktune's kernels launched so
+// (deploy/gpu-host/run.sh's programmatic stage). The Python client's default is the same.
 constexpr bool kProgrammaticLaunchDefault = false;
 
-bool ProgrammaticLaunchAllowed() {
+bool ProgrammaticLaunchFromEnvironment() {
   const char* v = std::getenv("KTUNE_PROGRAMMATIC_LAUNCH");
   return v == nullptr ? kProgrammaticLaunchDefault : std::strcmp(v, "1") == 0;
 }
@@ -222,18 +222,20 @@ absl::Status CheckTensorMapArg(const KernelArtifact& a, size_t i) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArtifact& artifact) {
+absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArtifact& artifact,
+                                                                 const LoadOptions& options) {
   // The artifact's checks come first: a bad artifact is named before a missing driver.
   KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<LoadedKernel> kernel, Prepare(artifact));
   KTUNE_ASSIGN_OR_RETURN(const CudaApi* api, LoadCudaApi());
-  KTUNE_RETURN_IF_ERROR(kernel->LoadInto(artifact, *api));
+  KTUNE_RETURN_IF_ERROR(kernel->LoadInto(artifact, *api, options));
   return kernel;
 }
 
 absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Load(const KernelArtifact& artifact,
-                                                                 const CudaApi& api) {
+                                                                 const CudaApi& api,
+                                                                 const LoadOptions& options) {
   KTUNE_ASSIGN_OR_RETURN(std::unique_ptr<LoadedKernel> kernel, Prepare(artifact));
-  KTUNE_RETURN_IF_ERROR(kernel->LoadInto(artifact, api));
+  KTUNE_RETURN_IF_ERROR(kernel->LoadInto(artifact, api, options));
   return kernel;
 }
 
@@ -268,7 +270,8 @@ absl::StatusOr<std::unique_ptr<LoadedKernel>> LoadedKernel::Prepare(
   return kernel;
 }
 
-absl::Status LoadedKernel::LoadInto(const KernelArtifact& artifact, const CudaApi& cuda) {
+absl::Status LoadedKernel::LoadInto(const KernelArtifact& artifact, const CudaApi& cuda,
+                                    const LoadOptions& options) {
   const CudaApi* api = &cuda;
   if (!map_args_.empty() && api->TensorMapEncodeTiled == nullptr) {
     return absl::UnavailableError(
@@ -285,6 +288,7 @@ absl::Status LoadedKernel::LoadInto(const KernelArtifact& artifact, const CudaAp
   }
   KTUNE_ASSIGN_OR_RETURN(module_, Cache().GetOrLoad<Module>(api, context, artifact.cubin_sha256,
                                                             artifact.cubin));
+  const bool programmatic = options.programmatic.value_or(ProgrammaticLaunchFromEnvironment());
   for (const KernelLaunch& l : artifact.launches) {
     ResolvedLaunch r;
     KTUNE_ASSIGN_OR_RETURN(r.function, module_->GetFunction(l.lowered_name, l.shared_bytes));
@@ -294,7 +298,7 @@ absl::Status LoadedKernel::LoadInto(const KernelArtifact& artifact, const CudaAp
     }
     r.shared_bytes = l.shared_bytes;
     r.args = l.args;
-    r.programmatic = l.programmatic && ProgrammaticLaunchAllowed();
+    r.programmatic = l.programmatic && programmatic;
     launches_.push_back(std::move(r));
   }
   return absl::OkStatus();

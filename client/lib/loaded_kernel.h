@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,15 @@
 #include "client/lib/ktune_client.h"
 
 namespace ktune::client {
+
+struct LoadOptions {
+  // Whether the artifact's programmatic launches (KernelLaunch::programmatic) go through
+  // cuLaunchKernelEx with programmatic stream serialization, so each kernel may start while
+  // the one before it in the stream finishes; every other launch is plain. Unset: as
+  // KTUNE_PROGRAMMATIC_LAUNCH says (1 on, 0 off), else off (the default until a GPU host has
+  // measured it). Without cuLaunchKernelEx in the driver, plain.
+  std::optional<bool> programmatic;
+};
 
 class LoadedKernel {
  public:
@@ -39,11 +49,13 @@ class LoadedKernel {
   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES where a launch wants above 48 KiB.
   // kUnavailable without a driver, or for an artifact with a tensor map on a driver without
   // cuTensorMapEncodeTiled; kFailedPrecondition without a current context.
-  static absl::StatusOr<std::unique_ptr<LoadedKernel>> Load(const KernelArtifact& artifact);
+  static absl::StatusOr<std::unique_ptr<LoadedKernel>> Load(const KernelArtifact& artifact,
+                                                            const LoadOptions& options = {});
   // The same through `api` (a fake in tests; LoadCudaApi()'s otherwise), which must outlive
   // the kernel.
   static absl::StatusOr<std::unique_ptr<LoadedKernel>> Load(const KernelArtifact& artifact,
-                                                            const CudaApi& api);
+                                                            const CudaApi& api,
+                                                            const LoadOptions& options = {});
 
   ~LoadedKernel();
   LoadedKernel(const LoadedKernel&) = delete;
@@ -76,13 +88,14 @@ class LoadedKernel {
     uint32_t block[3] = {1, 1, 1};
     uint32_t shared_bytes = 0;
     std::vector<int32_t> args;
-    bool programmatic = false;  // the artifact's, where KTUNE_PROGRAMMATIC_LAUNCH allows it
+    bool programmatic = false;  // the artifact's, where LoadOptions allow it
   };
   LoadedKernel() = default;
   // The checks and packing that need no driver (the artifact, scalars, tensor maps).
   static absl::StatusOr<std::unique_ptr<LoadedKernel>> Prepare(const KernelArtifact& artifact);
   // The module into the current context and every launch's function, through `api`.
-  absl::Status LoadInto(const KernelArtifact& artifact, const CudaApi& api);
+  absl::Status LoadInto(const KernelArtifact& artifact, const CudaApi& api,
+                        const LoadOptions& options);
 
   std::shared_ptr<Module> module_;
   std::vector<ResolvedLaunch> launches_;

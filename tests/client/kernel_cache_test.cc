@@ -40,6 +40,7 @@ v1::KernelArtifact Artifact(const std::string& kernel, v1::Provenance provenance
   for (uint32_t g : {1u, 1u, 1u}) l->add_grid(g);
   for (uint32_t b : {128u, 1u, 1u}) l->add_block(b);
   for (int i : {0, 1, 2}) l->add_args(i);
+  l->set_programmatic(true);  // launched so only where the cache's options say
   for (const char* name : {"x", "out"}) {
     v1::KernelArg* arg = a.add_args();
     arg->set_name(name);
@@ -165,6 +166,22 @@ TEST_F(KernelCacheTest, FirstCallAsksFallbackLaterCallsAreHits) {
   // Another shape is another key.
   ASSERT_TRUE(cache->Get(Key(2000)).ok());
   EXPECT_EQ(asks_, 2);
+}
+
+TEST_F(KernelCacheTest, ItsLoadOptionsDecideProgrammaticLaunches) {
+  Serve();
+  for (bool programmatic : {false, true}) {
+    KernelCacheOptions o;
+    o.api = &api_;
+    o.refresh_period = absl::InfiniteDuration();
+    o.load.programmatic = programmatic;
+    auto cache = NewKernelCache(client_, o);
+    ASSERT_OK(cache->Launch(Key(1000), nullptr, {reinterpret_cast<void*>(0x1000),
+                                                 reinterpret_cast<void*>(0x2000), nullptr}));
+    std::lock_guard<std::mutex> lock(Driver().mu);
+    ASSERT_FALSE(Driver().programmatic.empty());
+    EXPECT_EQ(Driver().programmatic.back(), programmatic);
+  }
 }
 
 TEST_F(KernelCacheTest, ABufferOffItsAlignmentIsRefusedBeforeTheDriver) {

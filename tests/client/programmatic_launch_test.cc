@@ -70,8 +70,9 @@ class ProgrammaticLaunchTest : public ::testing::Test {
   }
   // Loads TwoLaunches through `api`, launches it once on a stream and returns what the
   // driver saw, launch by launch: whether each was programmatic.
-  std::vector<bool> LaunchOnce(const CudaApi& api) {
-    absl::StatusOr<std::unique_ptr<LoadedKernel>> k = LoadedKernel::Load(TwoLaunches(), api);
+  std::vector<bool> LaunchOnce(const CudaApi& api, const LoadOptions& options = {}) {
+    absl::StatusOr<std::unique_ptr<LoadedKernel>> k =
+        LoadedKernel::Load(TwoLaunches(), api, options);
     EXPECT_TRUE(k.ok()) << k.status();
     if (!k.ok()) return {};
     void* stream = reinterpret_cast<void*>(0x5);
@@ -101,6 +102,22 @@ TEST_F(ProgrammaticLaunchTest, TheEnvironmentDecidesForKernelsLoadedAfter) {
 TEST_F(ProgrammaticLaunchTest, UnsetItIsOffUntilMeasuredOnAGpu) {
   unsetenv("KTUNE_PROGRAMMATIC_LAUNCH");
   EXPECT_THAT(LaunchOnce(FakeApi()), ElementsAre(false, false));
+}
+
+TEST_F(ProgrammaticLaunchTest, TheLoadOptionsOverrideTheEnvironment) {
+  LoadOptions on, off;
+  on.programmatic = true;
+  off.programmatic = false;
+  unsetenv("KTUNE_PROGRAMMATIC_LAUNCH");
+  EXPECT_THAT(LaunchOnce(FakeApi(), on), ElementsAre(true, false));
+  setenv("KTUNE_PROGRAMMATIC_LAUNCH", "1", 1);
+  {
+    std::lock_guard<std::mutex> lock(Driver().mu);
+    Driver().launched.clear();
+    Driver().streams.clear();
+    Driver().programmatic.clear();
+  }
+  EXPECT_THAT(LaunchOnce(FakeApi(), off), ElementsAre(false, false));
 }
 
 TEST_F(ProgrammaticLaunchTest, ADriverWithoutLaunchKernelExLaunchesPlainly) {

@@ -245,6 +245,11 @@ class ProgrammaticLaunchTest(unittest.TestCase):
             _loaded._fast_ex[:] = [True]
             with unittest.mock.patch.dict("os.environ", {"KTUNE_PROGRAMMATIC_LAUNCH": "0"}):
                 self.assertFalse(programmatic_launches(_fastlaunch.launch))
+            # The caller's word (a KernelCache's or LoadedKernel's `programmatic`) first.
+            with unittest.mock.patch.dict("os.environ", {"KTUNE_PROGRAMMATIC_LAUNCH": "0"}):
+                self.assertTrue(programmatic_launches(_fastlaunch.launch, True))
+            with env:
+                self.assertFalse(programmatic_launches(_fastlaunch.launch, False))
             # Unset: off until measured on a GPU.
             with unittest.mock.patch.dict("os.environ"):
                 os.environ.pop("KTUNE_PROGRAMMATIC_LAUNCH", None)

@@ -358,16 +358,11 @@ class TorchOpsTest(unittest.TestCase):
         on the chain's own intermediates. A kernel that read before waiting would see its
         input half written."""
         kt = self.kt
-        saved = os.environ.get("KTUNE_PROGRAMMATIC_LAUNCH")
-        os.environ["KTUNE_PROGRAMMATIC_LAUNCH"] = "1"  # read as each kernel is loaded
-        kt.configure(self.target, policy="fallback", refresh_s=None, timeout_s=300)
+        kt.configure(self.target, policy="fallback", refresh_s=None, timeout_s=300,
+                     programmatic=True)  # kernels loaded anew, their plans so
         try:
             self.check_programmatic_chain(kt)
         finally:
-            if saved is None:
-                os.environ.pop("KTUNE_PROGRAMMATIC_LAUNCH")
-            else:
-                os.environ["KTUNE_PROGRAMMATIC_LAUNCH"] = saved
             kt.configure(self.target, policy="fallback", refresh_s=None, timeout_s=300)
 
     def check_programmatic_chain(self, kt):
@@ -406,7 +401,7 @@ class TorchOpsTest(unittest.TestCase):
             k = kt.cache().get("rmsnorm", "bf16", {"tokens": tokens, "hidden": hidden}, 0)
             self.assertTrue(all(l.programmatic for l in k.artifact.launches),
                             "ktuned marks rmsnorm's launches programmatic on sm_90+")
-            if ktune._loaded.programmatic_launches(k.fast):
+            if ktune._loaded.programmatic_launches(k.fast, True):
                 self.assertTrue(all(p[-1] == 1 for p in k._plans),
                                 "the plans launch through cuLaunchKernelEx")
         check(x0, chain(x0), "eager")

@@ -371,10 +371,11 @@ class KernelCache:
     refresh_now yourself); retry_after_s: how long a failed ask is answered from memory;
     timeout_s: deadline of each ask (None: the client's). `driver`: cuda-python's driver
     module or a stand-in; `loader(artifact, driver)` makes the launchable kernel (default
-    ktune.LoadedKernel)."""
+    ktune.LoadedKernel, with `programmatic`: whether its programmatic launches launch so;
+    None: KTUNE_PROGRAMMATIC_LAUNCH decides, else off)."""
 
     def __init__(self, client, policy="fallback", refresh_s=10.0, retry_after_s=30.0,
-                 timeout_s=None, driver=None, loader=None):
+                 timeout_s=None, driver=None, loader=None, programmatic=None):
         if policy not in ("fallback", "cache_only", "tune"):
             raise _errors.InvalidArgumentError(
                 f"policy: '{policy}' is not one of fallback, cache_only, tune")
@@ -383,7 +384,8 @@ class KernelCache:
         self._retry_after_s = retry_after_s
         self._timeout_s = timeout_s
         self._driver = driver
-        self._loader = loader or (lambda artifact, cu: LoadedKernel(artifact, driver=cu))
+        self._loader = loader or (lambda artifact, cu: LoadedKernel(artifact, driver=cu,
+                                                                    programmatic=programmatic))
         self._entries = {}   # key -> CachedKernel; read without the lock (a dict get)
         # [n], n counting the changes to _entries: whoever keeps something of an entry
         # outside the cache (ktune.torch's hot path) knows it is still the one held.

@@ -90,12 +90,14 @@ def fast_maps(fast):
 PROGRAMMATIC_LAUNCH_DEFAULT = "0"
 
 
-def programmatic_launches(fast):
+def programmatic_launches(fast, asked=None):
     """Whether kernels loaded now launch programmatically where their artifact allows it
     (see launch_plan): `fast` (what fast_launcher returned) reaches cuLaunchKernelEx, and
-    KTUNE_PROGRAMMATIC_LAUNCH (or, unset, PROGRAMMATIC_LAUNCH_DEFAULT) is "1"."""
-    return (fast is not None and bool(_fast_ex) and _fast_ex[0]
-            and os.environ.get("KTUNE_PROGRAMMATIC_LAUNCH", PROGRAMMATIC_LAUNCH_DEFAULT) == "1")
+    `asked` is true (None: KTUNE_PROGRAMMATIC_LAUNCH, or unset PROGRAMMATIC_LAUNCH_DEFAULT,
+    is "1")."""
+    if asked is None:
+        asked = os.environ.get("KTUNE_PROGRAMMATIC_LAUNCH", PROGRAMMATIC_LAUNCH_DEFAULT) == "1"
+    return bool(asked) and fast is not None and bool(_fast_ex) and _fast_ex[0]
 
 
 def launch_plan(function, launch, programmatic=False):
@@ -198,9 +200,11 @@ class BoundKernel:
 class LoadedKernel:
     """The artifact's cubin as a module of the current context, with one function per launch
     (dynamic shared memory above 48 KiB opted into). A context manager: leaving it unloads
-    the module."""
+    the module. `programmatic`: whether the artifact's programmatic launches go through
+    cuLaunchKernelEx with programmatic stream serialization (the C launch only; see
+    launch_plan); None: as KTUNE_PROGRAMMATIC_LAUNCH says, else off."""
 
-    def __init__(self, artifact, driver=None):
+    def __init__(self, artifact, driver=None, programmatic=None):
         self.artifact = artifact
         self.driver = driver if driver is not None else cuda_driver()
         cu = self.driver
@@ -251,7 +255,7 @@ class LoadedKernel:
         self.fast = fast_launcher(cu)
         # Whether the C launch can also re-point this kernel's tensor maps per call.
         self.fast_maps = fast_maps(self.fast)
-        programmatic = programmatic_launches(self.fast)
+        programmatic = programmatic_launches(self.fast, programmatic)
         self.plans = ([launch_plan(fn, launch, programmatic) for fn, launch in
                        zip(self.functions, artifact.launches)]
                       if self.fast is not None else None)

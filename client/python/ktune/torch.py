@@ -93,15 +93,17 @@ _GEMV_MAX_ROWS = 8
 
 
 def configure(target=None, policy="fallback", refresh_s=10.0, retry_after_s=30.0, token=None,
-              timeout_s=None, client=None):
+              timeout_s=None, client=None, programmatic=None):
     """Sets up the kernel cache the ops use (replacing any earlier one): a ktune.Client for
     `target` (None: ktune.default_target()) unless `client` is given; see ktune.KernelCache
-    for the rest. Without a call, the first op configures the defaults. Returns the cache."""
+    for the rest (`programmatic`: each kernel may start while the one before it in the
+    stream finishes; None: KTUNE_PROGRAMMATIC_LAUNCH decides, else off). Without a call, the
+    first op configures the defaults. Returns the cache."""
     global _cache
     new = KernelCache(client if client is not None else
                       ktune.Client(target, token=token, timeout_s=timeout_s),
                       policy=policy, refresh_s=refresh_s, retry_after_s=retry_after_s,
-                      timeout_s=timeout_s)
+                      timeout_s=timeout_s, programmatic=programmatic)
     with _lock:
         old, _cache = _cache, new
         _warned.clear()
