@@ -3,7 +3,8 @@ ktune.torch's ops against the same layer on torch's ops, through a ktuned built 
 tree (FALLBACK: default or neighbour configs), at one small decode step (batch 2 over a KV
 cache of 64) and one prefill (16 tokens): every key of the step is served by ktune (no
 fallback to torch), the output is within tolerance of eager, ktune updated the residual in
-place, and the step captured in a CUDA graph replays to the same output.
+place, and the step captured in a CUDA graph replays to the same output; the same with
+ktune's kernels launched programmatically.
 
 Skips (saying why) without torch >= 2.4, CUDA, cuda-python or the built ktuned."""
 
@@ -57,6 +58,22 @@ class LlamaLayerTest(unittest.TestCase):
             self.assertIsNone(error, f"{key}: {error}")
 
     def test_ktune_layer_matches_eager_and_replays_in_a_graph(self):
+        self.check_layer("ktune")
+
+    def test_launched_programmatically_it_matches_eager_too(self):
+        # Each kernel may start while the one before it finishes: a layer's chain of ktune
+        # kernels (norm, projection, rope; projection, fused norm, projection, silu_and_mul,
+        # projection) eager and replayed, every kernel waiting for its inputs itself.
+        kt = self.kt
+        kt.configure(self.daemon.target, policy="fallback", refresh_s=None, timeout_s=600,
+                     programmatic=True)
+        try:
+            kt.prefetch(llama.prefetch_keys(self.cfg, self.steps))
+            self.check_layer("ktune, programmatic")
+        finally:
+            kt.configure(self.daemon.target, policy="fallback", refresh_s=None, timeout_s=600)
+
+    def check_layer(self, what):
         eager = llama.make_layer(self.cfg, self.weights, "eager")
         kt_layer = llama.make_layer(self.cfg, self.weights, "ktune")
         for step in self.steps:
@@ -65,7 +82,7 @@ class LlamaLayerTest(unittest.TestCase):
                 ref = eager(**llama.clone_inputs(inputs))
                 bound = llama.clone_inputs(inputs)
                 got = kt_layer(**bound)
-                self.assertClose(got, ref, f"{step.name} ktune")
+                self.assertClose(got, ref, f"{step.name} {what}")
                 # fused_add_rms_norm added the attention output into x, the residual.
                 self.assertGreater(float((bound["x"].float() - inputs["x"].float()).abs().max()),
                                    0.0)
@@ -79,7 +96,7 @@ class LlamaLayerTest(unittest.TestCase):
                 outs[-1].fill_(float("nan"))
                 graph.replay()
                 torch.cuda.synchronize()
-                self.assertClose(outs[-1], ref, f"{step.name} ktune graph replay")
+                self.assertClose(outs[-1], ref, f"{step.name} {what} graph replay")
 
 
 if __name__ == "__main__":
