@@ -76,6 +76,25 @@ typedef int (*LaunchExFn)(const LaunchConfig* config, void* function, void** par
 _Static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
 _Static_assert(sizeof(void*) != 8 || sizeof(LaunchConfig) == 56, "CUlaunchConfig is 56 bytes");
 enum { kProgrammaticStreamSerialization = 6, kPlanProgrammatic = 1 };
+#ifdef KTUNE_CHECK_DRIVER_ABI  // the build compiles this file once more against <cuda.h>
+#include <cuda.h>
+#include <stddef.h>
+_Static_assert(sizeof(LaunchAttribute) == sizeof(CUlaunchAttribute), "CUlaunchAttribute");
+_Static_assert(offsetof(LaunchAttribute, value) == offsetof(CUlaunchAttribute, value),
+               "CUlaunchAttribute.value");
+_Static_assert(sizeof(LaunchConfig) == sizeof(CUlaunchConfig), "CUlaunchConfig");
+_Static_assert(offsetof(LaunchConfig, shared_bytes) == offsetof(CUlaunchConfig, sharedMemBytes),
+               "CUlaunchConfig.sharedMemBytes");
+_Static_assert(offsetof(LaunchConfig, stream) == offsetof(CUlaunchConfig, hStream),
+               "CUlaunchConfig.hStream");
+_Static_assert(offsetof(LaunchConfig, attrs) == offsetof(CUlaunchConfig, attrs),
+               "CUlaunchConfig.attrs");
+_Static_assert(offsetof(LaunchConfig, num_attrs) == offsetof(CUlaunchConfig, numAttrs),
+               "CUlaunchConfig.numAttrs");
+_Static_assert(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ==
+                   kProgrammaticStreamSerialization,
+               "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION");
+#endif
 
 static LaunchFn g_launch = NULL;
 static LaunchExFn g_launch_ex = NULL;
