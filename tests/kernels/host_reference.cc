@@ -61,6 +61,7 @@ const std::map<std::string, HostReference> &HostReferences() {
       {"silu_and_mul", SiluAndMulHostReference()},
       {"softmax", SoftmaxHostReference()},
       {"rope", RopeHostReference()},
+      {"rope_qkv", RopeQkvHostReference()},
       {"gemv", GemvHostReference()},
       {"gemm", GemmHostReference()},
   };

@@ -82,6 +82,7 @@ HostReference LayernormHostReference();
 HostReference SiluAndMulHostReference();
 HostReference SoftmaxHostReference();
 HostReference RopeHostReference();
+HostReference RopeQkvHostReference();
 HostReference GemvHostReference();
 HostReference GemmHostReference();
 

@@ -402,6 +402,41 @@ TEST(HostReferenceTest, Rope) {
   EXPECT_THAT(out["k"], ElementsAre(-2, 1, 3, 4));
 }
 
+// rope_qkv rotates q's and k's heads where they lie in a fused row and leaves v's: the
+// same numbers as rope's on q and k apart.
+TEST(HostReferenceTest, RopeQkv) {
+  HostProblem p;
+  p.shape = {{"tokens", 2},
+             {"heads", 2},
+             {"kv_heads", 1},
+             {"head_dim", 4},
+             {"interleaved", 0}};
+  std::vector<double> cos_sin(4096 * 4, 0.0);
+  for (int i = 0; i < 4 * 4096; ++i) cos_sin[i] = 0.01 * (i % 97) - 0.4;
+  std::vector<double> q, k, qkv;
+  for (int t = 0; t < 2; ++t) {
+    for (int e = 0; e < 16; ++e) {  // 2 q heads, 1 k head, 1 v head of 4
+      const double v = 0.1 * (t * 16 + e) - 1.3;
+      qkv.push_back(v);
+      if (e < 8) q.push_back(v);
+      else if (e < 12) k.push_back(v);
+    }
+  }
+  p.inputs = {{"qkv", qkv}, {"cos_sin", cos_sin}, {"positions", {5, 1000}}};
+  ASSERT_OK_AND_ASSIGN(HostOutputs fused, RunHost("rope_qkv", p));
+  p.inputs = {{"q", q}, {"k", k}, {"cos_sin", cos_sin}, {"positions", {5, 1000}}};
+  ASSERT_OK_AND_ASSIGN(HostOutputs apart, RunHost("rope", p));
+  ASSERT_EQ(fused["qkv"].size(), 32u);
+  for (int t = 0; t < 2; ++t) {
+    for (int e = 0; e < 16; ++e) {
+      const double got = fused["qkv"][t * 16 + e];
+      if (e < 8) EXPECT_DOUBLE_EQ(got, apart["q"][t * 8 + e]);
+      else if (e < 12) EXPECT_DOUBLE_EQ(got, apart["k"][t * 4 + e - 8]);
+      else EXPECT_DOUBLE_EQ(got, qkv[t * 16 + e]);  // v untouched
+    }
+  }
+}
+
 TEST(HostReferenceTest, Gemv) {
   HostProblem p;
   p.shape = {{"n", 2}, {"k", 3}, {"batch", 2}};

@@ -213,7 +213,7 @@ INSTANTIATE_TEST_SUITE_P(Table, BrokenManifestTest, ::testing::ValuesIn(kBrokenC
 TEST(KernelTemplateTest, EveryShippedKernelsArityIsChecked) {
   const std::string shipped = testing::ShippedTemplatesDir();
   for (const char* name : {"add_rmsnorm", "elementwise", "gemm", "gemv", "layernorm", "rmsnorm",
-                           "rope", "silu_and_mul", "softmax"}) {
+                           "rope", "rope_qkv", "silu_and_mul", "softmax"}) {
     for (const char* list : {"launches {", "reference {"}) {
       const std::string dir = absl::StrCat(shipped, "/", name, "/", name);
       absl::StatusOr<std::string> manifest = ReadFile(dir + ".textproto");

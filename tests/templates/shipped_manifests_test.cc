@@ -106,19 +106,18 @@ TEST_F(ShippedManifestsTest, SearchSpacesAtDecodeAndPrefillShapes) {
 
 // Every shipped kernel waits for the kernel before it before touching memory
 // (ktune/grid_dependency.cuh), so every candidate's launches may be programmatic where
-// griddepcontrol exists (sm_90 on) and none before; the reference never is. The gemm
-// template, whose spaces are larger, is checked at its default config below.
+// griddepcontrol exists (sm_90 on) and none before; the reference never is. Every shipped
+// template at its manifest's example shape; gemm, whose spaces are larger, at its default
+// config.
 TEST_F(ShippedManifestsTest, LaunchesAreProgrammaticFromSm90On) {
-  std::vector<Case> cases = Cases();
-  cases.push_back({"gemm", {{{"m", 16}, {"n", 6144}, {"k", 4096}}}, {}, {}, ""});
   for (const char* arch : {"sm_80", "sm_90"}) {
     ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch(arch));
-    for (const Case& c : cases) {
-      ASSERT_OK_AND_ASSIGN(std::shared_ptr<const KernelTemplate> tmpl, registry_->Get(c.name));
-      const Shape& shape = c.shapes.front();
-      SCOPED_TRACE(absl::StrCat(c.name, " on ", arch));
+    for (const auto& [name, tmpl] : registry_->templates()) {
+      Shape shape;
+      for (const v1::Dim& d : tmpl->manifest().dims()) shape[d.name()] = d.example();
+      SCOPED_TRACE(absl::StrCat(name, " ", ShapeString(shape), " on ", arch));
       std::vector<Config> configs;
-      if (c.name == "gemm") {
+      if (name == "gemm") {
         ASSERT_OK_AND_ASSIGN(Config config,
                              DefaultConfigFor(tmpl, DType::kBF16, shape, target));
         configs.push_back(config);
@@ -156,8 +155,10 @@ TEST_F(ShippedManifestsTest, EnumerationMatchesBindingEveryPoint) {
   cases.push_back({"gemm", {{{"m", 77}, {"n", 1000}, {"k", 4112}}, {{"m", 4096}, {"n", 4096}, {"k", 4096}}}});
   cases.push_back({"gemv", {{{"n", 6144}, {"k", 4096}, {"batch", 3}}}});
   cases.push_back({"elementwise", {{{"n", 4097}}, {{"n", 1 << 24}}}});
-  cases.push_back({"rope", {{{"tokens", 77}, {"heads", 32}, {"kv_heads", 8}, {"head_dim", 128},
+  for (const char* rope : {"rope", "rope_qkv"}) {
+    cases.push_back({rope, {{{"tokens", 77}, {"heads", 32}, {"kv_heads", 8}, {"head_dim", 128},
                              {"interleaved", 0}}}});
+  }
   for (const char* arch : {"sm_90", "sm_90a"}) {
     ASSERT_OK_AND_ASSIGN(TargetInfo target, TargetFromArch(arch));
     for (const auto& [name, shapes] : cases) {

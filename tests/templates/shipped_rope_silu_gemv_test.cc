@@ -92,6 +92,7 @@ class ShippedRopeSiluGemvTest : public ::testing::Test {
 TEST_F(ShippedRopeSiluGemvTest, AllThreeLoad) {
   EXPECT_THAT(registry_->templates(), Contains(Key("silu_and_mul")));
   EXPECT_THAT(registry_->templates(), Contains(Key("rope")));
+  EXPECT_THAT(registry_->templates(), Contains(Key("rope_qkv")));
   EXPECT_THAT(registry_->templates(), Contains(Key("gemv")));
 }
 
@@ -191,6 +192,27 @@ TEST_F(ShippedRopeSiluGemvTest, RopeSearchSpacesForBothStyles) {
   }
   ExpectSearchable("rope", {{"tokens", 4096}, {"heads", 64}, {"kv_heads", 8}, {"head_dim", 64},
                             {"interleaved", 1}});
+}
+
+// rope_qkv is rope with q and k inside fused qkv rows: the same search at the same shapes,
+// and its one buffer is the whole rows, v's part included.
+TEST_F(ShippedRopeSiluGemvTest, RopeQkvSearchesAsRopeDoesOverTheWholeRows) {
+  const TargetInfo target = *TargetFromArch("sm_90");
+  for (int64_t tokens : {1, 16, 4096}) {
+    const Shape shape = {{"tokens", tokens}, {"heads", 32}, {"kv_heads", 8}, {"head_dim", 128},
+                         {"interleaved", 0}};
+    ExpectSearchable("rope_qkv", shape);
+    ASSERT_OK_AND_ASSIGN(SearchSpace fused,
+                         EnumerateSearchSpace(Get("rope_qkv"), DType::kBF16, shape, target));
+    ASSERT_OK_AND_ASSIGN(SearchSpace apart,
+                         EnumerateSearchSpace(Get("rope"), DType::kBF16, shape, target));
+    ASSERT_EQ(fused.configs.size(), apart.configs.size());
+    ASSERT_OK_AND_ASSIGN(BindResult bound, Bind(Get("rope_qkv"), DType::kBF16, shape,
+                                                fused.configs.front(), target));
+    ASSERT_TRUE(bound.instance) << bound.rejected_because;
+    EXPECT_EQ(bound.instance->args.front().name, "qkv");
+    EXPECT_EQ(bound.instance->args.front().count, tokens * (32 + 2 * 8) * 128);
+  }
 }
 
 TEST_F(ShippedRopeSiluGemvTest, GemvSearchSpaces) {
