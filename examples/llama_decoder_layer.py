@@ -82,8 +82,9 @@ def ktune_keys(cfg, tokens):
     return [
         ("input_norm", "rmsnorm", d, {"tokens": t, "hidden": cfg.hidden}),
         ("qkv_proj", "gemm", d, {"m": t, "n": cfg.qkv_out, "k": cfg.hidden}),
-        ("rope", "rope", d, {"tokens": t, "heads": cfg.heads, "kv_heads": cfg.kv_heads,
-                             "head_dim": cfg.head_dim, "interleaved": 0}),
+        # q and k rotated where the QKV projection wrote them (views of its output's rows).
+        ("rope", "rope_qkv", d, {"tokens": t, "heads": cfg.heads, "kv_heads": cfg.kv_heads,
+                                 "head_dim": cfg.head_dim, "interleaved": 0}),
         ("o_proj", "gemm", d, {"m": t, "n": cfg.hidden, "k": cfg.heads * cfg.head_dim}),
         ("post_norm", "add_rmsnorm", d, {"tokens": t, "hidden": cfg.hidden}),
         ("gate_up_proj", "gemm", d, {"m": t, "n": 2 * cfg.inter, "k": cfg.hidden}),
@@ -220,9 +221,9 @@ class DecoderLayer(_Module):
         h = ops.rms_norm(x, self.input_norm, cfg.eps)
         qkv = ops.linear(h, self.qkv)
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-        # ktune's rope takes contiguous q and k: two copies in eager and ktune modes (the
-        # same for both); torch.compile may fuse them into its rope.
-        q, k = ops.rope(positions, q.contiguous(), k.contiguous(), self.cos_sin)
+        # q and k stay views of qkv's rows: ktune rotates them there in place (template
+        # rope_qkv), torch's rope reads them there and writes new tensors.
+        q, k = ops.rope(positions, q, k, self.cos_sin)
         o = ops.linear(self.attention(q, k, v, kv_cache), self.o)
         h, residual = ops.add_rms_norm(o, x, self.post_norm, cfg.eps)
         a = ops.silu_and_mul(ops.linear(h, self.gate_up))

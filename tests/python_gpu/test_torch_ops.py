@@ -97,6 +97,29 @@ class TorchOpsTest(unittest.TestCase):
         self.assertClose(q, q_ref, 1e-2, 1.6e-2, "q")
         self.assertClose(k, k_ref, 1e-2, 1.6e-2, "k")
 
+    def test_rotary_embedding_of_views_into_fused_qkv_rows(self):
+        # q and k as a QKV projection's output split by columns: rotated where they lie
+        # (template rope_qkv), v untouched, the same numbers as contiguous q and k give.
+        heads, kv_heads, head_dim = 32, 8, 128
+        inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device="cuda").float() / head_dim))
+        angles = torch.arange(4096, device="cuda").float()[:, None] * inv[None, :]
+        cos_sin = torch.cat((angles.cos(), angles.sin()), dim=-1).contiguous()
+        for tokens in (1, 8):
+            pos = torch.randint(0, 4096, (tokens,), device="cuda", dtype=torch.int32)
+            qkv = torch.rand(tokens, (heads + 2 * kv_heads) * head_dim, device="cuda",
+                             dtype=torch.bfloat16) - 0.5
+            q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1)
+            q_ref, k_ref, v_ref = q.clone(), k.clone(), v.clone()
+            self.kt._rope_torch(pos, q_ref, k_ref, head_dim, cos_sin, False)
+            self.kt.rotary_embedding(pos, q, k, head_dim, cos_sin, False)  # as a layer calls it
+            self.assertClose(q, q_ref, 1e-2, 1.6e-2, f"q of fused rows, {tokens} tokens")
+            self.assertClose(k, k_ref, 1e-2, 1.6e-2, f"k of fused rows, {tokens} tokens")
+            self.assertTrue(torch.equal(v, v_ref), "v is left as it was")
+            key = {"tokens": tokens, "heads": heads, "kv_heads": kv_heads,
+                   "head_dim": head_dim, "interleaved": 0}
+            self.assertIn(self.kt.cache().get("rope_qkv", "bf16", key, 0).provenance,
+                          ("default", "nearest", "exact"))
+
     def test_linear(self):
         x = torch.rand(16, 4096, device="cuda", dtype=torch.bfloat16) - 0.5
         w = torch.rand(1024, 4096, device="cuda", dtype=torch.bfloat16) - 0.5

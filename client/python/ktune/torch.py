@@ -15,6 +15,8 @@ fake kernel, so torch.compile traces through it:
     silu_and_mul(x) -> out                               silu(x[..., :d]) * x[..., d:]
     rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved) -> None
                                                          rope; q and k rotated in place
+                                                         (rope_qkv where they are views of
+                                                         one fused qkv tensor's rows)
     linear(x, weight, bias) -> out                       gemm: x @ weight.T (+ bias)
     fp8_linear(x, weight, scale_x, scale_w, bias) -> out gemm in fp8 (e4m3 or e5m2) with
                                                          per-tensor scales, bf16 out
@@ -29,7 +31,9 @@ bench/torch_overhead.py), so eager callers should use kt.<op>. A kt.<op> call re
 earlier one of its thread (shapes, dtypes, device, stream and scalars) launches from C
 without the op's Python (the hot path below; KTUNE_TORCH_HOT=0 turns it off).
 
-Every op checks its tensors (CUDA, one device, the dtype, contiguous, the shapes agree) and
+Every op checks its tensors (CUDA, one device, the dtype, contiguous (rotary_embedding also
+takes q and k as views of a fused qkv tensor: [tokens, ...] rows of q's heads, k's, v's, as
+`qkv.split(...)` gives them), the shapes agree) and
 raises ValueError or TypeError naming the argument. It then takes the kernel of its key
 (template, dtype, shape, device) from a ktune.KernelCache (a dict lookup after the first call;
 a FALLBACK kernel is replaced by the tuned one in the background) and launches it on torch's
@@ -82,6 +86,7 @@ _LAYER_NORM_ARGS = ("x", "weight", "bias", "out", "eps")
 _SOFTMAX_ARGS = ("x", "out", "out_f32", "partial")
 _SILU_AND_MUL_ARGS = ("x", "out")
 _ROPE_ARGS = ("q", "k", "cos_sin", "positions")
+_ROPE_QKV_ARGS = ("qkv", "cos_sin", "positions")
 _LINEAR_ARGS = ("x", "w", "out", "scale_x", "scale_w", "partial", "counters")
 _GEMV_ARGS = ("x", "w", "y", "partial")
 # float32 linear layers of at most this many rows run on the gemv template (CUDA cores, float
@@ -152,8 +157,9 @@ def prefetch(keys):
 
 # ---- checks ----
 
-def _tensor(op, name, t, device=None, dtype=None, dim=None):
-    """Checks t and returns it; device is a CUDA device index (torch's get_device())."""
+def _tensor(op, name, t, device=None, dtype=None, dim=None, contiguous=True):
+    """Checks t and returns it; device is a CUDA device index (torch's get_device()).
+    contiguous False: t may be a strided view (the caller checks its layout)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"ktune.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if not t.is_cuda:
@@ -166,7 +172,7 @@ def _tensor(op, name, t, device=None, dtype=None, dim=None):
                              f"float16 or bfloat16")
     elif t.dtype != dtype:
         raise ValueError(f"ktune.{op}: {name} is {t.dtype}; expected {dtype}")
-    if not t.is_contiguous():
+    if contiguous and not t.is_contiguous():
         raise ValueError(f"ktune.{op}: {name} must be contiguous (call .contiguous() first)")
     if dim is not None and t.dim() != dim:
         raise ValueError(f"ktune.{op}: {name} has {t.dim()} dims {tuple(t.shape)}; expected {dim}")
@@ -683,11 +689,35 @@ def _rope_torch(positions, q, k, head_dim, cos_sin, interleaved):
         t.copy_(rotated.view(t.shape).to(t.dtype))
 
 
+def _qkv_row(q, k, tokens, head_dim):
+    """The row length, in elements, of the fused qkv tensor whose rows q and k are views of
+    (each row q's heads, k's, then v's as many as k's: a fused QKV projection's output split
+    by columns), or None where they are not: q and k each [tokens, ...] with contiguous rows
+    the same stride apart, k's row starting where q's ends, the stride q's row + 2 k's. One
+    token's rows have no stride to read (torch may set any on a dim of size 1): adjacent q
+    and k count, and the kernel touches nothing past them."""
+    if (tokens < 1 or q.dim() < 2 or k.dim() < 2 or q.shape[0] != tokens
+            or k.shape[0] != tokens or q.dtype != k.dtype or not q[0].is_contiguous()
+            or not k[0].is_contiguous()):
+        return None
+    q_len, k_len = q[0].numel(), k[0].numel()
+    row = q_len + 2 * k_len
+    if (q_len % head_dim or k_len % head_dim
+            or k.data_ptr() != q.data_ptr() + q_len * q.element_size()
+            or (tokens > 1 and (q.stride(0) != row or k.stride(0) != row))):
+        return None
+    return row
+
+
 def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved, record=False):
     op = "rotary_embedding"
-    _tensor(op, "q", q)
+    # q and k in place inside fused qkv rows are taken where they are (template rope_qkv):
+    # the copies that would make them tensors of their own cost two kernels a call.
+    fused = (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+             and head_dim > 0 and _qkv_row(q, k, positions.numel(), head_dim) is not None)
+    _tensor(op, "q", q, contiguous=not fused)
     dev = q.get_device()
-    _tensor(op, "k", k, dev, q.dtype)
+    _tensor(op, "k", k, dev, q.dtype, contiguous=not fused)
     _tensor(op, "cos_sin", cos_sin, dev, torch.float32, dim=2)
     if positions.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"ktune.{op}: positions is {positions.dtype}; expected int32 or int64")
@@ -705,7 +735,7 @@ def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved, record=Fa
             raise ValueError(f"ktune.{op}: {name} is {tuple(t.shape)}; expected "
                              f"{tokens} tokens x heads x head_dim={head_dim}")
     heads, kv_heads = q.numel() // (tokens * head_dim), k.numel() // (tokens * head_dim)
-    key = ("rope", _DTYPES[q.dtype],
+    key = ("rope_qkv" if fused else "rope", _DTYPES[q.dtype],
            (("head_dim", head_dim), ("heads", heads), ("interleaved", int(interleaved)),
             ("kv_heads", kv_heads), ("tokens", tokens)), dev)
     entry = _entry(op, key)
@@ -715,6 +745,9 @@ def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved, record=Fa
         return
     # The kernel reads int32 positions (vLLM passes int64): one small conversion kernel.
     pos = positions if positions.dtype == torch.int32 else positions.to(torch.int32)
+    if fused:  # no plan: hot_call takes contiguous tensors only
+        _launch(entry, dev, None, _ROPE_QKV_ARGS, qp, cp, pos.data_ptr())
+        return
     _launch(entry, dev, None, _ROPE_ARGS, qp, kp, cp, pos.data_ptr())
     if record:  # int64 positions: the plan converts them too
         _remember(op, (positions, q, k, head_dim, cos_sin, interleaved), key, entry, dev, None,
