@@ -82,9 +82,11 @@ def ktune_keys(cfg, tokens):
     return [
         ("input_norm", "rmsnorm", d, {"tokens": t, "hidden": cfg.hidden}),
         ("qkv_proj", "gemm", d, {"m": t, "n": cfg.qkv_out, "k": cfg.hidden}),
-        # q and k rotated where the QKV projection wrote them (views of its output's rows).
-        ("rope", "rope_qkv", d, {"tokens": t, "heads": cfg.heads, "kv_heads": cfg.kv_heads,
-                                 "head_dim": cfg.head_dim, "interleaved": 0}),
+        # q and k rotated where the QKV projection wrote them (views of its output's rows;
+        # one token's views are contiguous, and rope takes them as they are).
+        ("rope", "rope_qkv" if t > 1 else "rope", d,
+         {"tokens": t, "heads": cfg.heads, "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim,
+          "interleaved": 0}),
         ("o_proj", "gemm", d, {"m": t, "n": cfg.hidden, "k": cfg.heads * cfg.head_dim}),
         ("post_norm", "add_rmsnorm", d, {"tokens": t, "hidden": cfg.hidden}),
         ("gate_up_proj", "gemm", d, {"m": t, "n": 2 * cfg.inter, "k": cfg.hidden}),

@@ -51,7 +51,7 @@ class DryRunTest(unittest.TestCase):
         self.assertEqual(step_lines(r.stdout, "decode b=1"), [
             "input_norm rmsnorm bf16 tokens=1 hidden=4096",
             "qkv_proj gemm bf16 m=1 n=6144 k=4096",
-            "rope rope_qkv bf16 tokens=1 heads=32 kv_heads=8 head_dim=128 interleaved=0",
+            "rope rope bf16 tokens=1 heads=32 kv_heads=8 head_dim=128 interleaved=0",
             "o_proj gemm bf16 m=1 n=4096 k=4096",
             "post_norm add_rmsnorm bf16 tokens=1 hidden=4096",
             "gate_up_proj gemm bf16 m=1 n=28672 k=4096",

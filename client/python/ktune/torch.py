@@ -712,9 +712,12 @@ def _qkv_row(q, k, tokens, head_dim):
 def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved, record=False):
     op = "rotary_embedding"
     # q and k in place inside fused qkv rows are taken where they are (template rope_qkv):
-    # the copies that would make them tensors of their own cost two kernels a call.
+    # the copies that would make them tensors of their own cost two kernels a call. Views of
+    # one token's row are contiguous already: those keep rope and its hot path.
     fused = (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
-             and head_dim > 0 and _qkv_row(q, k, positions.numel(), head_dim) is not None)
+             and isinstance(positions, torch.Tensor) and head_dim > 0
+             and not (q.is_contiguous() and k.is_contiguous())
+             and _qkv_row(q, k, positions.numel(), head_dim) is not None)
     _tensor(op, "q", q, contiguous=not fused)
     dev = q.get_device()
     _tensor(op, "k", k, dev, q.dtype, contiguous=not fused)
