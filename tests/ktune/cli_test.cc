@@ -362,7 +362,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"UnknownTemplate",
                 {"groupnorm", "--dtype", "bf16", "--shape", "n=1"},
                 "unknown template 'groupnorm'; known: add_rmsnorm, elementwise, gemm, gemv, layernorm, "
-                "rmsnorm, rope, silu_and_mul, softmax"},
+                "rmsnorm, rope, rope_qkv, silu_and_mul, softmax"},
         BadCase{"UnknownDtype",
                 {"rmsnorm", "--dtype", "f64", "--shape", "tokens=16,hidden=4096"},
                 "unknown dtype 'f64'"},
