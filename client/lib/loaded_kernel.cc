@@ -79,6 +79,73 @@ namespace {
 
 // Args of the largest shipped launch (gemm's 10) with room: Launch keeps them on the stack.
 constexpr size_t kInlineArgs = 16;
+// A call's device addresses by arg index (0 for scalars), on the stack.
+using Addresses = absl::InlinedVector<CuDevicePtr, kInlineArgs>;
+
+// A tensor map encoded from a call's pointer, aligned as CUtensorMap (the driver wants 64
+// bytes, CUDA 13's header declares 128; C++17's aligned new honours it).
+struct alignas(kTensorMapAlignment) EncodedMap {
+  unsigned char bytes[kTensorMapBytes];
+};
+
+// `buffers` checked against the args (one entry each; buffers non-null and on their
+// alignment) into `addresses`.
+absl::Status CheckBuffers(const std::vector<KernelArg>& args, const std::vector<void*>& buffers,
+                          Addresses* addresses) {
+  if (buffers.size() != args.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("buffers: ", buffers.size(),
+                                                   " given; the kernel has ", args.size(),
+                                                   " args (nullptr for scalars)"));
+  }
+  addresses->assign(args.size(), 0);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].is_buffer) continue;
+    if (buffers[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffers: '", args[i].name, "' (arg ", i, ") is null"));
+    }
+    const CuDevicePtr address = reinterpret_cast<CuDevicePtr>(buffers[i]);
+    (*addresses)[i] = address;
+    // A kernel's vector access at a misaligned address faults, and the fault ends the
+    // whole context: refuse the call instead (a view at an odd element offset, say).
+    const int align = args[i].alignment;
+    if (align > 1 && address % static_cast<CuDevicePtr>(align) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffers: '", args[i].name, "' (arg ", i, ") at 0x", absl::Hex(address), " is not ",
+          align, "-byte aligned, as the kernel needs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The tensor-map args `map_args` encoded into (*maps)[i] from this call's `addresses`.
+absl::Status EncodeMaps(const CudaApi& api, const std::vector<KernelArg>& args,
+                        const std::vector<size_t>& map_args, const Addresses& addresses,
+                        std::vector<EncodedMap>* maps) {
+  for (size_t i : map_args) {
+    const TensorMapArg& t = args[i].tensor_map;
+    const CuDevicePtr base = addresses[static_cast<size_t>(t.buffer_arg)];
+    if (base % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffers: '", t.buffer, "' is not 16-byte aligned, as its tensor map needs"));
+    }
+    std::optional<DType> dtype = ParseDType(t.dtype);
+    std::vector<uint64_t> dims(t.dims.begin(), t.dims.end());
+    std::vector<uint64_t> strides(t.strides.begin(), t.strides.end());
+    strides.push_back(0);  // never an empty array
+    std::vector<uint32_t> box(t.box.begin(), t.box.end());
+    std::vector<uint32_t> element_strides(t.element_strides.begin(), t.element_strides.end());
+    const CuResult result = api.TensorMapEncodeTiled(
+        (*maps)[i].bytes, TensorMapDataType(dtype ? *dtype : DType::kF32),
+        static_cast<uint32_t>(dims.size()), reinterpret_cast<void*>(base), dims.data(),
+        strides.data(), box.data(), element_strides.data(), t.interleave, t.swizzle,
+        t.l2_promotion, t.oob_fill);
+    if (result != kCudaSuccess) {  // the message is built only for a failure
+      return CheckCu(api, result, absl::StrCat("cuTensorMapEncodeTiled(", args[i].name, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 // The process-wide memo of loaded modules.
 class ModuleCache {
@@ -288,7 +355,9 @@ absl::Status LoadedKernel::LoadInto(const KernelArtifact& artifact, const CudaAp
   }
   KTUNE_ASSIGN_OR_RETURN(module_, Cache().GetOrLoad<Module>(api, context, artifact.cubin_sha256,
                                                             artifact.cubin));
-  const bool programmatic = options.programmatic.value_or(ProgrammaticLaunchFromEnvironment());
+  // Without cuLaunchKernelEx (a driver before CUDA 12) every launch is plain.
+  const bool programmatic = options.programmatic.value_or(ProgrammaticLaunchFromEnvironment()) &&
+                            api->LaunchKernelEx != nullptr;
   for (const KernelLaunch& l : artifact.launches) {
     ResolvedLaunch r;
     KTUNE_ASSIGN_OR_RETURN(r.function, module_->GetFunction(l.lowered_name, l.shared_bytes));
@@ -309,64 +378,17 @@ LoadedKernel::~LoadedKernel() = default;
 void* LoadedKernel::context() const { return module_->context; }
 
 absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffers) const {
-  if (buffers.size() != args_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("buffers: ", buffers.size(),
-                                                   " given; the kernel has ", args_.size(),
-                                                   " args (nullptr for scalars)"));
-  }
-  // Inline storage: a launch of up to kInlineArgs args allocates nothing on the heap.
-  absl::InlinedVector<CuDevicePtr, kInlineArgs> addresses(args_.size(), 0);
-  for (size_t i = 0; i < args_.size(); ++i) {
-    if (!args_[i].is_buffer) continue;
-    if (buffers[i] == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("buffers: '", args_[i].name, "' (arg ", i, ") is null"));
-    }
-    addresses[i] = reinterpret_cast<CuDevicePtr>(buffers[i]);
-    // A kernel's vector access at a misaligned address faults, and the fault ends the
-    // whole context: refuse the call instead (a view at an odd element offset, say).
-    const int align = args_[i].alignment;
-    if (align > 1 && addresses[i] % static_cast<CuDevicePtr>(align) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "buffers: '", args_[i].name, "' (arg ", i, ") at 0x", absl::Hex(addresses[i]),
-          " is not ", align, "-byte aligned, as the kernel needs"));
-    }
-  }
-  const CudaApi* api = module_->api;
+  Addresses addresses;
+  KTUNE_RETURN_IF_ERROR(CheckBuffers(args_, buffers, &addresses));
+  const CudaApi& api = *module_->api;
   CuContext current = nullptr;
-  KTUNE_RETURN_IF_ERROR(CheckCu(*api, api->CtxGetCurrent(&current), "cuCtxGetCurrent"));
+  KTUNE_RETURN_IF_ERROR(CheckCu(api, api.CtxGetCurrent(&current), "cuCtxGetCurrent"));
   if (current != module_->context) {
     return absl::FailedPreconditionError(
         "Launch: the kernel's CUDA context is not current on this thread");
   }
-  // Tensor maps are encoded from this call's pointers, aligned as CUtensorMap (the driver
-  // wants 64 bytes, CUDA 13's header declares 128; C++17's aligned new honours it).
-  struct alignas(kTensorMapAlignment) EncodedMap {
-    unsigned char bytes[kTensorMapBytes];
-  };
   std::vector<EncodedMap> maps(map_args_.empty() ? 0 : args_.size());
-  for (size_t i : map_args_) {
-    const TensorMapArg& t = args_[i].tensor_map;
-    const CuDevicePtr base = addresses[static_cast<size_t>(t.buffer_arg)];
-    if (base % 16 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "buffers: '", t.buffer, "' is not 16-byte aligned, as its tensor map needs"));
-    }
-    std::optional<DType> dtype = ParseDType(t.dtype);
-    std::vector<uint64_t> dims(t.dims.begin(), t.dims.end());
-    std::vector<uint64_t> strides(t.strides.begin(), t.strides.end());
-    strides.push_back(0);  // never an empty array
-    std::vector<uint32_t> box(t.box.begin(), t.box.end());
-    std::vector<uint32_t> element_strides(t.element_strides.begin(), t.element_strides.end());
-    KTUNE_RETURN_IF_ERROR(CheckCu(
-        *module_->api,
-        module_->api->TensorMapEncodeTiled(
-            maps[i].bytes, TensorMapDataType(dtype ? *dtype : DType::kF32),
-            static_cast<uint32_t>(dims.size()), reinterpret_cast<void*>(base), dims.data(),
-            strides.data(), box.data(), element_strides.data(), t.interleave, t.swizzle,
-            t.l2_promotion, t.oob_fill),
-        absl::StrCat("cuTensorMapEncodeTiled(", args_[i].name, ")")));
-  }
+  KTUNE_RETURN_IF_ERROR(EncodeMaps(api, args_, map_args_, addresses, &maps));
   absl::InlinedVector<void*, kInlineArgs> params;
   for (size_t n = 0; n < launches_.size(); ++n) {
     const ResolvedLaunch& l = launches_[n];
@@ -380,24 +402,30 @@ absl::Status LoadedKernel::Launch(void* stream, const std::vector<void*>& buffer
       params.push_back(args_[a].is_buffer ? static_cast<void*>(&addresses[a])
                                           : const_cast<uint64_t*>(&scalar_values_[a]));
     }
-    if (l.programmatic && api->LaunchKernelEx != nullptr) {
-      CuLaunchAttribute attr{};
-      attr.id = kLaunchAttributeProgrammaticStreamSerialization;
-      attr.value.programmatic_stream_serialization_allowed = 1;
-      const CuLaunchConfig config{l.grid[0],  l.grid[1],      l.grid[2], l.block[0], l.block[1],
-                                  l.block[2], l.shared_bytes, stream,    &attr,      1};
-      KTUNE_RETURN_IF_ERROR(
-          CheckCu(*api, api->LaunchKernelEx(&config, l.function, params.data(), nullptr),
-                  absl::StrCat("cuLaunchKernelEx(launch ", n, ")")));
-      continue;
-    }
-    KTUNE_RETURN_IF_ERROR(CheckCu(
-        *api,
-        api->LaunchKernel(l.function, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
-                          l.block[2], l.shared_bytes, stream, params.data(), nullptr),
-        absl::StrCat("cuLaunchKernel(launch ", n, ")")));
+    KTUNE_RETURN_IF_ERROR(Enqueue(l, n, stream, params.data()));
   }
   return absl::OkStatus();
+}
+
+absl::Status LoadedKernel::Enqueue(const ResolvedLaunch& l, size_t n, void* stream,
+                                   void** params) const {
+  const CudaApi& api = *module_->api;
+  CuResult result;
+  if (l.programmatic) {
+    CuLaunchAttribute attr{};
+    attr.id = kLaunchAttributeProgrammaticStreamSerialization;
+    attr.value.programmatic_stream_serialization_allowed = 1;
+    const CuLaunchConfig config{l.grid[0],  l.grid[1],      l.grid[2], l.block[0], l.block[1],
+                                l.block[2], l.shared_bytes, stream,    &attr,      1};
+    result = api.LaunchKernelEx(&config, l.function, params, nullptr);
+  } else {
+    result = api.LaunchKernel(l.function, l.grid[0], l.grid[1], l.grid[2], l.block[0],
+                              l.block[1], l.block[2], l.shared_bytes, stream, params, nullptr);
+  }
+  if (result == kCudaSuccess) return absl::OkStatus();  // no message built per launch
+  return CheckCu(api, result,
+                 absl::StrCat(l.programmatic ? "cuLaunchKernelEx" : "cuLaunchKernel", "(launch ",
+                              n, ")"));
 }
 
 absl::Status LoadedKernel::Launch(void* stream,

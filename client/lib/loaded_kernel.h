@@ -88,7 +88,8 @@ class LoadedKernel {
     uint32_t block[3] = {1, 1, 1};
     uint32_t shared_bytes = 0;
     std::vector<int32_t> args;
-    bool programmatic = false;  // the artifact's, where LoadOptions allow it
+    // The artifact's, where LoadOptions allow it and the driver has cuLaunchKernelEx.
+    bool programmatic = false;
   };
   LoadedKernel() = default;
   // The checks and packing that need no driver (the artifact, scalars, tensor maps).
@@ -96,6 +97,8 @@ class LoadedKernel {
   // The module into the current context and every launch's function, through `api`.
   absl::Status LoadInto(const KernelArtifact& artifact, const CudaApi& api,
                         const LoadOptions& options);
+  // Enqueues launch `l` (the artifact's `n`th) on `stream` with its kernelParams.
+  absl::Status Enqueue(const ResolvedLaunch& l, size_t n, void* stream, void** params) const;
 
   std::shared_ptr<Module> module_;
   std::vector<ResolvedLaunch> launches_;
