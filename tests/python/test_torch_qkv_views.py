@@ -24,7 +24,7 @@ class QkvViewsTest(unittest.TestCase):
                           self.KV_HEADS * self.HEAD_DIM], dim=-1)
 
     def test_views_of_fused_rows_are_found(self):
-        for tokens in (1, 3, 16):
+        for tokens in (2, 3, 16):
             q, k, _ = self.split(torch.zeros(tokens, self.ROW, dtype=torch.bfloat16))
             self.assertEqual(kt._qkv_row(q, k, tokens, self.HEAD_DIM), self.ROW)
             # Per head, as a server may view them.
@@ -44,6 +44,10 @@ class QkvViewsTest(unittest.TestCase):
         self.assertIsNone(kt._qkv_row(q, k, tokens, 6))  # heads not whole
         self.assertIsNone(kt._qkv_row(q[:, ::2], k[:, ::2], tokens, 4))  # rows not contiguous
         self.assertIsNone(kt._qkv_row(q[:0], k[:0], 0, self.HEAD_DIM))  # no tokens
+        # One token's views are contiguous: rope serves them.
+        q1, k1, _ = self.split(torch.zeros(1, self.ROW, dtype=torch.bfloat16))
+        self.assertTrue(q1.is_contiguous() and k1.is_contiguous())
+        self.assertIsNone(kt._qkv_row(q1, k1, 1, self.HEAD_DIM))
 
     def test_the_fallback_rotates_views_in_place_and_leaves_v(self):
         tokens, d = 5, self.HEAD_DIM

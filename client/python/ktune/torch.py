@@ -690,21 +690,21 @@ def _rope_torch(positions, q, k, head_dim, cos_sin, interleaved):
 
 
 def _qkv_row(q, k, tokens, head_dim):
-    """The row length, in elements, of the fused qkv tensor whose rows q and k are views of
-    (each row q's heads, k's, then v's as many as k's: a fused QKV projection's output split
-    by columns), or None where they are not: q and k each [tokens, ...] with contiguous rows
-    the same stride apart, k's row starting where q's ends, the stride q's row + 2 k's. One
-    token's rows have no stride to read (torch may set any on a dim of size 1): adjacent q
-    and k count, and the kernel touches nothing past them."""
-    if (tokens < 1 or q.dim() < 2 or k.dim() < 2 or q.shape[0] != tokens
+    """The row length, in elements, of the fused qkv tensor whose rows q and k are strided
+    views of (each row q's heads, k's, then v's as many as k's: a fused QKV projection's
+    output split by columns), or None where they are not: q and k each [tokens, ...] with
+    contiguous rows the same stride apart, k's row starting where q's ends, the stride q's
+    row + 2 k's. Views of one token's row are contiguous tensors (a dim of size 1 has no
+    stride to keep): None, and rope takes them as they are, with its hot path."""
+    if (not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor) or tokens < 2
+            or head_dim <= 0 or q.dim() < 2 or k.dim() < 2 or q.shape[0] != tokens
             or k.shape[0] != tokens or q.dtype != k.dtype or not q[0].is_contiguous()
             or not k[0].is_contiguous()):
         return None
     q_len, k_len = q[0].numel(), k[0].numel()
     row = q_len + 2 * k_len
-    if (q_len % head_dim or k_len % head_dim
-            or k.data_ptr() != q.data_ptr() + q_len * q.element_size()
-            or (tokens > 1 and (q.stride(0) != row or k.stride(0) != row))):
+    if (q_len % head_dim or k_len % head_dim or q.stride(0) != row or k.stride(0) != row
+            or k.data_ptr() != q.data_ptr() + q_len * q.element_size()):
         return None
     return row
 
@@ -712,11 +712,8 @@ def _qkv_row(q, k, tokens, head_dim):
 def _rotary_embedding(positions, q, k, head_dim, cos_sin, interleaved, record=False):
     op = "rotary_embedding"
     # q and k in place inside fused qkv rows are taken where they are (template rope_qkv):
-    # the copies that would make them tensors of their own cost two kernels a call. Views of
-    # one token's row are contiguous already: those keep rope and its hot path.
-    fused = (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
-             and isinstance(positions, torch.Tensor) and head_dim > 0
-             and not (q.is_contiguous() and k.is_contiguous())
+    # the copies that would make them tensors of their own cost two kernels a call.
+    fused = (isinstance(positions, torch.Tensor)
              and _qkv_row(q, k, positions.numel(), head_dim) is not None)
     _tensor(op, "q", q, contiguous=not fused)
     dev = q.get_device()
