@@ -106,7 +106,7 @@ def launch_plan(function, launch, programmatic=False):
     artifact marks the launch so: cuLaunchKernelEx with programmatic stream serialization,
     so that the kernel is placed on the GPU, sets up and pulls its weight into L2 while the
     kernel before it in the stream finishes (it waits for that kernel's results itself)."""
-    flags = 1 if programmatic and getattr(launch, "programmatic", False) else 0
+    flags = 1 if programmatic and launch.programmatic else 0
     return (int(function), *launch.grid, *launch.block, launch.shared_bytes, flags)
 
 
