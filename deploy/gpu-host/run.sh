@@ -54,6 +54,18 @@ run_peers() {
   if [ -s "$dir/peers.md" ]; then cat "$dir/peers.md" >> "$summary"
   else tail -n 20 "$dir/peers.log" >> "$summary"; fi
 }
+# run_llama DIR LABEL FLAGS...: bench/llama_layer.py against the ktuned start_ktuned started,
+# its files in DIR; "LABEL: exit N" and its table (or its log's tail) into the summary.
+run_llama() {
+  local dir="$1" label="$2"
+  shift 2
+  mkdir -p "$dir"
+  PYTHONPATH="$here/python" python3 "$here/bench/llama_layer.py" --target "unix://$sock" \
+    --out "$dir" "$@" > "$dir/llama_layer.log" 2>&1
+  echo "$label: exit $? (0: every goal met)" >> "$summary"
+  if [ -s "$dir/llama_layer.md" ]; then cat "$dir/llama_layer.md" >> "$summary"
+  else tail -n 20 "$dir/llama_layer.log" >> "$summary"; fi
+}
 # publish: $out's summary and logs into $PACK, each written aside and renamed, so a reader (or
 # a cut-off call) finds the last whole copy.
 publish() {
@@ -236,15 +248,10 @@ if want programmatic; then
   # length by default.
   start_ktuned ktuned-programmatic.sock programmatic.db ktuned-programmatic.log
   for run in plain programmatic; do
-    mkdir -p "$out/llama-$run"
     # shellcheck disable=SC2086  # LLAMA_ARGS is a list of flags
     KTUNE_PROGRAMMATIC_LAUNCH=$([ "$run" = plain ] && echo 0 || echo 1) \
-      PYTHONPATH="$here/python" python3 "$here/bench/llama_layer.py" --target "unix://$sock" \
-      --out "$out/llama-$run" ${LLAMA_ARGS:---tune-budget 0 --tune-timeout-s 200 --breakdown none --prefill 512} \
-      > "$out/llama-$run/llama_layer.log" 2>&1
-    echo "llama layer, launches $run: exit $? (0: every goal met)" >> "$summary"
-    if [ -s "$out/llama-$run/llama_layer.md" ]; then cat "$out/llama-$run/llama_layer.md" >> "$summary"
-    else tail -n 20 "$out/llama-$run/llama_layer.log" >> "$summary"; fi
+      run_llama "$out/llama-$run" "llama layer, launches $run" \
+      ${LLAMA_ARGS:---tune-budget 0 --tune-timeout-s 200 --breakdown none --prefill 512}
   done
   kill -TERM "$daemon"; wait "$daemon"
   echo "ktuned (programmatic): exit $? after SIGTERM" >> "$summary"
@@ -254,11 +261,8 @@ if want llama; then
   # bench tunes the layer's keys first (--tune-budget, --tune-timeout-s in $LLAMA_ARGS).
   start_ktuned ktuned-llama.sock llama.db ktuned-llama.log
   # shellcheck disable=SC2086  # LLAMA_ARGS is a list of flags
-  PYTHONPATH="$here/python" python3 "$here/bench/llama_layer.py" --target "unix://$sock" \
-    --out "$out" ${LLAMA_ARGS:---tune-budget 16 --tune-timeout-s 180} > "$out/llama_layer.log" 2>&1
-  rc=$?
+  run_llama "$out" "llama layer" ${LLAMA_ARGS:---tune-budget 16 --tune-timeout-s 180}
   kill -TERM "$daemon"; wait "$daemon"
-  echo "llama layer: exit $rc (0: every goal met) | ktuned exit $? after SIGTERM" >> "$summary"
-  if [ -s "$out/llama_layer.md" ]; then cat "$out/llama_layer.md" >> "$summary"; else tail -n 20 "$out/llama_layer.log" >> "$summary"; fi
+  echo "ktuned (llama): exit $? after SIGTERM" >> "$summary"
 fi
 cat "$summary"
