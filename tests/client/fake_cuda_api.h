@@ -31,6 +31,15 @@ struct FakeDriver {
   // Per launch: whether it was launched programmatically (cuLaunchKernelEx with the
   // programmatic-stream-serialization attribute set).
   std::vector<bool> programmatic;
+
+  // Forgets every launch recorded (a test's own start).
+  void ClearLaunches() {
+    std::lock_guard<std::mutex> lock(mu);
+    launched.clear();
+    streams.clear();
+    params.clear();
+    programmatic.clear();
+  }
   int modules_loaded = 0;
   int modules_unloaded = 0;
 };

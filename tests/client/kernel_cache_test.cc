@@ -65,9 +65,7 @@ class KernelCacheTest : public ::testing::Test {
   void SetUp() override {
     api_ = FakeApi();
     current_context = kContext;
-    std::lock_guard<std::mutex> lock(Driver().mu);
-    Driver().launched.clear();
-    Driver().streams.clear();
+    Driver().ClearLaunches();
   }
   void TearDown() override { current_context = nullptr; }
 

@@ -59,10 +59,7 @@ class ProgrammaticLaunchTest : public ::testing::Test {
   void SetUp() override {
     setenv("KTUNE_PROGRAMMATIC_LAUNCH", "1", 1);
     current_context = kContext;
-    std::lock_guard<std::mutex> lock(Driver().mu);
-    Driver().launched.clear();
-    Driver().programmatic.clear();
-    Driver().streams.clear();
+    Driver().ClearLaunches();
   }
   void TearDown() override {
     current_context = nullptr;
@@ -83,9 +80,8 @@ class ProgrammaticLaunchTest : public ::testing::Test {
     EXPECT_THAT(Driver().launched, ElementsAre("first", "second"));
     EXPECT_THAT(Driver().streams, ElementsAre(stream, stream));
     // Both saw the call's buffers and scalar, whichever entry point launched them.
-    for (size_t i = Driver().params.size() - 2; i < Driver().params.size(); ++i) {
-      EXPECT_THAT(Driver().params[i], ElementsAre(0x1000, 0x2000, 64));
-    }
+    EXPECT_THAT(Driver().params, ElementsAre(ElementsAre(0x1000, 0x2000, 64),
+                                             ElementsAre(0x1000, 0x2000, 64)));
     return Driver().programmatic;
   }
 };
@@ -111,12 +107,7 @@ TEST_F(ProgrammaticLaunchTest, TheLoadOptionsOverrideTheEnvironment) {
   unsetenv("KTUNE_PROGRAMMATIC_LAUNCH");
   EXPECT_THAT(LaunchOnce(FakeApi(), on), ElementsAre(true, false));
   setenv("KTUNE_PROGRAMMATIC_LAUNCH", "1", 1);
-  {
-    std::lock_guard<std::mutex> lock(Driver().mu);
-    Driver().launched.clear();
-    Driver().streams.clear();
-    Driver().programmatic.clear();
-  }
+  Driver().ClearLaunches();
   EXPECT_THAT(LaunchOnce(FakeApi(), off), ElementsAre(false, false));
 }
 
