@@ -697,7 +697,7 @@ def _qkv_row(q, k, tokens, head_dim):
     row + 2 k's. Views of one token's row are contiguous tensors (a dim of size 1 has no
     stride to keep): None, and rope takes them as they are, with its hot path."""
     if (not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor) or tokens < 2
-            or head_dim <= 0 or q.dim() < 2 or k.dim() < 2 or q.shape[0] != tokens
+            or q.is_contiguous() or k.is_contiguous() or head_dim <= 0 or q.dim() < 2 or k.dim() < 2 or q.shape[0] != tokens
             or k.shape[0] != tokens or q.dtype != k.dtype or not q[0].is_contiguous()
             or not k[0].is_contiguous()):
         return None
