@@ -254,7 +254,7 @@ class ProgrammaticLaunchTest(unittest.TestCase):
             with unittest.mock.patch.dict("os.environ"):
                 os.environ.pop("KTUNE_PROGRAMMATIC_LAUNCH", None)
                 self.assertEqual(programmatic_launches(_fastlaunch.launch),
-                                 _loaded.PROGRAMMATIC_LAUNCH_DEFAULT == "1")
+                                 _loaded.PROGRAMMATIC_LAUNCH_DEFAULT)
                 self.assertFalse(programmatic_launches(_fastlaunch.launch))
         finally:
             _loaded._fast_ex[:] = saved

@@ -87,16 +87,17 @@ def fast_maps(fast):
 # until a GPU has measured what it gains a decode step and checked chains of ktune's kernels
 # launched so (deploy/gpu-host/run.sh's programmatic stage); the C++ LoadedKernel's default
 # is the same.
-PROGRAMMATIC_LAUNCH_DEFAULT = "0"
+PROGRAMMATIC_LAUNCH_DEFAULT = False
 
 
 def programmatic_launches(fast, asked=None):
     """Whether kernels loaded now launch programmatically where their artifact allows it
     (see launch_plan): `fast` (what fast_launcher returned) reaches cuLaunchKernelEx, and
-    `asked` is true (None: KTUNE_PROGRAMMATIC_LAUNCH, or unset PROGRAMMATIC_LAUNCH_DEFAULT,
-    is "1")."""
+    `asked` is true (None: KTUNE_PROGRAMMATIC_LAUNCH is "1", or, unset,
+    PROGRAMMATIC_LAUNCH_DEFAULT)."""
     if asked is None:
-        asked = os.environ.get("KTUNE_PROGRAMMATIC_LAUNCH", PROGRAMMATIC_LAUNCH_DEFAULT) == "1"
+        env = os.environ.get("KTUNE_PROGRAMMATIC_LAUNCH")
+        asked = PROGRAMMATIC_LAUNCH_DEFAULT if env is None else env == "1"
     return bool(asked) and fast is not None and bool(_fast_ex) and _fast_ex[0]
 
 
