@@ -42,29 +42,18 @@ start_ktuned() {
   daemon=$!
   for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 }
-# run_peers DIR LABEL FLAGS...: bench/peers.py against the ktuned start_ktuned started, its
-# files in DIR; "LABEL: exit N" and its table (or its log's tail) into the summary.
-run_peers() {
-  local dir="$1" label="$2"
-  shift 2
+# run_bench NAME DIR LABEL FLAGS...: bench/NAME.py (peers, llama_layer) against the ktuned
+# start_ktuned started, its files in DIR; "LABEL: exit N" and its table DIR/NAME.md (or its
+# log's tail) into the summary.
+run_bench() {
+  local name="$1" dir="$2" label="$3"
+  shift 3
   mkdir -p "$dir"
-  PYTHONPATH="$here/python" python3 "$here/bench/peers.py" --target "unix://$sock" \
-    --out "$dir" "$@" > "$dir/peers.log" 2>&1
+  PYTHONPATH="$here/python" python3 "$here/bench/$name.py" --target "unix://$sock" \
+    --out "$dir" "$@" > "$dir/$name.log" 2>&1
   echo "$label: exit $? (0: every goal met)" >> "$summary"
-  if [ -s "$dir/peers.md" ]; then cat "$dir/peers.md" >> "$summary"
-  else tail -n 20 "$dir/peers.log" >> "$summary"; fi
-}
-# run_llama DIR LABEL FLAGS...: bench/llama_layer.py against the ktuned start_ktuned started,
-# its files in DIR; "LABEL: exit N" and its table (or its log's tail) into the summary.
-run_llama() {
-  local dir="$1" label="$2"
-  shift 2
-  mkdir -p "$dir"
-  PYTHONPATH="$here/python" python3 "$here/bench/llama_layer.py" --target "unix://$sock" \
-    --out "$dir" "$@" > "$dir/llama_layer.log" 2>&1
-  echo "$label: exit $? (0: every goal met)" >> "$summary"
-  if [ -s "$dir/llama_layer.md" ]; then cat "$dir/llama_layer.md" >> "$summary"
-  else tail -n 20 "$dir/llama_layer.log" >> "$summary"; fi
+  if [ -s "$dir/$name.md" ]; then cat "$dir/$name.md" >> "$summary"
+  else tail -n 20 "$dir/$name.log" >> "$summary"; fi
 }
 # publish: $out's summary and logs into $PACK, each written aside and renamed, so a reader (or
 # a cut-off call) finds the last whole copy.
@@ -210,7 +199,7 @@ if want peers; then
   # rest are listed as skipped); split it over calls with --ops.
   start_ktuned ktuned-peers.sock peers.db ktuned-peers.log
   # shellcheck disable=SC2086  # PEERS_ARGS is a list of flags
-  run_peers "$out" peers ${PEERS_ARGS:---budget 32 --deadline-s 480}
+  run_bench peers "$out" peers ${PEERS_ARGS:---budget 32 --deadline-s 480}
   kill -TERM "$daemon"; wait "$daemon"
   echo "ktuned (peers): exit $? after SIGTERM" >> "$summary"
 fi
@@ -235,7 +224,7 @@ if want decode; then
              "gemv|--ops gemv --dtype f32"; do
     name="${run%%|*}"
     # shellcheck disable=SC2086  # the run's flags are a list
-    run_peers "$out/decode-$name" "decode $name" ${run#*|} --strategy exhaustive \
+    run_bench peers "$out/decode-$name" "decode $name" ${run#*|} --strategy exhaustive \
       --budget 0 --deadline-s "${DECODE_DEADLINE_S:-120}"
   done
   kill -TERM "$daemon"; wait "$daemon"
@@ -250,7 +239,7 @@ if want programmatic; then
   for run in plain programmatic; do
     # shellcheck disable=SC2086  # LLAMA_ARGS is a list of flags
     KTUNE_PROGRAMMATIC_LAUNCH=$([ "$run" = plain ] && echo 0 || echo 1) \
-      run_llama "$out/llama-$run" "llama layer, launches $run" \
+      run_bench llama_layer "$out/llama-$run" "llama layer, launches $run" \
       ${LLAMA_ARGS:---tune-budget 0 --tune-timeout-s 200 --breakdown none --prefill 512}
   done
   kill -TERM "$daemon"; wait "$daemon"
@@ -261,7 +250,7 @@ if want llama; then
   # bench tunes the layer's keys first (--tune-budget, --tune-timeout-s in $LLAMA_ARGS).
   start_ktuned ktuned-llama.sock llama.db ktuned-llama.log
   # shellcheck disable=SC2086  # LLAMA_ARGS is a list of flags
-  run_llama "$out" "llama layer" ${LLAMA_ARGS:---tune-budget 16 --tune-timeout-s 180}
+  run_bench llama_layer "$out" "llama layer" ${LLAMA_ARGS:---tune-budget 16 --tune-timeout-s 180}
   kill -TERM "$daemon"; wait "$daemon"
   echo "ktuned (llama): exit $? after SIGTERM" >> "$summary"
 fi
