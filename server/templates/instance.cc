@@ -177,7 +177,8 @@ absl::StatusOr<std::string> BindBlocks(const KernelTemplate& t, const Launches& 
     BoundLaunch b;
     b.name_expression = NameExpression(l.kernel(), dtype, config);
     // Every compile target of the device is sm_<its capability>[a]: griddepcontrol exists
-    // from sm_90 on, and before it a launch's promise to wait would compile to nothing.
+    // from sm_90 on, and before it a launch's promise to wait would compile to nothing. (A
+    // reference launch never says so: the manifest's validation refuses it.)
     b.programmatic = l.programmatic() && target.sm >= 90;
     KTUNE_ASSIGN_OR_RETURN(b.block[0], t.Evaluate(l.block().x(), scope, 1));
     KTUNE_ASSIGN_OR_RETURN(b.block[1], t.Evaluate(l.block().y(), scope, 1));
@@ -272,9 +273,6 @@ absl::StatusOr<BindResult> BindLaunches(std::shared_ptr<const KernelTemplate> tm
                          BindBlocks(t, launches, dtype, config, target, scope, &inst));
   if (!block_why.empty()) return reject(std::move(block_why));
   if (inst.launches.empty()) return reject("no launch is active for this config");
-  if (is_reference) {  // the reference is only ever run by the worker, plainly
-    for (BoundLaunch& b : inst.launches) b.programmatic = false;
-  }
   scope.values["KTUNE_MAX_THREADS"] = inst.max_threads;
   if (config.knobs.min_blocks * inst.max_threads > target.max_threads_per_sm) {
     return reject(absl::StrCat("min_blocks ", config.knobs.min_blocks, " x ", inst.max_threads,
